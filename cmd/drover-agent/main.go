@@ -1,0 +1,38 @@
+// Command drover-agent is the Drover node agent.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/drover-dev/drover/internal/agent"
+)
+
+func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "version" || os.Args[1] == "-version" || os.Args[1] == "--version") {
+		fmt.Println("drover-agent", agent.Version)
+		return
+	}
+	cfg, err := agent.LoadConfig(os.Args[1:], os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "drover-agent: configuration:", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	a, err := agent.New(cfg, agent.WithLogger(log))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "drover-agent:", err)
+		os.Exit(1)
+	}
+	if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("agent stopped", "err", err)
+		os.Exit(1)
+	}
+}

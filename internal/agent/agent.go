@@ -1,0 +1,184 @@
+// Package agent is drover-agent: it enrols the host with a bootstrap token,
+// keeps an mTLS identity renewed, heartbeats, long-polls for signed tasks,
+// verifies every envelope before running a registered handler, and posts
+// structured results from a crash-safe on-disk spool. It serves a small
+// local API (/healthz, /v1/capacity, /metrics). It never runs anything that
+// is not a registered handler: there is no remote shell.
+package agent
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/drover-dev/drover/internal/agent/statedir"
+	"github.com/drover-dev/drover/internal/pki"
+	"github.com/drover-dev/drover/internal/task"
+)
+
+// Version is the agent version reported to the control plane.
+var Version = "dev"
+
+// Agent is one running node agent.
+type Agent struct {
+	cfg      Config
+	log      *slog.Logger
+	now      func() time.Time
+	state    *statedir.Dir
+	nodeID   string
+	handlers Handlers
+	verifier *task.Verifier
+	metrics  *metrics
+	reg      *prometheus.Registry
+
+	bootstrap *client // first contact: pinned CA, no client certificate
+	node      *client // mTLS with the current identity
+
+	mu         sync.Mutex
+	ident      statedir.Identity
+	diagnostic string
+	lastBeat   time.Time
+	interval   time.Duration
+	wakeSpool  chan struct{}
+	localAddr  net.Addr
+	localReady chan struct{}
+}
+
+// Option customises an Agent.
+type Option func(*Agent)
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(a *Agent) { a.log = l } }
+
+// WithClock sets the clock (tests).
+func WithClock(now func() time.Time) Option { return func(a *Agent) { a.now = now } }
+
+// WithHandlers replaces the task handlers (tests add counting handlers).
+func WithHandlers(h Handlers) Option { return func(a *Agent) { a.handlers = h } }
+
+// New prepares an agent: it opens the state directory and settles the node
+// id. It contacts nobody.
+func New(cfg Config, opts ...Option) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: slog.Default(), now: time.Now, wakeSpool: make(chan struct{}, 1),
+		localReady: make(chan struct{})}
+	for _, o := range opts {
+		o(a)
+	}
+	var err error
+	if a.state, err = statedir.Open(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	if a.nodeID, err = a.state.NodeID(cfg.HostID); err != nil {
+		return nil, fmt.Errorf("node id: %w", err)
+	}
+	a.log = a.log.With("node_id", a.nodeID)
+	if a.handlers == nil {
+		a.handlers = DefaultHandlers(cfg)
+	}
+	a.reg = prometheus.NewRegistry()
+	a.metrics = newMetrics(a.reg)
+	return a, nil
+}
+
+// NodeID is the agent's node id.
+func (a *Agent) NodeID() string { return a.nodeID }
+
+// LocalAddr waits for the local API listener and returns its address.
+func (a *Agent) LocalAddr(ctx context.Context) (net.Addr, error) {
+	select {
+	case <-a.localReady:
+		return a.localAddr, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Run enrols (or loads the stored identity) and runs every loop until ctx
+// ends. Liveness (heartbeats), work (task polling), renewal and result
+// delivery are separate loops so one stalled hop cannot starve another.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.setupClients(); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", a.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("local API listener %s: %w", a.cfg.ListenAddr, err)
+	}
+	a.localAddr = ln.Addr()
+	close(a.localReady)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.serveLocal(gctx, ln) })
+	g.Go(func() error {
+		id, err := a.identity(gctx)
+		if err != nil {
+			return err
+		}
+		if err := a.applyIdentity(id); err != nil {
+			return err
+		}
+		a.log.Info("agent running", "control_plane", a.cfg.ControlPlaneURL, "cert_not_after", id.NotAfter)
+		lg, lctx := errgroup.WithContext(gctx)
+		lg.Go(func() error { return a.heartbeatLoop(lctx) })
+		lg.Go(func() error { return a.taskLoop(lctx) })
+		lg.Go(func() error { return a.resultLoop(lctx) })
+		lg.Go(func() error { return a.renewLoop(lctx) })
+		return lg.Wait()
+	})
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// setupClients builds the first-contact and mTLS clients.
+func (a *Agent) setupClients() error {
+	var roots *x509.CertPool
+	if id, ok, err := a.state.LoadIdentity(); err == nil && ok && len(id.CAPEM) > 0 {
+		roots = x509.NewCertPool()
+		roots.AppendCertsFromPEM(id.CAPEM)
+	} else if err != nil {
+		return fmt.Errorf("load identity: %w", err)
+	}
+	var err error
+	if a.cfg.CAFile != "" {
+		if roots, err = caPoolFromFile(a.cfg.CAFile); err != nil {
+			return fmt.Errorf("NODE_AGENT_CA_FILE: %w", err)
+		}
+	}
+	if roots != nil {
+		a.bootstrap, err = newClient(a.cfg.ControlPlaneURL, roots, nil)
+	} else {
+		host := hostOf(a.cfg.ControlPlaneURL)
+		a.bootstrap, err = newClient(a.cfg.ControlPlaneURL, nil, pki.PinnedVerify(a.cfg.CAHash, host))
+	}
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// setDiagnostic records an agent-side condition reported with heartbeats.
+func (a *Agent) setDiagnostic(code string) {
+	a.mu.Lock()
+	a.diagnostic = code
+	a.mu.Unlock()
+}
+
+func (a *Agent) getDiagnostic() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.diagnostic
+}

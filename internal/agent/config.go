@@ -1,0 +1,197 @@
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/drover-dev/drover/internal/api"
+)
+
+// Config is the agent's configuration. It comes from, in increasing order of
+// precedence: an env-style config file (-config), NODE_AGENT_* environment
+// variables (seed 000's env file), and command-line flags.
+type Config struct {
+	ControlPlaneURL   string        // NODE_AGENT_CONTROL_PLANE_URL: node-facing mTLS URL, e.g. https://cp:8443
+	HostID            string        // NODE_AGENT_HOST_ID / -node-id: generated and persisted when empty
+	BootstrapToken    string        // NODE_AGENT_BOOTSTRAP_TOKEN
+	CAHash            string        // NODE_AGENT_CA_HASH: pin for first contact ("sha256:...")
+	CAFile            string        // NODE_AGENT_CA_FILE: alternatively, a CA bundle to trust
+	OSFamily          string        // NODE_AGENT_OS_FAMILY: linux | dragonflybsd | windows | darwin
+	QEMUAccel         string        // NODE_AGENT_QEMU_ACCEL: kvm | nvmm | hvf | tcg
+	StateDir          string        // NODE_AGENT_STATE_DIR
+	ListenAddr        string        // NODE_AGENT_LISTEN: local API, default 127.0.0.1:9000
+	Hostname          string        // -hostname
+	HeartbeatInterval time.Duration // -heartbeat-interval: 0 means the server's
+	ReservedVCPUs     int           // NODE_AGENT_RESERVED_VCPUS: kept for the host OS
+	ReservedMemoryMiB int           // NODE_AGENT_RESERVED_MEMORY_MIB
+}
+
+// defaultOSFamily maps GOOS to an os_family.
+func defaultOSFamily() string {
+	switch runtime.GOOS {
+	case "dragonfly":
+		return api.OSDragonfly
+	case "windows", "darwin":
+		return runtime.GOOS
+	}
+	return api.OSLinux
+}
+
+func defaultStateDir() string {
+	if runtime.GOOS == "windows" {
+		return `C:\ProgramData\drover-agent`
+	}
+	return "/var/lib/drover-agent"
+}
+
+// envKeys maps configuration keys to fields.
+func (c *Config) fields() map[string]*string {
+	return map[string]*string{
+		"NODE_AGENT_CONTROL_PLANE_URL": &c.ControlPlaneURL,
+		"NODE_AGENT_HOST_ID":           &c.HostID,
+		"NODE_AGENT_BOOTSTRAP_TOKEN":   &c.BootstrapToken,
+		"NODE_AGENT_CA_HASH":           &c.CAHash,
+		"NODE_AGENT_CA_FILE":           &c.CAFile,
+		"NODE_AGENT_OS_FAMILY":         &c.OSFamily,
+		"NODE_AGENT_QEMU_ACCEL":        &c.QEMUAccel,
+		"NODE_AGENT_STATE_DIR":         &c.StateDir,
+		"NODE_AGENT_LISTEN":            &c.ListenAddr,
+		"NODE_AGENT_HOSTNAME":          &c.Hostname,
+	}
+}
+
+// LoadConfig builds the configuration from args (without the program name),
+// the environment lookup function and the optional config file.
+func LoadConfig(args []string, getenv func(string) string) (Config, error) {
+	c := Config{OSFamily: defaultOSFamily(), StateDir: defaultStateDir(), ListenAddr: "127.0.0.1:9000",
+		ReservedVCPUs: 0, ReservedMemoryMiB: 0}
+	fs := flag.NewFlagSet("drover-agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	configFile := fs.String("config", getenv("NODE_AGENT_CONFIG"), "env-style config file (KEY=VALUE lines, NODE_AGENT_* keys)")
+	var f Config
+	fs.StringVar(&f.ControlPlaneURL, "control-plane-url", "", "node-facing control plane URL (https://host:8443)")
+	fs.StringVar(&f.HostID, "host-id", "", "host id of this node's host record")
+	fs.StringVar(&f.HostID, "node-id", "", "alias of -host-id (generated and persisted when absent)")
+	fs.StringVar(&f.BootstrapToken, "bootstrap-token", "", "one-time bootstrap token")
+	fs.StringVar(&f.CAHash, "ca-hash", "", "pinned control plane CA hash (sha256:...)")
+	fs.StringVar(&f.CAFile, "ca-file", "", "control plane CA bundle (instead of -ca-hash)")
+	fs.StringVar(&f.OSFamily, "os-family", "", "linux | dragonflybsd | windows | darwin")
+	fs.StringVar(&f.QEMUAccel, "qemu-accel", "", "kvm | nvmm | hvf | tcg")
+	fs.StringVar(&f.StateDir, "state-dir", "", "directory for identity, spool and replay cache")
+	fs.StringVar(&f.ListenAddr, "listen", "", "local API address (default 127.0.0.1:9000)")
+	fs.StringVar(&f.Hostname, "hostname", "", "hostname to report (default: the system's)")
+	fs.DurationVar(&f.HeartbeatInterval, "heartbeat-interval", 0, "heartbeat interval (default: the server's, 5s)")
+	fs.IntVar(&f.ReservedVCPUs, "reserved-vcpus", 0, "vCPUs reserved for the host OS")
+	fs.IntVar(&f.ReservedMemoryMiB, "reserved-memory-mib", 0, "memory reserved for the host OS, MiB")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, fmt.Errorf("flags: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *configFile != "" {
+		if err := c.loadFile(*configFile); err != nil {
+			return Config{}, err
+		}
+	}
+	for key, dst := range c.fields() {
+		if v := getenv(key); v != "" {
+			*dst = v
+		}
+	}
+	if v := getenv("NODE_AGENT_HEARTBEAT_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("NODE_AGENT_HEARTBEAT_INTERVAL: %w", err)
+		}
+		c.HeartbeatInterval = d
+	}
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "heartbeat-interval":
+			c.HeartbeatInterval = f.HeartbeatInterval
+		case "reserved-vcpus":
+			c.ReservedVCPUs = f.ReservedVCPUs
+		case "reserved-memory-mib":
+			c.ReservedMemoryMiB = f.ReservedMemoryMiB
+		}
+	})
+	for _, p := range []struct{ dst *string; v string }{
+		{&c.ControlPlaneURL, f.ControlPlaneURL}, {&c.HostID, f.HostID}, {&c.BootstrapToken, f.BootstrapToken},
+		{&c.CAHash, f.CAHash}, {&c.CAFile, f.CAFile}, {&c.OSFamily, f.OSFamily}, {&c.QEMUAccel, f.QEMUAccel},
+		{&c.StateDir, f.StateDir}, {&c.ListenAddr, f.ListenAddr}, {&c.Hostname, f.Hostname},
+	} {
+		if p.v != "" {
+			*p.dst = p.v
+		}
+	}
+	return c, c.Validate()
+}
+
+// loadFile reads KEY=VALUE lines (comments with #, optional quotes).
+func (c *Config) loadFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	defer f.Close()
+	fields := c.fields()
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		key, val, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		if !ok {
+			return fmt.Errorf("config file %s:%d: want KEY=VALUE", path, n)
+		}
+		key, val = strings.TrimSpace(key), strings.Trim(strings.TrimSpace(val), `"'`)
+		switch {
+		case fields[key] != nil:
+			*fields[key] = val
+		case key == "NODE_AGENT_HEARTBEAT_INTERVAL":
+			d, err := time.ParseDuration(val)
+			if err != nil {
+				return fmt.Errorf("config file %s:%d: %s: %w", path, n, key, err)
+			}
+			c.HeartbeatInterval = d
+		default:
+			return fmt.Errorf("config file %s:%d: unknown key %q", path, n, key)
+		}
+	}
+	return sc.Err()
+}
+
+// Validate names the first invalid field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ControlPlaneURL == "" {
+		errs = append(errs, errors.New("NODE_AGENT_CONTROL_PLANE_URL (-control-plane-url) is required"))
+	} else if u, err := url.Parse(c.ControlPlaneURL); err != nil || u.Scheme != "https" || u.Host == "" {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_CONTROL_PLANE_URL %q: must be an https:// URL of the node-facing listener", c.ControlPlaneURL))
+	}
+	if !api.ValidOSFamily(c.OSFamily) {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_OS_FAMILY %q: must be linux, dragonflybsd, windows or darwin", c.OSFamily))
+	}
+	if c.HostID != "" {
+		if err := api.ValidHostID(c.HostID); err != nil {
+			errs = append(errs, fmt.Errorf("NODE_AGENT_HOST_ID: %w", err))
+		}
+	}
+	if c.HeartbeatInterval < 0 || (c.HeartbeatInterval > 0 && c.HeartbeatInterval < 100*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("-heartbeat-interval %s: must be at least 100ms", c.HeartbeatInterval))
+	}
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("NODE_AGENT_STATE_DIR is required"))
+	}
+	return errors.Join(errs...)
+}

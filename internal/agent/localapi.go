@@ -1,0 +1,67 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// serveLocal serves the agent's local API (seed 000): GET /healthz,
+// GET /v1/capacity and GET /metrics. It is meant for loopback.
+func (a *Agent) serveLocal(ctx context.Context, ln net.Listener) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.HandleFunc("GET /v1/capacity", func(w http.ResponseWriter, r *http.Request) {
+		writeLocalJSON(w, http.StatusOK, a.capacity(r.Context()))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// healthz is 200 while the agent heartbeats successfully and 503 otherwise,
+// with the reason, so a supervisor or preflight can name the failed hop.
+func (a *Agent) healthz(w http.ResponseWriter, _ *http.Request) {
+	a.mu.Lock()
+	last, diagCode, enrolled := a.lastBeat, a.diagnostic, a.ident.NodeID != ""
+	a.mu.Unlock()
+	interval := a.heartbeatInterval()
+	body := map[string]any{"node_id": a.nodeID, "enrolled": enrolled, "version": Version,
+		"control_plane_url": a.cfg.ControlPlaneURL}
+	if !last.IsZero() {
+		body["last_heartbeat_at"] = last.UTC()
+	}
+	if diagCode != "" {
+		body["diagnostic"] = diagCode
+	}
+	status := http.StatusOK
+	switch {
+	case !enrolled:
+		status, body["status"] = http.StatusServiceUnavailable, "not_enrolled"
+	case last.IsZero() || a.now().Sub(last) > 3*interval:
+		status, body["status"] = http.StatusServiceUnavailable, "node_agent_heartbeat_stale"
+	default:
+		body["status"] = "ok"
+	}
+	writeLocalJSON(w, status, body)
+}
+
+func writeLocalJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,265 @@
+// Package api owns the JSON wire contract shared by the control plane, the
+// node agent and the operator CLI: request and response bodies, status and
+// state enums, and the error envelope. It holds types and validation only; it
+// must not import any other Drover package or do I/O.
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Header names used on every hop.
+const (
+	// HeaderCorrelationID carries the correlation id from the API through
+	// tasks, agent logs, results and audit records.
+	HeaderCorrelationID = "X-Correlation-ID"
+)
+
+// OS families a host may declare (seed 000 plus the ones Drover adds).
+const (
+	OSLinux     = "linux"
+	OSDragonfly = "dragonflybsd"
+	OSWindows   = "windows"
+	OSDarwin    = "darwin"
+)
+
+// ValidOSFamily reports whether s is an accepted os_family.
+func ValidOSFamily(s string) bool {
+	switch s {
+	case OSLinux, OSDragonfly, OSWindows, OSDarwin:
+		return true
+	}
+	return false
+}
+
+// HostStatus is the node-agent status enum of seed 002, exactly.
+type HostStatus string
+
+// Host statuses. A host is schedulable only when enabled and healthy.
+const (
+	HostHealthy          HostStatus = "healthy"
+	HostStale            HostStatus = "stale"
+	HostAuthFailed       HostStatus = "auth_failed"
+	HostAPIUnreachable   HostStatus = "api_unreachable"
+	HostTaskResultFailed HostStatus = "task_result_failed"
+	HostUnknown          HostStatus = "unknown"
+)
+
+// TaskState is the lifecycle of a task.
+type TaskState string
+
+// Task states: queued → dispatched → running → succeeded | failed | expired | canceled.
+const (
+	TaskQueued     TaskState = "queued"
+	TaskDispatched TaskState = "dispatched"
+	TaskRunning    TaskState = "running"
+	TaskSucceeded  TaskState = "succeeded"
+	TaskFailed     TaskState = "failed"
+	TaskExpired    TaskState = "expired"
+	TaskCanceled   TaskState = "canceled"
+)
+
+// Terminal reports whether no further transition is possible.
+func (s TaskState) Terminal() bool {
+	switch s {
+	case TaskSucceeded, TaskFailed, TaskExpired, TaskCanceled:
+		return true
+	}
+	return false
+}
+
+// Capacity is a resource summary (seed 000's /v1/capacity).
+type Capacity struct {
+	VCPUs     int `json:"vcpus"`
+	MemoryMiB int `json:"memory_mib"`
+	DiskGiB   int `json:"disk_gib"`
+	GPUs      int `json:"gpus"`
+}
+
+// CapacityReport is total, reserved, allocated and free capacity of a host.
+type CapacityReport struct {
+	Total     Capacity `json:"total"`
+	Reserved  Capacity `json:"reserved"`
+	Allocated Capacity `json:"allocated"`
+	Free      Capacity `json:"free"`
+}
+
+// Capabilities is what an agent reports about its host at enrolment.
+type Capabilities struct {
+	Hostname      string   `json:"hostname"`
+	OSFamily      string   `json:"os_family"`
+	Arch          string   `json:"arch"`
+	KernelVersion string   `json:"kernel_version,omitempty"`
+	CPUCores      int      `json:"cpu_cores"`
+	RAMTotalMB    int      `json:"ram_total_mb"`
+	DiskTotalGB   int      `json:"disk_total_gb,omitempty"`
+	GPUCount      int      `json:"gpu_count"`
+	Accelerators  []string `json:"accelerators,omitempty"`
+	SelectedAccel string   `json:"selected_accel,omitempty"`
+	AgentVersion  string   `json:"agent_version,omitempty"`
+}
+
+// RegisterRequest enrols a host: POST /internal/v1/register (no client
+// certificate; the bootstrap token is the credential).
+type RegisterRequest struct {
+	HostID         string       `json:"host_id"`
+	BootstrapToken string       `json:"bootstrap_token"`
+	CSRPEM         string       `json:"csr_pem"`
+	Capabilities   Capabilities `json:"capabilities"`
+}
+
+// JWK is one public task-signing key.
+type JWK struct {
+	Kty string `json:"kty"`
+	Crv string `json:"crv"`
+	X   string `json:"x"`
+	Kid string `json:"kid"`
+	Alg string `json:"alg"`
+	Use string `json:"use,omitempty"`
+}
+
+// JWKS is a set of task-signing public keys; several are live during rotation.
+type JWKS struct {
+	Keys []JWK `json:"keys"`
+}
+
+// Identity is what enrolment and renewal return: the node id the control
+// plane assigned, the client certificate, the CA bundle and the JWKS.
+type Identity struct {
+	NodeID            string    `json:"node_id"`
+	CertificatePEM    string    `json:"certificate_pem"`
+	CABundlePEM       string    `json:"ca_bundle_pem"`
+	NotAfter          time.Time `json:"not_after"`
+	JWKS              JWKS      `json:"jwks"`
+	HeartbeatInterval Duration  `json:"heartbeat_interval"`
+	TerminalURL       string    `json:"terminal_url,omitempty"`
+}
+
+// RenewRequest asks for a fresh certificate over mTLS:
+// POST /internal/v1/nodes/{id}/renew.
+type RenewRequest struct {
+	CSRPEM string `json:"csr_pem"`
+}
+
+// Heartbeat is POST /internal/v1/nodes/{id}/heartbeat.
+type Heartbeat struct {
+	AgentVersion string    `json:"agent_version,omitempty"`
+	Capacity     *Capacity `json:"capacity,omitempty"`
+	// Diagnostic is an agent-side condition the operator should see, e.g.
+	// "edge_rate_limited" or "task_result_post_failed". Empty when fine.
+	Diagnostic string `json:"diagnostic,omitempty"`
+}
+
+// HeartbeatResponse tells the agent the interval the server expects.
+type HeartbeatResponse struct {
+	HeartbeatInterval Duration `json:"heartbeat_interval"`
+}
+
+// TaskDelivery is the body of a 200 from GET .../tasks/wait. The agent trusts
+// only what is inside Envelope; the outer fields must match the signed claims.
+type TaskDelivery struct {
+	TaskID        string    `json:"task_id"`
+	TaskType      string    `json:"task_type"`
+	Envelope      string    `json:"envelope"`
+	ExpiresAt     time.Time `json:"expires_at"`
+	CorrelationID string    `json:"correlation_id"`
+	Attempt       int       `json:"attempt"`
+}
+
+// TaskClaims are the signed fields of a task envelope.
+type TaskClaims struct {
+	TaskID        string          `json:"task_id"`
+	NodeID        string          `json:"aud"`
+	Type          string          `json:"type"`
+	Params        json.RawMessage `json:"params"`
+	CorrelationID string          `json:"correlation_id"`
+	IssuedAt      int64           `json:"iat"`
+	ExpiresAt     int64           `json:"exp"`
+}
+
+// ResultStatus is the outcome an agent reports.
+type ResultStatus string
+
+// Result statuses.
+const (
+	ResultSucceeded ResultStatus = "succeeded"
+	ResultFailed    ResultStatus = "failed"
+)
+
+// TaskResult is POST /internal/v1/nodes/{id}/tasks/{task_id}/result.
+type TaskResult struct {
+	Status ResultStatus    `json:"status"`
+	Output json.RawMessage `json:"output,omitempty"`
+	// Error is set when Status is failed.
+	Error *ResultError `json:"error,omitempty"`
+	// Timings holds phase durations, e.g. "timings.kernel_ms".
+	Timings       map[string]int64 `json:"timings,omitempty"`
+	CorrelationID string           `json:"correlation_id,omitempty"`
+	FinishedAt    time.Time        `json:"finished_at"`
+}
+
+// ResultError is a structured task failure.
+type ResultError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// TaskEvent is POST /internal/v1/nodes/{id}/tasks/{task_id}/events: progress
+// while a task runs. Phase "started" moves the task to running.
+type TaskEvent struct {
+	Phase      string         `json:"phase"`
+	Status     string         `json:"status,omitempty"` // started | succeeded | failed
+	DurationMS int64          `json:"duration_ms,omitempty"`
+	Message    string         `json:"message,omitempty"`
+	Data       map[string]any `json:"data,omitempty"`
+	At         time.Time      `json:"at"`
+}
+
+// ErrorBody is the error envelope of every API: {"error": {...}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail names what failed. Fields lists field-level validation errors.
+type ErrorDetail struct {
+	Code          string       `json:"code"`
+	Message       string       `json:"message"`
+	Fields        []FieldError `json:"fields,omitempty"`
+	CorrelationID string       `json:"correlation_id,omitempty"`
+	Retryable     bool         `json:"retryable,omitempty"`
+}
+
+// FieldError is one invalid field, e.g. {"field":"ram_total_mb","message":"ram_total_mb >= 256"}.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// Duration marshals as a Go duration string ("5s") and accepts either a
+// string or a number of seconds.
+type Duration time.Duration
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var secs float64
+	if err := json.Unmarshal(b, &secs); err != nil {
+		return err
+	}
+	*d = Duration(time.Duration(secs * float64(time.Second)))
+	return nil
+}

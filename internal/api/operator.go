@@ -1,0 +1,105 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// CreateHostRequest is POST /api/v1/hosts.
+type CreateHostRequest struct {
+	HostID   string            `json:"host_id"`
+	OSFamily string            `json:"os_family"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	// TokenTTL is how long the bootstrap token stays valid (default 24h).
+	TokenTTL Duration `json:"token_ttl,omitempty"`
+}
+
+// BootstrapToken is returned once, on host creation or token rotation.
+type BootstrapToken struct {
+	HostID    string    `json:"host_id"`
+	Token     string    `json:"bootstrap_token"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// CAHash pins the control plane's CA for first contact ("sha256:<hex>").
+	CAHash  string `json:"ca_hash"`
+	NodeURL string `json:"node_url,omitempty"`
+}
+
+// Host is a host record as the operator API shows it.
+type Host struct {
+	ID             string            `json:"host_id"`
+	OSFamily       string            `json:"os_family"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	Enabled        bool              `json:"enabled"`
+	Revoked        bool              `json:"revoked"`
+	Status         HostStatus        `json:"status"`
+	StatusReason   string            `json:"status_reason,omitempty"`
+	Schedulable    bool              `json:"schedulable"`
+	Hostname       string            `json:"hostname,omitempty"`
+	SelectedAccel  string            `json:"selected_accel,omitempty"`
+	Capabilities   *Capabilities     `json:"capabilities,omitempty"`
+	Capacity       *Capacity         `json:"capacity,omitempty"`
+	AgentVersion   string            `json:"agent_version,omitempty"`
+	Enrolled       bool              `json:"enrolled"`
+	TokenExpiresAt *time.Time        `json:"token_expires_at,omitempty"`
+	CertNotAfter   *time.Time        `json:"cert_not_after,omitempty"`
+	LastSeenAt     *time.Time        `json:"last_seen_at,omitempty"`
+	CreatedAt      time.Time         `json:"created_at"`
+	UpdatedAt      time.Time         `json:"updated_at"`
+}
+
+// EnqueueTaskRequest is POST /api/v1/tasks. Either TTL or ExpiresAt may be
+// set; the default TTL is 10 minutes.
+type EnqueueTaskRequest struct {
+	NodeID        string          `json:"node_id"`
+	Type          string          `json:"type"`
+	Params        json.RawMessage `json:"params,omitempty"`
+	TTL           Duration        `json:"ttl,omitempty"`
+	ExpiresAt     *time.Time      `json:"expires_at,omitempty"`
+	CorrelationID string          `json:"correlation_id,omitempty"`
+}
+
+// Task is a task as the operator API shows it.
+type Task struct {
+	ID            string          `json:"task_id"`
+	NodeID        string          `json:"node_id"`
+	Type          string          `json:"type"`
+	Params        json.RawMessage `json:"params"`
+	State         TaskState       `json:"state"`
+	CorrelationID string          `json:"correlation_id"`
+	Attempts      int             `json:"attempts"`
+	CreatedAt     time.Time       `json:"created_at"`
+	ExpiresAt     time.Time       `json:"expires_at"`
+	DispatchedAt  *time.Time      `json:"dispatched_at,omitempty"`
+	FinishedAt    *time.Time      `json:"finished_at,omitempty"`
+	Result        *TaskResult     `json:"result,omitempty"`
+	Events        []TaskEvent     `json:"events,omitempty"`
+	CreatedBy     string          `json:"created_by,omitempty"`
+}
+
+// CreateOperatorTokenRequest is POST /api/v1/tokens.
+type CreateOperatorTokenRequest struct {
+	Name string   `json:"name"`
+	TTL  Duration `json:"ttl,omitempty"`
+}
+
+// OperatorToken describes an operator token; Token is set only on creation.
+type OperatorToken struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Token     string     `json:"token,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Revoked   bool       `json:"revoked"`
+}
+
+// AuditEvent is one audit record.
+type AuditEvent struct {
+	ID            int64     `json:"id"`
+	At            time.Time `json:"at"`
+	Actor         string    `json:"actor"`
+	Action        string    `json:"action"`
+	Target        string    `json:"target"`
+	Result        string    `json:"result"`
+	CorrelationID string    `json:"correlation_id,omitempty"`
+	Detail        string    `json:"detail,omitempty"`
+}

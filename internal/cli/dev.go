@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/drover-dev/drover/internal/agent"
+	"github.com/drover-dev/drover/internal/server"
+)
+
+// DevCmd runs the whole system in one process: the control plane on
+// embedded SQLite, the built-in CA and an in-process agent enrolled as this
+// host. State lives under --data-dir and survives restarts.
+type DevCmd struct {
+	ServerFlags
+	DataDir                      string `name:"data-dir" default:".drover" help:"State directory."`
+	AgentListen                  string `name:"agent-listen" default:"127.0.0.1:9000" help:"Local agent API address."`
+	HostID                       string `name:"host-id" help:"Host id of the local agent (default: derived from the hostname)."`
+	AllowUnknownHostRegistration bool   `name:"allow-unknown-host-registration" default:"true" negatable:"" help:"Let unknown hosts enrol (dev default: on)."`
+}
+
+var nonHostID = regexp.MustCompile(`[^a-z0-9._-]+`)
+
+func defaultHostID() string {
+	h, _ := os.Hostname()
+	h = strings.Trim(nonHostID.ReplaceAllString(strings.ToLower(h), "-"), "-._")
+	if h == "" {
+		h = "localhost"
+	}
+	if len(h) > 63 {
+		h = h[:63]
+	}
+	return h
+}
+
+// Run implements the command.
+func (c *DevCmd) Run(ctx context.Context, env *Env) error {
+	log := newLogger(c.LogLevel)
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	st, err := openStore(ctx, "sqlite:"+filepath.Join(c.DataDir, "drover.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	srv, err := server.New(ctx, c.config(c.AllowUnknownHostRegistration, log), st)
+	if err != nil {
+		return err
+	}
+	hostID := c.HostID
+	if hostID == "" {
+		hostID = defaultHostID()
+	}
+	tokenFile := filepath.Join(c.DataDir, "operator.token")
+	newToken := ""
+	if _, err := os.Stat(tokenFile); errors.Is(err, os.ErrNotExist) {
+		tok, err := srv.CreateOperatorToken(ctx, "dev", 0)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(tokenFile, []byte(tok.Token+"\n"), 0o600); err != nil {
+			return fmt.Errorf("write operator token: %w", err)
+		}
+		newToken = tok.Token
+	}
+	// The local agent needs a bootstrap token only until it has enrolled;
+	// a fresh one is issued when its stored identity is missing or expired.
+	agentCfg := agent.Config{ControlPlaneURL: srv.NodeURL(), HostID: hostID, CAHash: srv.CAHash(),
+		OSFamily: "linux", StateDir: filepath.Join(c.DataDir, "agent"), ListenAddr: c.AgentListen}
+	if agentCfg.OSFamily, err = localOSFamily(); err != nil {
+		return err
+	}
+	bt, err := srv.EnsureHost(ctx, hostID, agentCfg.OSFamily)
+	if err != nil {
+		return err
+	}
+	agentCfg.BootstrapToken = bt
+	ag, err := agent.New(agentCfg, agent.WithLogger(log.With("component", "agent")))
+	if err != nil {
+		return err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Run(gctx) })
+	g.Go(func() error {
+		select {
+		case <-srv.Ready():
+		case <-gctx.Done():
+			return nil
+		}
+		return ag.Run(gctx)
+	})
+	g.Go(func() error {
+		select {
+		case <-srv.Ready():
+		case <-gctx.Done():
+			return nil
+		}
+		printDevBanner(env, c, hostID, newToken, tokenFile)
+		return nil
+	})
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func printDevBanner(env *Env, c *DevCmd, hostID, newToken, tokenFile string) {
+	w := env.Stdout
+	fmt.Fprintf(w, "\nDrover dev is running (state in %s)\n\n", c.DataDir)
+	fmt.Fprintf(w, "  operator API   http://%s\n", c.Listen)
+	fmt.Fprintf(w, "  node API       https://%s (mTLS)\n", c.NodeListen)
+	fmt.Fprintf(w, "  local agent    http://%s/healthz  (host %s)\n", c.AgentListen, hostID)
+	fmt.Fprintf(w, "  metrics        http://%s/metrics\n\n", c.Listen)
+	if newToken != "" {
+		fmt.Fprintf(w, "Operator token (shown once, also saved to %s):\n  %s\n\n", tokenFile, newToken)
+	} else {
+		fmt.Fprintf(w, "Operator token: in %s (create more with `drover token create NAME`)\n\n", tokenFile)
+	}
+	fmt.Fprintf(w, "Try:\n  go run ./cmd/drover hosts list\n  go run ./cmd/drover tasks run --node %s --type diag.health_probe --wait\n\n", hostID)
+}
+
+// localOSFamily is this machine's os_family for the local agent.
+func localOSFamily() (string, error) {
+	switch runtime.GOOS {
+	case "linux", "windows", "darwin":
+		return runtime.GOOS, nil
+	case "dragonfly":
+		return "dragonflybsd", nil
+	}
+	return "", fmt.Errorf("drover dev: unsupported OS %s", runtime.GOOS)
+}

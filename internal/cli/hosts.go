@@ -1,0 +1,177 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/drover-dev/drover/internal/api"
+)
+
+// HostsCmd groups host commands.
+type HostsCmd struct {
+	List        HostsListCmd   `cmd:"" help:"List hosts."`
+	Create      HostsCreateCmd `cmd:"" help:"Create a host record and print its bootstrap token once."`
+	Show        HostIDCmd      `cmd:"" help:"Show one host."`
+	Enable      HostIDCmd      `cmd:"" help:"Enable a host (schedulable when healthy)."`
+	Disable     HostIDCmd      `cmd:"" help:"Disable a host."`
+	RotateToken HostIDCmd      `cmd:"" name:"rotate-token" help:"Issue a new bootstrap token; the old one stops working."`
+	Revoke      HostIDCmd      `cmd:"" help:"Revoke a host: its certificates are refused from now on."`
+}
+
+// HostsListCmd lists hosts.
+type HostsListCmd struct{ APIFlags }
+
+// Run implements the command.
+func (c *HostsListCmd) Run(ctx context.Context, env *Env) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	var hosts []api.Host
+	if err := cl.call(ctx, http.MethodGet, "/api/v1/hosts", nil, nil, &hosts); err != nil {
+		return err
+	}
+	if c.JSON {
+		return printJSON(env.Stdout, hosts)
+	}
+	tw := table(env.Stdout)
+	fmt.Fprintln(tw, "HOST\tOS\tSTATUS\tENABLED\tSCHEDULABLE\tACCEL\tLAST SEEN")
+	for _, h := range hosts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%t\t%s\t%s\n", h.ID, h.OSFamily, h.Status, h.Enabled, h.Schedulable,
+			dash(h.SelectedAccel), ago(h.LastSeenAt))
+	}
+	return tw.Flush()
+}
+
+// HostsCreateCmd creates a host.
+type HostsCreateCmd struct {
+	APIFlags
+	HostID   string            `arg:"" name:"host-id" help:"Host id (lowercase letters, digits, '-', '.', '_')."`
+	OSFamily string            `name:"os-family" default:"linux" enum:"linux,dragonflybsd,windows,darwin" help:"OS family."`
+	Labels   map[string]string `name:"label" help:"Labels, key=value (repeatable)."`
+	TokenTTL time.Duration     `name:"token-ttl" help:"Bootstrap token lifetime (default 24h)."`
+}
+
+// Run implements the command.
+func (c *HostsCreateCmd) Run(ctx context.Context, env *Env) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	var bt api.BootstrapToken
+	req := api.CreateHostRequest{HostID: c.HostID, OSFamily: c.OSFamily, Labels: c.Labels, TokenTTL: api.Duration(c.TokenTTL)}
+	if err := cl.call(ctx, http.MethodPost, "/api/v1/hosts", nil, req, &bt); err != nil {
+		return err
+	}
+	return printBootstrap(env, c.JSON, bt, c.OSFamily)
+}
+
+func printBootstrap(env *Env, asJSON bool, bt api.BootstrapToken, osFamily string) error {
+	if asJSON {
+		return printJSON(env.Stdout, bt)
+	}
+	fmt.Fprintf(env.Stdout, "Host %s: bootstrap token (shown once, expires %s):\n\n", bt.HostID, bt.ExpiresAt.Format(time.RFC3339))
+	fmt.Fprintf(env.Stdout, "  NODE_AGENT_HOST_ID=%s\n  NODE_AGENT_BOOTSTRAP_TOKEN=%s\n  NODE_AGENT_CONTROL_PLANE_URL=%s\n  NODE_AGENT_CA_HASH=%s\n",
+		bt.HostID, bt.Token, bt.NodeURL, bt.CAHash)
+	if osFamily != "" {
+		fmt.Fprintf(env.Stdout, "  NODE_AGENT_OS_FAMILY=%s\n", osFamily)
+	}
+	fmt.Fprintln(env.Stdout, "\nPut these in the agent's env file and start drover-agent.")
+	return nil
+}
+
+// HostIDCmd is a command that acts on one host.
+type HostIDCmd struct {
+	APIFlags
+	HostID string `arg:"" name:"host-id"`
+}
+
+// Run implements show, enable, disable, rotate-token and revoke.
+func (c *HostIDCmd) Run(ctx context.Context, env *Env, kctx *kong.Context) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	// kctx.Command() is e.g. "hosts rotate-token <host-id>".
+	verb := strings.Fields(kctx.Command())[1]
+	path := "/api/v1/hosts/" + url.PathEscape(c.HostID)
+	switch verb {
+	case "show":
+		var h api.Host
+		if err := cl.call(ctx, http.MethodGet, path, nil, nil, &h); err != nil {
+			return err
+		}
+		return printHost(env, c.JSON, h)
+	case "rotate-token":
+		var bt api.BootstrapToken
+		if err := cl.call(ctx, http.MethodPost, path+"/rotate-token", nil, nil, &bt); err != nil {
+			return err
+		}
+		return printBootstrap(env, c.JSON, bt, "")
+	default:
+		var h api.Host
+		if err := cl.call(ctx, http.MethodPost, path+"/"+verb, nil, nil, &h); err != nil {
+			return err
+		}
+		return printHost(env, c.JSON, h)
+	}
+}
+
+func printHost(env *Env, asJSON bool, h api.Host) error {
+	if asJSON {
+		return printJSON(env.Stdout, h)
+	}
+	tw := table(env.Stdout)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	row("host_id", h.ID)
+	row("os_family", h.OSFamily)
+	row("selected_accel", dash(h.SelectedAccel))
+	row("status", h.Status)
+	if h.StatusReason != "" {
+		row("status_reason", h.StatusReason)
+	}
+	row("enabled", h.Enabled)
+	row("revoked", h.Revoked)
+	row("schedulable", h.Schedulable)
+	row("enrolled", h.Enrolled)
+	row("hostname", dash(h.Hostname))
+	row("agent_version", dash(h.AgentVersion))
+	row("last_seen", ago(h.LastSeenAt))
+	if h.CertNotAfter != nil {
+		row("cert_not_after", h.CertNotAfter.Format(time.RFC3339))
+	}
+	if c := h.Capabilities; c != nil {
+		row("kernel", dash(c.KernelVersion))
+		row("arch", c.Arch)
+		row("cpu_cores", c.CPUCores)
+		row("ram_total_mb", c.RAMTotalMB)
+		row("gpu_count", c.GPUCount)
+	}
+	if c := h.Capacity; c != nil {
+		row("free", fmt.Sprintf("%d vCPU, %d MiB, %d GiB disk, %d GPU", c.VCPUs, c.MemoryMiB, c.DiskGiB, c.GPUs))
+	}
+	for k, v := range h.Labels {
+		row("label "+k, v)
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func ago(t *time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	return time.Since(*t).Round(time.Second).String() + " ago"
+}

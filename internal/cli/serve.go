@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/drover-dev/drover/internal/server"
+	"github.com/drover-dev/drover/internal/store"
+	"github.com/drover-dev/drover/internal/store/postgres"
+	"github.com/drover-dev/drover/internal/store/sqlite"
+)
+
+// ServerFlags configure a control plane replica.
+type ServerFlags struct {
+	Listen            string        `name:"listen" env:"DROVER_LISTEN" default:"127.0.0.1:8080" help:"Operator API and UI address."`
+	NodeListen        string        `name:"node-listen" env:"DROVER_NODE_LISTEN" default:":8443" help:"Node-facing mTLS address."`
+	NodeURL           string        `name:"node-url" env:"DROVER_NODE_URL" help:"URL agents use to reach --node-listen (default https://127.0.0.1:<port>)."`
+	TLSSAN            []string      `name:"tls-san" env:"DROVER_TLS_SAN" help:"Extra DNS names or IPs for the node listener certificate."`
+	CertTTL           time.Duration `name:"cert-ttl" default:"24h" help:"Node certificate lifetime."`
+	HeartbeatInterval time.Duration `name:"heartbeat-interval" default:"5s" help:"Heartbeat interval agents are told to use; stale after 3 missed."`
+	LogLevel          slog.Level    `name:"log-level" default:"info" help:"debug, info, warn or error."`
+}
+
+func (f ServerFlags) config(allowUnknown bool, log *slog.Logger) server.Config {
+	return server.Config{OperatorAddr: f.Listen, NodeAddr: f.NodeListen, NodeURL: f.NodeURL, TLSHosts: f.TLSSAN,
+		CertTTL: f.CertTTL, HeartbeatInterval: f.HeartbeatInterval, AllowUnknownHostRegistration: allowUnknown,
+		Logger: log}
+}
+
+func newLogger(level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// ServerCmd runs one replica.
+type ServerCmd struct {
+	ServerFlags
+	Store                        string `name:"store" env:"DROVER_STORE" required:"" help:"sqlite:PATH or postgres://..."`
+	AllowUnknownHostRegistration bool   `name:"allow-unknown-host-registration" env:"ALLOW_UNKNOWN_HOST_REGISTRATION" help:"Let unknown hosts enrol without a host record (dev only)."`
+}
+
+// Run implements the command.
+func (c *ServerCmd) Run(ctx context.Context) error {
+	log := newLogger(c.LogLevel)
+	st, err := openStore(ctx, c.Store)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if c.AllowUnknownHostRegistration {
+		log.Warn("unknown host registration is enabled: any agent that reaches the node listener can enrol")
+	}
+	srv, err := server.New(ctx, c.config(c.AllowUnknownHostRegistration, log), st)
+	if err != nil {
+		return err
+	}
+	return srv.Run(ctx)
+}
+
+// openStore opens the store named by spec: sqlite:PATH or postgres://...
+func openStore(ctx context.Context, spec string) (store.Store, error) {
+	switch {
+	case strings.HasPrefix(spec, "sqlite:"):
+		return sqlite.Open(ctx, strings.TrimPrefix(spec, "sqlite:"))
+	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
+		return postgres.Open(ctx, spec)
+	}
+	return nil, fmt.Errorf("--store %q: want sqlite:PATH or postgres://...", spec)
+}

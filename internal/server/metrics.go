@@ -1,0 +1,44 @@
+package server
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the control plane's Prometheus series, on a registry owned by
+// the Server (no global state).
+type metrics struct {
+	heartbeats     prometheus.Counter
+	registrations  *prometheus.CounterVec
+	tasksEnqueued  prometheus.Counter
+	tasksClaimed   prometheus.Counter
+	taskResults    *prometheus.CounterVec
+	tasksRequeued  prometheus.Counter
+	tasksExpired   prometheus.Counter
+	nodeAuthFailed *prometheus.CounterVec
+	statusChanges  *prometheus.CounterVec
+}
+
+func newMetrics(reg *prometheus.Registry) *metrics {
+	m := &metrics{
+		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "drover_heartbeats_total", Help: "Heartbeats received."}),
+		registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_registrations_total", Help: "Enrolment attempts by result."}, []string{"result"}),
+		tasksEnqueued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "drover_tasks_enqueued_total", Help: "Tasks enqueued."}),
+		tasksClaimed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "drover_tasks_claimed_total", Help: "Tasks delivered to agents."}),
+		taskResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_task_results_total", Help: "Task results recorded by state."}, []string{"state"}),
+		tasksRequeued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "drover_tasks_requeued_total", Help: "Dispatched tasks requeued after their lease ended."}),
+		tasksExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "drover_tasks_expired_total", Help: "Tasks that expired before completing."}),
+		nodeAuthFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_node_auth_failures_total", Help: "Refused node requests by reason."}, []string{"reason"}),
+		statusChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_host_status_changes_total", Help: "Host status transitions by new status."}, []string{"status"}),
+	}
+	reg.MustRegister(m.heartbeats, m.registrations, m.tasksEnqueued, m.tasksClaimed, m.taskResults,
+		m.tasksRequeued, m.tasksExpired, m.nodeAuthFailed, m.statusChanges,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}

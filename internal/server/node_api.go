@@ -1,0 +1,428 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/pki"
+	"github.com/drover-dev/drover/internal/store"
+)
+
+// leaseSlack is added to a task type's handler timeout to get its lease.
+const leaseSlack = 30 * time.Second
+
+// NodeHandler serves the node-facing API. It must be served over TLS with
+// s.nodeTLS so that client certificates are verified.
+func (s *Server) NodeHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /internal/v1/register", s.handle(s.register))
+	mux.Handle("POST /internal/v1/nodes/{id}/renew", s.nodeAuth(s.renew))
+	mux.Handle("POST /internal/v1/nodes/{id}/heartbeat", s.nodeAuth(s.heartbeat))
+	mux.Handle("GET /internal/v1/nodes/{id}/jwks", s.nodeAuth(s.nodeJWKS))
+	mux.Handle("GET /internal/v1/nodes/{id}/tasks/wait", s.nodeAuth(s.waitTask))
+	mux.Handle("POST /internal/v1/nodes/{id}/tasks/{task_id}/events", s.nodeAuth(s.taskEvent))
+	mux.Handle("POST /internal/v1/nodes/{id}/tasks/{task_id}/result", s.nodeAuth(s.taskResult))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	return withCorrelation(mux)
+}
+
+// nodeCaller is the authenticated identity of a node request.
+type nodeCaller struct {
+	id    string
+	state hostState
+}
+
+// nodeAuth binds a request to its client certificate: the certificate's
+// node id must equal {id}, and the host must not be revoked or superseded.
+func (s *Server) nodeAuth(next func(w http.ResponseWriter, r *http.Request, c nodeCaller) error) http.Handler {
+	return s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		refuse := func(status int, code, format string, args ...any) error {
+			s.metrics.nodeAuthFailed.WithLabelValues(code).Inc()
+			return errf(status, code, format, args...)
+		}
+		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+			return refuse(http.StatusUnauthorized, "client_certificate_required",
+				"this route requires a node client certificate")
+		}
+		cert := r.TLS.PeerCertificates[0]
+		id, err := pki.NodeID(cert)
+		if err != nil {
+			return refuse(http.StatusUnauthorized, "client_certificate_invalid", "client certificate: %v", err)
+		}
+		if want := r.PathValue("id"); want != id {
+			return refuse(http.StatusForbidden, "node_mismatch",
+				"certificate is for node %q, not %q", id, want)
+		}
+		hs, err := s.hosts.get(r.Context(), id)
+		if errors.Is(err, store.ErrNotFound) {
+			return refuse(http.StatusForbidden, "node_identity_revoked", "node identity revoked: host %q no longer exists", id)
+		} else if err != nil {
+			return err
+		}
+		if hs.revoked {
+			return refuse(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
+		}
+		// A certificate issued before the host's latest enrolment belongs to
+		// a previous (possibly cloned) identity.
+		if issued := cert.NotBefore.Add(pki.Backdate); issued.Before(hs.enrolledAt.Add(-time.Second)) {
+			return refuse(http.StatusForbidden, "node_identity_superseded",
+				"node identity superseded by a later enrolment")
+		}
+		return next(w, r, nodeCaller{id: id, state: hs})
+	})
+}
+
+// register enrols a host with its bootstrap token and signs its CSR.
+func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if ok, after := s.limiter.allow(r); !ok {
+		s.metrics.registrations.WithLabelValues("rate_limited").Inc()
+		return &httpError{status: http.StatusTooManyRequests, code: "rate_limited",
+			msg: "too many registration attempts; retry later", retryAfter: after}
+	}
+	req, fields, err := api.DecodeRegister(io.LimitReader(r.Body, maxBody))
+	if err != nil {
+		s.metrics.registrations.WithLabelValues("invalid").Inc()
+		return errf(http.StatusUnprocessableEntity, "invalid_json", "register payload: %v", err)
+	}
+	if len(fields) > 0 {
+		s.metrics.registrations.WithLabelValues("invalid").Inc()
+		return invalid(fields)
+	}
+	now := s.cfg.Now().UTC()
+	caps, _ := json.Marshal(req.Capabilities)
+	if _, err := s.store.GetHost(ctx, req.HostID); errors.Is(err, store.ErrNotFound) {
+		if !s.cfg.AllowUnknownHostRegistration {
+			s.metrics.registrations.WithLabelValues("unknown_host").Inc()
+			s.audit(ctx, auditEntry{actor: "node:" + req.HostID, action: "host.register", target: req.HostID,
+				result: "unknown_host", cid: correlationID(ctx)})
+			return errf(http.StatusNotFound, "unknown_host", "host %q has no host record; create it with `drover hosts create`", req.HostID)
+		}
+		err := s.store.CreateHost(ctx, store.Host{ID: req.HostID, OSFamily: req.Capabilities.OSFamily,
+			Enabled: true, Status: api.HostUnknown, CreatedAt: now, UpdatedAt: now})
+		if err != nil && !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+		s.audit(ctx, auditEntry{actor: "node:" + req.HostID, action: "host.create", target: req.HostID,
+			result: "unknown_host_registration", cid: correlationID(ctx)})
+	} else if err != nil {
+		return err
+	}
+
+	var ident api.Identity
+	sum := sha256.Sum256([]byte(req.BootstrapToken))
+	presented := hex.EncodeToString(sum[:])
+	h, err := s.store.UpdateHost(ctx, req.HostID, func(h *store.Host) error {
+		if !s.cfg.AllowUnknownHostRegistration || h.TokenHash != "" {
+			switch {
+			case h.TokenHash == "" || h.TokenUsed:
+				return errf(http.StatusUnauthorized, "bootstrap_token_invalid", "bootstrap token is invalid or already used; rotate it with `drover hosts rotate-token %s`", h.ID)
+			case subtle.ConstantTimeCompare([]byte(presented), []byte(h.TokenHash)) != 1:
+				return errf(http.StatusUnauthorized, "bootstrap_token_invalid", "bootstrap token does not match host %q", h.ID)
+			case !now.Before(h.TokenExpiresAt):
+				return errf(http.StatusUnauthorized, "bootstrap_token_expired", "bootstrap token expired at %s; rotate it", h.TokenExpiresAt.Format(time.RFC3339))
+			}
+		}
+		if h.Revoked {
+			return errf(http.StatusForbidden, "host_revoked", "host %q is revoked", h.ID)
+		}
+		if !h.Enabled {
+			return errf(http.StatusForbidden, "host_disabled", "host %q is disabled; enable it with `drover hosts enable %s`", h.ID, h.ID)
+		}
+		if h.OSFamily != req.Capabilities.OSFamily {
+			return invalid([]api.FieldError{{Field: "capabilities.os_family",
+				Message: fmt.Sprintf("os_family %q does not match the host record (%q)", req.Capabilities.OSFamily, h.OSFamily)}})
+		}
+		certPEM, serial, notAfter, err := s.ca.SignNodeCSR([]byte(req.CSRPEM), h.ID, s.cfg.CertTTL, now)
+		if err != nil {
+			return invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
+		}
+		h.TokenHash, h.TokenUsed = "", true
+		h.CertSerial, h.CertNotAfter, h.EnrolledAt = serial, notAfter, now
+		h.Capabilities, h.Hostname = caps, req.Capabilities.Hostname
+		h.SelectedAccel, h.AgentVersion = req.Capabilities.SelectedAccel, req.Capabilities.AgentVersion
+		ident = s.identity(h.ID, certPEM, notAfter)
+		return nil
+	})
+	if err != nil {
+		var he *httpError
+		result := "error"
+		if errors.As(err, &he) {
+			result = he.code
+			if he.status == http.StatusUnauthorized {
+				s.markAuthFailed(ctx, req.HostID, he.code)
+			}
+		}
+		s.metrics.registrations.WithLabelValues(result).Inc()
+		s.audit(ctx, auditEntry{actor: "node:" + req.HostID, action: "host.register", target: req.HostID,
+			result: result, cid: correlationID(ctx)})
+		return err
+	}
+	s.hosts.put(h)
+	s.metrics.registrations.WithLabelValues("ok").Inc()
+	s.audit(ctx, auditEntry{actor: "node:" + h.ID, action: "host.register", target: h.ID, result: "ok",
+		cid: correlationID(ctx), detail: "cert_serial=" + h.CertSerial})
+	s.logger(ctx).Info("host enrolled", "host_id", h.ID, "cert_not_after", h.CertNotAfter)
+	writeJSON(w, http.StatusOK, ident)
+	return nil
+}
+
+// markAuthFailed records that a known host failed to authenticate.
+func (s *Server) markAuthFailed(ctx context.Context, id, reason string) {
+	var prev api.HostStatus
+	_, err := s.store.UpdateHost(ctx, id, func(h *store.Host) error {
+		prev = h.Status
+		h.Status, h.StatusReason = api.HostAuthFailed, reason
+		return nil
+	})
+	if err == nil && prev != api.HostAuthFailed {
+		s.statusChanged(ctx, id, prev, api.HostAuthFailed, reason)
+	}
+}
+
+func (s *Server) identity(nodeID string, certPEM []byte, notAfter time.Time) api.Identity {
+	return api.Identity{
+		NodeID: nodeID, CertificatePEM: string(certPEM), CABundlePEM: string(s.ca.CertPEM()),
+		NotAfter: notAfter, JWKS: s.keys.publicSet(),
+		HeartbeatInterval: api.Duration(s.cfg.HeartbeatInterval),
+	}
+}
+
+// renew issues a fresh certificate to an authenticated, non-revoked node.
+func (s *Server) renew(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+	ctx := r.Context()
+	var req api.RenewRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	now := s.cfg.Now().UTC()
+	var ident api.Identity
+	h, err := s.store.UpdateHost(ctx, c.id, func(h *store.Host) error {
+		if h.Revoked {
+			return errf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
+		}
+		certPEM, serial, notAfter, err := s.ca.SignNodeCSR([]byte(req.CSRPEM), h.ID, s.cfg.CertTTL, now)
+		if err != nil {
+			return invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
+		}
+		h.CertSerial, h.CertNotAfter = serial, notAfter
+		ident = s.identity(h.ID, certPEM, notAfter)
+		return nil
+	})
+	result := "ok"
+	if err != nil {
+		result = "refused"
+	}
+	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "host.renew", target: c.id, result: result,
+		cid: correlationID(ctx)})
+	if err != nil {
+		return err
+	}
+	s.hosts.put(h)
+	writeJSON(w, http.StatusOK, ident)
+	return nil
+}
+
+// heartbeat records liveness; the store is written only on transitions.
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+	var hb api.Heartbeat
+	if err := decodeJSON(r, &hb); err != nil {
+		return err
+	}
+	s.metrics.heartbeats.Inc()
+	ctx := r.Context()
+	if err := s.live.beat(ctx, c.id, c.state, s.cfg.Now().UTC()); err != nil {
+		return err
+	}
+	if hb.Capacity != nil {
+		if b, _ := json.Marshal(hb.Capacity); string(b) != c.state.capacity {
+			h, err := s.store.UpdateHost(ctx, c.id, func(h *store.Host) error {
+				h.Capacity = b
+				if hb.AgentVersion != "" {
+					h.AgentVersion = hb.AgentVersion
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			s.hosts.put(h)
+		}
+	}
+	writeJSON(w, http.StatusOK, api.HeartbeatResponse{HeartbeatInterval: api.Duration(s.cfg.HeartbeatInterval)})
+	return nil
+}
+
+func (s *Server) nodeJWKS(w http.ResponseWriter, _ *http.Request, _ nodeCaller) error {
+	writeJSON(w, http.StatusOK, s.keys.publicSet())
+	return nil
+}
+
+// waitTask long-polls for the node's next task and claims it atomically.
+// It never polls the store: it claims once, then sleeps until a change event
+// for this node, the deadline, or the client going away.
+func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+	ctx := r.Context()
+	wait := s.cfg.MaxWait
+	if v := r.URL.Query().Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return invalid([]api.FieldError{{Field: "timeout", Message: "must be a duration such as 30s"}})
+		}
+		wait = min(d, s.cfg.MaxWait)
+	}
+	wake, done := s.waiters.add(c.id)
+	defer done()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		now := s.cfg.Now().UTC()
+		t, ok, err := s.store.ClaimTask(ctx, c.id, now, now.Add(s.lease("")))
+		if err != nil {
+			return err
+		}
+		if ok {
+			return s.deliver(w, r, c, t)
+		}
+		select {
+		case <-wake:
+			hs, err := s.hosts.get(ctx, c.id)
+			if err != nil {
+				return err
+			}
+			if hs.revoked {
+				return errf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
+			}
+		case <-timer.C:
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// lease is a task type's handler timeout plus slack. The claim does not know
+// the type yet, so it passes "" and gets the longest registered timeout; the
+// agent's first event then sets the lease from the type's own timeout.
+func (s *Server) lease(typ string) time.Duration {
+	if spec, ok := s.cfg.Registry.Lookup(typ); ok && spec.Timeout > 0 {
+		return spec.Timeout + leaseSlack
+	}
+	var longest time.Duration
+	for _, t := range s.cfg.Registry.Types() {
+		if spec, _ := s.cfg.Registry.Lookup(t); spec.Timeout > longest {
+			longest = spec.Timeout
+		}
+	}
+	return longest + leaseSlack
+}
+
+// deliver signs a claimed task and writes it to the agent.
+func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c nodeCaller, t store.Task) error {
+	ctx := r.Context()
+	claims := api.TaskClaims{TaskID: t.ID, NodeID: c.id, Type: t.Type, Params: t.Params,
+		CorrelationID: t.CorrelationID, IssuedAt: s.cfg.Now().Unix(), ExpiresAt: t.ExpiresAt.Unix()}
+	env, err := s.keys.sign(claims)
+	if err != nil {
+		return fmt.Errorf("sign task %s: %w", t.ID, err)
+	}
+	s.metrics.tasksClaimed.Inc()
+	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "task.claim", target: t.ID, result: "dispatched",
+		cid: t.CorrelationID, detail: fmt.Sprintf("type=%s attempt=%d", t.Type, t.Attempts)})
+	writeJSON(w, http.StatusOK, api.TaskDelivery{TaskID: t.ID, TaskType: t.Type, Envelope: env,
+		ExpiresAt: time.Unix(claims.ExpiresAt, 0).UTC(), CorrelationID: t.CorrelationID, Attempt: t.Attempts})
+	return nil
+}
+
+// taskEvent records progress and moves a dispatched task to running.
+func (s *Server) taskEvent(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+	ctx := r.Context()
+	var ev api.TaskEvent
+	if err := decodeJSON(r, &ev); err != nil {
+		return err
+	}
+	if ev.Phase == "" {
+		return invalid([]api.FieldError{{Field: "phase", Message: "required"}})
+	}
+	taskID := r.PathValue("task_id")
+	t, err := s.store.GetTask(ctx, taskID)
+	if err != nil || t.NodeID != c.id {
+		return errf(http.StatusNotFound, "task_not_found", "task %q not found for node %q", taskID, c.id)
+	}
+	if ev.At.IsZero() {
+		ev.At = s.cfg.Now().UTC()
+	}
+	if _, err := s.store.StartTask(ctx, c.id, taskID, s.cfg.Now().UTC().Add(s.lease(t.Type))); err != nil {
+		return storeErr(err, "task", taskID)
+	}
+	b, _ := json.Marshal(ev)
+	if err := s.store.AddTaskEvent(ctx, store.TaskEvent{TaskID: taskID, At: ev.At.UTC(), Event: b}); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// taskResult records a task's result. The same result twice is fine; a
+// different one for a finished task is a 409.
+func (s *Server) taskResult(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+	ctx := r.Context()
+	var res api.TaskResult
+	if err := decodeJSON(r, &res); err != nil {
+		return err
+	}
+	var state api.TaskState
+	switch res.Status {
+	case api.ResultSucceeded:
+		state = api.TaskSucceeded
+	case api.ResultFailed:
+		state = api.TaskFailed
+		if res.Error == nil || res.Error.Code == "" {
+			return invalid([]api.FieldError{{Field: "error.code", Message: "required when status is failed"}})
+		}
+	default:
+		return invalid([]api.FieldError{{Field: "status", Message: `must be "succeeded" or "failed"`}})
+	}
+	canon, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(canon)
+	taskID := r.PathValue("task_id")
+	t, err := s.store.CompleteTask(ctx, c.id, taskID, state, canon, hex.EncodeToString(sum[:]), s.cfg.Now().UTC())
+	if err != nil {
+		s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "task.result", target: taskID, result: "refused",
+			cid: res.CorrelationID, detail: err.Error()})
+		return storeErr(err, "task", taskID)
+	}
+	s.metrics.taskResults.WithLabelValues(string(t.State)).Inc()
+	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "task.result", target: taskID, result: string(t.State),
+		cid: t.CorrelationID})
+	s.logger(ctx).Info("task result", "task_id", taskID, "node_id", c.id, "state", t.State,
+		"task_correlation_id", t.CorrelationID)
+	writeJSON(w, http.StatusOK, map[string]string{"task_id": taskID, "state": string(t.State)})
+	return nil
+}
+
+// storeErr maps store sentinels to HTTP errors.
+func storeErr(err error, kind, id string) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return errf(http.StatusNotFound, kind+"_not_found", "%s %q not found", kind, id)
+	case errors.Is(err, store.ErrConflict):
+		return errf(http.StatusConflict, kind+"_conflict", "%s %q: %v", kind, id, err)
+	}
+	return err
+}

@@ -1,0 +1,286 @@
+// Package server is the Drover control plane: the operator API (bearer
+// tokens, loopback by default), the node-facing API (mTLS, every route bound
+// to the caller's certificate), host liveness, long-poll waiters, the task
+// lease reaper, audit and metrics. It owns no persistence of its own: all
+// state is in the store.Store it is given, so several replicas can share one
+// PostgreSQL database. It must not execute anything on behalf of nodes.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
+
+	"github.com/drover-dev/drover/internal/pki"
+	"github.com/drover-dev/drover/internal/store"
+	"github.com/drover-dev/drover/internal/task"
+)
+
+// Config configures a control-plane replica. Zero values take the defaults
+// documented on each field.
+type Config struct {
+	// OperatorAddr is the operator API and UI listener (default 127.0.0.1:8080).
+	OperatorAddr string
+	// NodeAddr is the node-facing mTLS listener (default :8443).
+	NodeAddr string
+	// NodeURL is the URL agents use to reach NodeAddr, printed with bootstrap
+	// tokens (default https://127.0.0.1:<port of NodeAddr>).
+	NodeURL string
+	// TLSHosts are extra DNS names or IPs for the node listener's certificate.
+	TLSHosts []string
+	// AllowUnknownHostRegistration lets an agent with an unknown host_id
+	// enrol (dev only).
+	AllowUnknownHostRegistration bool
+	// CertTTL is the lifetime of node client certificates (default 24h).
+	CertTTL time.Duration
+	// HeartbeatInterval is the interval agents are told to use (default 5s).
+	// A host is stale after three missed intervals.
+	HeartbeatInterval time.Duration
+	// MaxWait caps a long-poll (default 30s).
+	MaxWait time.Duration
+	// BootstrapTokenTTL is the default bootstrap token lifetime (default 24h).
+	BootstrapTokenTTL time.Duration
+	// RegisterRate and RegisterBurst limit enrolment attempts per client IP
+	// (default 5/s, burst 10).
+	RegisterRate  rate.Limit
+	RegisterBurst int
+	// Registry lists the task types this control plane accepts (default
+	// task.Builtin()).
+	Registry *task.Registry
+	// Logger receives structured logs (default slog.Default()).
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() error {
+	if c.OperatorAddr == "" {
+		c.OperatorAddr = "127.0.0.1:8080"
+	}
+	if c.NodeAddr == "" {
+		c.NodeAddr = ":8443"
+	}
+	if c.CertTTL == 0 {
+		c.CertTTL = 24 * time.Hour
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 5 * time.Second
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = 30 * time.Second
+	}
+	if c.BootstrapTokenTTL == 0 {
+		c.BootstrapTokenTTL = 24 * time.Hour
+	}
+	if c.RegisterRate == 0 {
+		c.RegisterRate = 5
+	}
+	if c.RegisterBurst == 0 {
+		c.RegisterBurst = 10
+	}
+	if c.Registry == nil {
+		r, err := task.NewRegistry(task.Builtin()...)
+		if err != nil {
+			return err
+		}
+		c.Registry = r
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// Server is one control-plane replica.
+type Server struct {
+	cfg     Config
+	store   store.Store
+	log     *slog.Logger
+	ca      *pki.CA
+	keys    *keyring
+	hosts   *hostCache
+	live    *liveness
+	waiters *waiters
+	limiter *ipLimiter
+	metrics *metrics
+	reg     *prometheus.Registry
+
+	nodeTLS *tls.Config
+	ready   chan struct{}
+}
+
+// New prepares a replica: it loads (or, on first start, creates) the CA and
+// the task-signing keys from the store. It starts nothing.
+func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, store: st, log: cfg.Logger, ready: make(chan struct{})}
+	ca, err := loadOrCreateCA(ctx, st, cfg.Now())
+	if err != nil {
+		return nil, err
+	}
+	s.ca = ca
+	if s.keys, err = newKeyring(ctx, st, cfg.Now); err != nil {
+		return nil, err
+	}
+	if cfg.NodeURL == "" {
+		_, port, err := net.SplitHostPort(cfg.NodeAddr)
+		if err != nil {
+			return nil, fmt.Errorf("node listen address %q: %w", cfg.NodeAddr, err)
+		}
+		s.cfg.NodeURL = "https://127.0.0.1:" + port
+	}
+	s.reg = prometheus.NewRegistry()
+	s.metrics = newMetrics(s.reg)
+	s.hosts = newHostCache(st, cfg.Now)
+	s.waiters = newWaiters()
+	s.live = newLiveness(s)
+	s.limiter = newIPLimiter(cfg.RegisterRate, cfg.RegisterBurst, cfg.Now)
+	if s.nodeTLS, err = s.nodeTLSConfig(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// CAHash is the pin agents use on first contact ("sha256:<hex>").
+func (s *Server) CAHash() string { return s.ca.Hash() }
+
+// CAPEM is the CA certificate agents trust.
+func (s *Server) CAPEM() []byte { return s.ca.CertPEM() }
+
+// NodeURL is the URL agents use for the node-facing API.
+func (s *Server) NodeURL() string { return s.cfg.NodeURL }
+
+// Ready is closed once both listeners accept connections.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Run serves both listeners and runs the background loops until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	opLn, err := net.Listen("tcp", s.cfg.OperatorAddr)
+	if err != nil {
+		return fmt.Errorf("operator listener %s: %w", s.cfg.OperatorAddr, err)
+	}
+	nodeLn, err := net.Listen("tcp", s.cfg.NodeAddr)
+	if err != nil {
+		opLn.Close()
+		return fmt.Errorf("node listener %s: %w", s.cfg.NodeAddr, err)
+	}
+	return s.Serve(ctx, opLn, nodeLn)
+}
+
+// Serve is Run on listeners the caller opened (tests use port 0).
+func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
+	events, err := s.store.Subscribe(ctx)
+	if err != nil {
+		opLn.Close()
+		nodeLn.Close()
+		return fmt.Errorf("subscribe to store events: %w", err)
+	}
+	opSrv := &http.Server{Handler: s.OperatorHandler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	nodeSrv := &http.Server{Handler: s.NodeHandler(), ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: s.nodeTLS, IdleTimeout: 2 * s.cfg.MaxWait,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { s.dispatchEvents(gctx, events); return nil })
+	g.Go(func() error { s.live.run(gctx); return nil })
+	g.Go(func() error { s.reapLoop(gctx); return nil })
+	g.Go(func() error { s.keys.refreshLoop(gctx, s.log); return nil })
+	g.Go(func() error { return serveUntil(gctx, opSrv, func() error { return opSrv.Serve(opLn) }) })
+	g.Go(func() error {
+		return serveUntil(gctx, nodeSrv, func() error { return nodeSrv.ServeTLS(nodeLn, "", "") })
+	})
+	close(s.ready)
+	s.log.Info("control plane listening", "operator", opLn.Addr().String(), "node", nodeLn.Addr().String(),
+		"node_url", s.cfg.NodeURL)
+	err = g.Wait()
+	// Flush coalesced heartbeats so a clean stop loses nothing.
+	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.live.flush(flushCtx)
+	return err
+}
+
+func serveUntil(ctx context.Context, srv *http.Server, serve func() error) error {
+	errc := make(chan error, 1)
+	go func() { errc <- serve() }()
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	case <-ctx.Done():
+		shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(shutCtx); err != nil {
+			srv.Close()
+		}
+		return nil
+	}
+}
+
+// dispatchEvents fans store change events out to waiters and caches.
+func (s *Server) dispatchEvents(ctx context.Context, events <-chan store.Event) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			switch ev.Kind {
+			case store.EventTask:
+				s.waiters.wake(ev.ID)
+			case store.EventHost:
+				s.hosts.invalidate(ev.ID)
+				s.waiters.wake(ev.ID) // a waiting revoked node re-checks and is refused
+			}
+		}
+	}
+}
+
+// reapLoop requeues tasks whose lease ended and expires overdue ones.
+func (s *Server) reapLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		requeued, expired, err := s.store.ReapTasks(ctx, s.cfg.Now())
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("reap tasks", "err", err)
+			}
+			continue
+		}
+		for _, t := range requeued {
+			s.metrics.tasksRequeued.Inc()
+			s.audit(ctx, auditEntry{actor: "system", action: "task.requeue", target: t.ID,
+				result: "lease_expired", cid: t.CorrelationID, detail: fmt.Sprintf("node=%s attempts=%d", t.NodeID, t.Attempts)})
+		}
+		for _, t := range expired {
+			s.metrics.tasksExpired.Inc()
+			s.audit(ctx, auditEntry{actor: "system", action: "task.expire", target: t.ID,
+				result: "expired", cid: t.CorrelationID, detail: "node=" + t.NodeID})
+		}
+	}
+}

@@ -1,0 +1,226 @@
+// Package store owns the control plane's persistent state: the Store port,
+// its models and its sentinel errors. The adapters live in sub-packages
+// (sqlite, postgres) and share one SQL implementation (sqlstore) and one set
+// of embedded migrations (migrations). This package must not know about HTTP,
+// TLS or task semantics beyond the state machine the queries enforce.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/drover-dev/drover/internal/api"
+)
+
+// Sentinel errors; adapters wrap them with context.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrConflict = errors.New("conflict")
+)
+
+// Host is a host record. TokenHash is the SHA-256 of the bootstrap token;
+// the token itself is never stored.
+type Host struct {
+	ID             string
+	OSFamily       string
+	Labels         map[string]string
+	Enabled        bool
+	Revoked        bool
+	Status         api.HostStatus
+	StatusReason   string
+	Hostname       string
+	SelectedAccel  string
+	AgentVersion   string
+	Capabilities   json.RawMessage // api.Capabilities, or nil
+	Capacity       json.RawMessage // api.Capacity, or nil
+	TokenHash      string          // hex SHA-256; "" when no token is outstanding
+	TokenExpiresAt time.Time
+	TokenUsed      bool
+	CertSerial     string
+	CertNotAfter   time.Time
+	EnrolledAt     time.Time
+	LastSeenAt     time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// Task is a queued unit of work for one node.
+type Task struct {
+	ID             string
+	NodeID         string
+	Type           string
+	Params         json.RawMessage
+	State          api.TaskState
+	CorrelationID  string
+	CreatedBy      string
+	Attempts       int
+	CreatedAt      time.Time
+	ExpiresAt      time.Time
+	DispatchedAt   time.Time // zero until claimed
+	LeaseExpiresAt time.Time // zero unless dispatched or running
+	FinishedAt     time.Time // zero until terminal
+	Result         json.RawMessage // api.TaskResult, or nil
+	ResultHash     string          // hex SHA-256 of the canonical result
+}
+
+// TaskEvent is a progress event recorded for a task.
+type TaskEvent struct {
+	TaskID string
+	Seq    int64
+	At     time.Time
+	Event  json.RawMessage // api.TaskEvent
+}
+
+// TaskFilter narrows ListTasks. Zero fields do not filter.
+type TaskFilter struct {
+	NodeID string
+	State  api.TaskState
+	Limit  int // default 100
+}
+
+// OperatorToken is an operator API credential; only its hash is stored.
+type OperatorToken struct {
+	ID        string
+	Name      string
+	TokenHash string
+	CreatedAt time.Time
+	ExpiresAt time.Time // zero: no expiry
+	Revoked   bool
+}
+
+// AuditEvent is one append-only audit record.
+type AuditEvent struct {
+	ID            int64
+	At            time.Time
+	Actor         string
+	Action        string
+	Target        string
+	Result        string
+	CorrelationID string
+	Detail        string
+}
+
+// AuditFilter narrows ListAudit. Zero fields do not filter.
+type AuditFilter struct {
+	Target        string
+	CorrelationID string
+	Limit         int // default 100
+}
+
+// SigningKey is a task-signing key pair. PrivateKey is the PKCS#8 DER of an
+// Ed25519 key. Retired keys are kept in the JWKS until RetiredAt + grace.
+type SigningKey struct {
+	KID        string
+	PrivateKey []byte
+	CreatedAt  time.Time
+	RetiredAt  time.Time // zero while active
+}
+
+// Seen is one coalesced heartbeat observation.
+type Seen struct {
+	HostID string
+	At     time.Time
+}
+
+// Event is a change notification delivered to every replica.
+type Event struct {
+	Kind EventKind
+	// ID is the node id for task events and the host id for host events.
+	ID string
+}
+
+// EventKind says what changed.
+type EventKind string
+
+// Event kinds.
+const (
+	EventTask EventKind = "task" // a task became claimable for node ID
+	EventHost EventKind = "host" // host ID's record changed (disable, revoke, ...)
+)
+
+// Store is the persistence port of the control plane. Every method is safe
+// for concurrent use by several replicas sharing one database.
+type Store interface {
+	// CreateHost inserts a host; ErrConflict if the id exists.
+	CreateHost(ctx context.Context, h Host) error
+	// GetHost returns a host or ErrNotFound.
+	GetHost(ctx context.Context, id string) (Host, error)
+	// ListHosts returns all hosts ordered by id.
+	ListHosts(ctx context.Context) ([]Host, error)
+	// UpdateHost reads the host, applies fn and writes the result in one
+	// transaction that locks the row; if fn returns an error nothing is
+	// written and that error is returned. Publishes EventHost.
+	UpdateHost(ctx context.Context, id string, fn func(*Host) error) (Host, error)
+	// TouchHosts records coalesced heartbeats: LastSeenAt is raised (never
+	// lowered) and a host whose status is stale or unknown becomes healthy.
+	// It returns the ids whose status changed.
+	TouchHosts(ctx context.Context, seen []Seen) (revived []string, err error)
+	// MarkStale sets status stale on healthy hosts last seen before cutoff and
+	// returns their ids.
+	MarkStale(ctx context.Context, cutoff time.Time) ([]string, error)
+
+	// EnqueueTask inserts a queued task and publishes EventTask for its node
+	// (in the same transaction where the database supports it).
+	EnqueueTask(ctx context.Context, t Task) error
+	// GetTask returns a task or ErrNotFound.
+	GetTask(ctx context.Context, id string) (Task, error)
+	// ListTasks returns tasks newest first.
+	ListTasks(ctx context.Context, f TaskFilter) ([]Task, error)
+	// ClaimTask atomically moves the oldest queued, unexpired task of nodeID
+	// to dispatched, sets its lease and increments Attempts. ok is false when
+	// there is none. Safe against concurrent claimers on other replicas.
+	ClaimTask(ctx context.Context, nodeID string, now, leaseUntil time.Time) (t Task, ok bool, err error)
+	// StartTask moves a dispatched task of nodeID to running and extends its
+	// lease. Running tasks only extend the lease. ErrNotFound if the task does
+	// not belong to nodeID; ErrConflict if it is terminal.
+	StartTask(ctx context.Context, nodeID, taskID string, leaseUntil time.Time) (Task, error)
+	// CompleteTask records a result for a task of nodeID. Posting a result
+	// with the same hash again returns the task unchanged; a different result
+	// for a terminal task is ErrConflict. ErrNotFound if the task does not
+	// belong to nodeID.
+	CompleteTask(ctx context.Context, nodeID, taskID string, state api.TaskState, result json.RawMessage, resultHash string, at time.Time) (Task, error)
+	// CancelTask cancels a task that is not terminal; ErrConflict otherwise.
+	CancelTask(ctx context.Context, id string, at time.Time) (Task, error)
+	// ReapTasks requeues dispatched or running tasks whose lease ended before
+	// now (publishing EventTask) and expires unfinished tasks whose
+	// ExpiresAt is before now.
+	ReapTasks(ctx context.Context, now time.Time) (requeued, expired []Task, err error)
+	// AddTaskEvent appends a progress event; Seq is assigned by the store.
+	AddTaskEvent(ctx context.Context, e TaskEvent) error
+	// ListTaskEvents returns a task's events in order.
+	ListTaskEvents(ctx context.Context, taskID string) ([]TaskEvent, error)
+
+	// CreateOperatorToken inserts a token; ErrConflict on duplicate id or hash.
+	CreateOperatorToken(ctx context.Context, t OperatorToken) error
+	// GetOperatorTokenByHash returns a token or ErrNotFound.
+	GetOperatorTokenByHash(ctx context.Context, hash string) (OperatorToken, error)
+	// ListOperatorTokens returns all tokens, oldest first.
+	ListOperatorTokens(ctx context.Context) ([]OperatorToken, error)
+	// RevokeOperatorToken marks a token revoked; ErrNotFound if absent.
+	RevokeOperatorToken(ctx context.Context, id string) error
+
+	// AppendAudit appends an audit record.
+	AppendAudit(ctx context.Context, e AuditEvent) error
+	// ListAudit returns audit records newest first.
+	ListAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, error)
+
+	// PutSecretIfAbsent stores value under name unless a value exists, and
+	// returns the stored value either way (first writer wins across replicas).
+	PutSecretIfAbsent(ctx context.Context, name string, value []byte) ([]byte, error)
+	// AddSigningKey inserts a signing key; ErrConflict on duplicate kid.
+	AddSigningKey(ctx context.Context, k SigningKey) error
+	// ListSigningKeys returns all signing keys, oldest first.
+	ListSigningKeys(ctx context.Context) ([]SigningKey, error)
+	// RetireSigningKeys sets RetiredAt on every active key except keepKID.
+	RetireSigningKeys(ctx context.Context, keepKID string, at time.Time) error
+
+	// Subscribe delivers change events from every replica until ctx ends.
+	// Delivery is best-effort and may coalesce; consumers re-read the store.
+	Subscribe(ctx context.Context) (<-chan Event, error)
+	// Ping checks the database is reachable (for /readyz).
+	Ping(ctx context.Context) error
+	// Close releases the database.
+	Close() error
+}
