@@ -124,7 +124,10 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 			c.ReservedMemoryMiB = f.ReservedMemoryMiB
 		}
 	})
-	for _, p := range []struct{ dst *string; v string }{
+	for _, p := range []struct {
+		dst *string
+		v   string
+	}{
 		{&c.ControlPlaneURL, f.ControlPlaneURL}, {&c.HostID, f.HostID}, {&c.BootstrapToken, f.BootstrapToken},
 		{&c.CAHash, f.CAHash}, {&c.CAFile, f.CAFile}, {&c.OSFamily, f.OSFamily}, {&c.QEMUAccel, f.QEMUAccel},
 		{&c.StateDir, f.StateDir}, {&c.ListenAddr, f.ListenAddr}, {&c.Hostname, f.Hostname},

@@ -82,7 +82,7 @@ func TestRevokedHost(t *testing.T) {
 	if st := e.op(http.MethodPost, "/api/v1/hosts/node-r/rotate-token", nil, nil); st != http.StatusConflict {
 		t.Fatalf("rotate-token of a revoked host: %d, want 409", st)
 	}
-	if !e.auditHas("host.revoke", "node-r", "ok") || !e.auditHas("host.renew", "node-r", "refused") {
+	if !e.auditHas("host.revoke", "node-r", "ok") || !e.auditHas("node.auth", "node-r", "node_identity_revoked") {
 		t.Error("revocation or refused renewal not audited")
 	}
 }

@@ -47,16 +47,24 @@ type nodeCaller struct {
 // node id must equal {id}, and the host must not be revoked or superseded.
 func (s *Server) nodeAuth(next func(w http.ResponseWriter, r *http.Request, c nodeCaller) error) http.Handler {
 	return s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		var id string // the certificate's node id, once known
 		refuse := func(status int, code, format string, args ...any) error {
 			s.metrics.nodeAuthFailed.WithLabelValues(code).Inc()
-			return errf(status, code, format, args...)
+			he := errf(status, code, format, args...)
+			if status == http.StatusForbidden { // an authenticated node acting outside its identity
+				s.audit(r.Context(), auditEntry{actor: "node:" + id, action: "node.auth",
+					target: r.PathValue("id"), result: code, cid: correlationID(r.Context()),
+					detail: r.Method + " " + r.URL.Path + ": " + he.msg})
+			}
+			return he
 		}
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 			return refuse(http.StatusUnauthorized, "client_certificate_required",
 				"this route requires a node client certificate")
 		}
 		cert := r.TLS.PeerCertificates[0]
-		id, err := pki.NodeID(cert)
+		var err error
+		id, err = pki.NodeID(cert)
 		if err != nil {
 			return refuse(http.StatusUnauthorized, "client_certificate_invalid", "client certificate: %v", err)
 		}

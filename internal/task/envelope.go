@@ -212,7 +212,8 @@ func (v *Verifier) key(kid string) (ed25519.PublicKey, bool) {
 }
 
 // Verify checks a compact task envelope for nodeID at time now and returns
-// its claims. In order: the JWS must parse with EdDSA as the only allowed
+// its claims. In order: the envelope must be at most MaxEnvelopeLen bytes in
+// three canonical base64url segments and parse with EdDSA as the only allowed
 // algorithm (ErrMalformed, ErrAlgorithm) and carry typ drover-task+jws; its
 // kid must be in the key set (ErrUnknownKey: refresh the JWKS once and
 // retry); the signature must verify (ErrSignature); the claims must decode

@@ -27,6 +27,7 @@ var hostCases = []testCase{
 	{"Host/TouchHosts", testTouchHosts},
 	{"Host/TouchHostsNeverLowers", testTouchHostsNeverLowers},
 	{"Host/MarkStale", testMarkStale},
+	{"Host/LivenessConcurrent", testLivenessConcurrent},
 }
 
 func fullHost(id string) store.Host {
@@ -347,5 +348,56 @@ func testMarkStale(t *testing.T, s store.Store) {
 	must(t, err)
 	if len(got) != 0 {
 		t.Fatalf("second MarkStale = %v, want none", got)
+	}
+}
+
+// testLivenessConcurrent runs heartbeat batches (in different orders) and
+// stale sweeps at once, as several replicas do; none may fail (e.g. as a
+// deadlock victim) and last_seen ends at the newest observation.
+func testLivenessConcurrent(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	const hosts, workers, rounds = 50, 6, 10
+	for i := range hosts {
+		createHost(t, s, hostWith(nth("h", i), api.HostHealthy, at(time.Minute)))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*workers)
+	for w := range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				var seen []store.Seen
+				for i := range hosts {
+					j := i
+					if w%2 == 1 {
+						j = hosts - 1 - i
+					}
+					seen = append(seen, store.Seen{HostID: nth("h", j), At: at(time.Duration(2+r) * time.Minute)})
+				}
+				if _, err := s.TouchHosts(ctx, seen); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+		wg.Go(func() {
+			for r := range rounds {
+				if _, err := s.MarkStale(ctx, at(time.Duration(2+r)*time.Minute)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	hs, err := s.ListHosts(ctx)
+	must(t, err)
+	for _, h := range hs {
+		if !h.LastSeenAt.Equal(at(time.Duration(1+rounds) * time.Minute)) {
+			t.Fatalf("%s last seen %v, want %v", h.ID, h.LastSeenAt, at(time.Duration(1+rounds)*time.Minute))
+		}
 	}
 }

@@ -102,6 +102,9 @@ func testAudit(t *testing.T, s store.Store) {
 		if actions == nil {
 			actions = []string{}
 		}
+		if want == nil {
+			want = []string{}
+		}
 		diff(t, "audit actions", actions, want)
 	}
 	check(store.AuditFilter{}, "d", "c", "b", "a")
