@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -76,6 +77,11 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 		o(a)
 	}
 	var err error
+	// Absolute, so handlers (e.g. the diagnostic path check) see a stable path.
+	if a.cfg.StateDir, err = filepath.Abs(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	cfg = a.cfg
 	if a.state, err = statedir.Open(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}

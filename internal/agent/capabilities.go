@@ -5,10 +5,6 @@ import (
 	"os"
 	"runtime"
 
-	"github.com/shirou/gopsutil/v4/disk"
-	"github.com/shirou/gopsutil/v4/host"
-	"github.com/shirou/gopsutil/v4/mem"
-
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/diag"
 )
@@ -23,15 +19,11 @@ func (a *Agent) capabilities(ctx context.Context) api.Capabilities {
 	if c.Hostname == "" {
 		c.Hostname, _ = os.Hostname()
 	}
-	if v, err := host.KernelVersionWithContext(ctx); err == nil {
-		c.KernelVersion = v
+	f, err := diag.HostFacts(ctx, a.cfg.StateDir)
+	if err != nil {
+		a.log.Warn("read host facts", "err", err)
 	}
-	if vm, err := mem.VirtualMemoryWithContext(ctx); err == nil {
-		c.RAMTotalMB = int(vm.Total >> 20)
-	}
-	if du, err := disk.UsageWithContext(ctx, rootPath()); err == nil {
-		c.DiskTotalGB = int(du.Total >> 30)
-	}
+	c.KernelVersion, c.RAMTotalMB, c.DiskTotalGB = f.KernelVersion, f.MemTotalMiB, f.DiskTotalGiB
 	c.GPUCount = a.gpuCount(ctx)
 	return c
 }
@@ -39,15 +31,9 @@ func (a *Agent) capabilities(ctx context.Context) api.Capabilities {
 // capacity is total, reserved, allocated (by running instances: none yet)
 // and free capacity.
 func (a *Agent) capacity(ctx context.Context) api.CapacityReport {
+	f, _ := diag.HostFacts(ctx, a.cfg.StateDir)
 	var r api.CapacityReport
-	r.Total.VCPUs = runtime.NumCPU()
-	if vm, err := mem.VirtualMemoryWithContext(ctx); err == nil {
-		r.Total.MemoryMiB = int(vm.Total >> 20)
-	}
-	if du, err := disk.UsageWithContext(ctx, a.cfg.StateDir); err == nil {
-		r.Total.DiskGiB = int(du.Total >> 30)
-	}
-	r.Total.GPUs = a.gpuCount(ctx)
+	r.Total = api.Capacity{VCPUs: runtime.NumCPU(), MemoryMiB: f.MemTotalMiB, DiskGiB: f.DiskTotalGiB, GPUs: a.gpuCount(ctx)}
 	r.Reserved = api.Capacity{VCPUs: a.cfg.ReservedVCPUs, MemoryMiB: a.cfg.ReservedMemoryMiB}
 	r.Free = api.Capacity{
 		VCPUs:     max(0, r.Total.VCPUs-r.Reserved.VCPUs-r.Allocated.VCPUs),
@@ -56,13 +42,6 @@ func (a *Agent) capacity(ctx context.Context) api.CapacityReport {
 		GPUs:      max(0, r.Total.GPUs-r.Reserved.GPUs-r.Allocated.GPUs),
 	}
 	return r
-}
-
-func rootPath() string {
-	if runtime.GOOS == "windows" {
-		return `C:\`
-	}
-	return "/"
 }
 
 // gpuCount counts GPUs on the PCI bus; 0 where there is no sysfs.

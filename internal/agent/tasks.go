@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/drover-dev/drover/internal/agent/statedir"
@@ -22,9 +23,12 @@ const (
 )
 
 // taskLoop long-polls for tasks and runs each in its own goroutine, at most
-// maxConcurrent at once.
+// maxConcurrent at once. It returns only after every task it started has
+// finished, so that nothing touches the state directory once Run returned.
 func (a *Agent) taskLoop(ctx context.Context) error {
 	sem := make(chan struct{}, maxConcurrent)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
 	bo := newBackoff(500*time.Millisecond, 30*time.Second)
 	for {
 		select {
@@ -54,10 +58,10 @@ func (a *Agent) taskLoop(ctx context.Context) error {
 			<-sem
 			continue
 		}
-		go func() {
+		inflight.Go(func() {
 			defer func() { <-sem }()
 			a.handleDelivery(ctx, d)
-		}()
+		})
 	}
 }
 

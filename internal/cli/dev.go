@@ -105,7 +105,7 @@ func (c *DevCmd) Run(ctx context.Context, env *Env) error {
 		case <-gctx.Done():
 			return nil
 		}
-		printDevBanner(env, c, hostID, newToken, tokenFile)
+		printDevBanner(env, c, srv.NodeURL(), hostID, newToken, tokenFile)
 		return nil
 	})
 	err = g.Wait()
@@ -115,11 +115,11 @@ func (c *DevCmd) Run(ctx context.Context, env *Env) error {
 	return err
 }
 
-func printDevBanner(env *Env, c *DevCmd, hostID, newToken, tokenFile string) {
+func printDevBanner(env *Env, c *DevCmd, nodeURL, hostID, newToken, tokenFile string) {
 	w := env.Stdout
 	fmt.Fprintf(w, "\nDrover dev is running (state in %s)\n\n", c.DataDir)
 	fmt.Fprintf(w, "  operator API   http://%s\n", c.Listen)
-	fmt.Fprintf(w, "  node API       https://%s (mTLS)\n", c.NodeListen)
+	fmt.Fprintf(w, "  node API       %s (mTLS, listening on %s)\n", nodeURL, c.NodeListen)
 	fmt.Fprintf(w, "  local agent    http://%s/healthz  (host %s)\n", c.AgentListen, hostID)
 	fmt.Fprintf(w, "  metrics        http://%s/metrics\n\n", c.Listen)
 	if newToken != "" {

@@ -11,6 +11,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"runtime"
 	"strings"
 
@@ -37,8 +39,9 @@ var _ store.Store = (*Store)(nil)
 // queue behind writes); useful for tests.
 const MemoryPath = ":memory:"
 
-// Open opens (creating if needed) the SQLite database at path and applies
-// pending migrations.
+// Open opens (creating if needed, mode 0600) the SQLite database file at
+// path, or a private in-memory database for MemoryPath, and applies pending
+// migrations.
 //
 // Writes go through a single connection (database/sql pool of size one) whose
 // transactions begin IMMEDIATE, so writers within the process queue in Go
@@ -54,6 +57,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	name := "file:" + escapePath(path)
 	if mem {
 		name = "file::memory:"
+	} else if err := createPrivate(path); err != nil {
+		return nil, fmt.Errorf("sqlite: create %s: %w", path, err)
 	}
 	writer, err := sql.Open("sqlite", name+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"+
 		"&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate")
@@ -101,6 +106,20 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		hub:    hub,
 	}
 	return s, nil
+}
+
+// createPrivate creates the database file readable by its owner only, since
+// it holds the CA key and the task-signing keys; SQLite gives its -wal and
+// -shm files the same mode. An existing file is left alone.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // escapePath makes path safe inside a file: URI.

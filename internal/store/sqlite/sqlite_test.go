@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -114,5 +115,22 @@ func TestWritersAndReaders(t *testing.T) {
 	}
 	if len(hs) != 200 {
 		t.Fatalf("%d hosts, want 200", len(hs))
+	}
+}
+
+func TestFileMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "drover.db")
+	s := open(t, path)
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + "-wal"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s mode %v, want 0600", p, fi.Mode().Perm())
+		}
 	}
 }

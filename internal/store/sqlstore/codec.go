@@ -31,10 +31,10 @@ func boolInt(b bool) int64 {
 	return 0
 }
 
-// rawText encodes a JSON document; nil or empty is ''.
+// rawText encodes a JSON document; nil or empty is the empty string.
 func rawText(m json.RawMessage) string { return string(m) }
 
-// textRaw decodes a JSON document; '' is nil.
+// textRaw decodes a JSON document; the empty string is nil.
 func textRaw(s string) json.RawMessage {
 	if s == "" {
 		return nil
@@ -42,7 +42,7 @@ func textRaw(s string) json.RawMessage {
 	return json.RawMessage(s)
 }
 
-// labelsText encodes labels as a JSON object; nil or empty is ''.
+// labelsText encodes labels as a JSON object; nil or empty is the empty string.
 func labelsText(l map[string]string) (string, error) {
 	if len(l) == 0 {
 		return "", nil
@@ -54,7 +54,7 @@ func labelsText(l map[string]string) (string, error) {
 	return string(b), nil
 }
 
-// textLabels decodes labels; '' and {} are nil.
+// textLabels decodes labels; the empty string and {} are nil.
 func textLabels(s string) (map[string]string, error) {
 	if s == "" {
 		return nil, nil

@@ -447,4 +447,3 @@ func testTaskEventsConcurrent(t *testing.T, s store.Store) {
 		}
 	}
 }
-
