@@ -130,3 +130,22 @@ func TestHeartbeatStaleAndBack(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentReportedStatus: an agent whose results cannot be posted says so
+// in its heartbeat and the host shows task_result_failed until it recovers.
+func TestAgentReportedStatus(t *testing.T) {
+	e := startEnv(t, openSQLite(t))
+	n := e.enroll("node-d", e.createHost("node-d").Token)
+	beat := func(diag string) {
+		if st, _, body := e.nodeCall(n.client, http.MethodPost, nodePath("node-d", "/heartbeat"), api.Heartbeat{Diagnostic: diag}); st != http.StatusOK {
+			t.Fatalf("heartbeat: %d %s", st, body)
+		}
+	}
+	beat("task_result_post_failed")
+	h := e.waitHostStatus("node-d", api.HostTaskResultFailed, 2*time.Second)
+	if h.Schedulable || h.StatusReason != "task_result_post_failed" {
+		t.Fatalf("host %+v", h)
+	}
+	beat("")
+	e.waitHostStatus("node-d", api.HostHealthy, 2*time.Second)
+}

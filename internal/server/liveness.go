@@ -26,14 +26,15 @@ func newLiveness(s *Server) *liveness {
 	return &liveness{s: s, dirty: make(map[string]time.Time)}
 }
 
-// beat records a heartbeat from a host whose cached state is hs. It writes
-// to the store only when the host was not healthy.
-func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Time) error {
-	if hs.status != api.HostHealthy {
+// beat records a heartbeat from a host whose cached state is hs and that
+// should now have status (healthy, or a problem the agent reported). It
+// writes to the store only on a status change.
+func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Time, status api.HostStatus, reason string) error {
+	if hs.status != status {
 		var prev api.HostStatus
 		h, err := l.s.store.UpdateHost(ctx, id, func(h *store.Host) error {
 			prev = h.Status
-			h.Status, h.StatusReason = api.HostHealthy, ""
+			h.Status, h.StatusReason = status, reason
 			if at.After(h.LastSeenAt) {
 				h.LastSeenAt = at
 			}
@@ -43,8 +44,8 @@ func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Ti
 			return err
 		}
 		l.s.hosts.put(h)
-		if prev != api.HostHealthy {
-			l.s.statusChanged(ctx, id, prev, api.HostHealthy, "heartbeat")
+		if prev != status {
+			l.s.statusChanged(ctx, id, prev, status, orDefault(reason, "heartbeat"))
 		}
 		return nil
 	}
@@ -122,4 +123,11 @@ func (s *Server) statusChanged(ctx context.Context, id string, from, to api.Host
 	s.log.Info("host status changed", "host_id", id, "from", from, "to", to, "reason", reason)
 	s.audit(ctx, auditEntry{actor: "system", action: "host.status", target: id,
 		result: string(to), detail: "from=" + string(from) + " reason=" + reason})
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

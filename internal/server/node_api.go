@@ -250,7 +250,12 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, c nodeCaller)
 	}
 	s.metrics.heartbeats.Inc()
 	ctx := r.Context()
-	if err := s.live.beat(ctx, c.id, c.state, s.cfg.Now().UTC()); err != nil {
+	status, reason := api.HostHealthy, ""
+	if hb.Diagnostic == "task_result_post_failed" {
+		// The agent reaches us for heartbeats but its results do not arrive.
+		status, reason = api.HostTaskResultFailed, hb.Diagnostic
+	}
+	if err := s.live.beat(ctx, c.id, c.state, s.cfg.Now().UTC(), status, reason); err != nil {
 		return err
 	}
 	if hb.Capacity != nil {
