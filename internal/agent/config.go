@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -107,12 +108,12 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 			*dst = v
 		}
 	}
-	if v := getenv("NODE_AGENT_HEARTBEAT_INTERVAL"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return Config{}, fmt.Errorf("NODE_AGENT_HEARTBEAT_INTERVAL: %w", err)
+	for _, key := range []string{"NODE_AGENT_HEARTBEAT_INTERVAL", "NODE_AGENT_RESERVED_VCPUS", "NODE_AGENT_RESERVED_MEMORY_MIB"} {
+		if v := getenv(key); v != "" {
+			if err := c.setNumeric(key, v); err != nil {
+				return Config{}, err
+			}
 		}
-		c.HeartbeatInterval = d
 	}
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
@@ -161,12 +162,10 @@ func (c *Config) loadFile(path string) error {
 		switch {
 		case fields[key] != nil:
 			*fields[key] = val
-		case key == "NODE_AGENT_HEARTBEAT_INTERVAL":
-			d, err := time.ParseDuration(val)
-			if err != nil {
-				return fmt.Errorf("config file %s:%d: %s: %w", path, n, key, err)
+		case key == "NODE_AGENT_HEARTBEAT_INTERVAL" || key == "NODE_AGENT_RESERVED_VCPUS" || key == "NODE_AGENT_RESERVED_MEMORY_MIB":
+			if err := c.setNumeric(key, val); err != nil {
+				return fmt.Errorf("config file %s:%d: %w", path, n, err)
 			}
-			c.HeartbeatInterval = d
 		default:
 			return fmt.Errorf("config file %s:%d: unknown key %q", path, n, key)
 		}
@@ -174,7 +173,29 @@ func (c *Config) loadFile(path string) error {
 	return sc.Err()
 }
 
-// Validate names the first invalid field.
+// setNumeric sets one of the non-string keys.
+func (c *Config) setNumeric(key, val string) error {
+	if key == "NODE_AGENT_HEARTBEAT_INTERVAL" {
+		d, err := time.ParseDuration(val)
+		if err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		c.HeartbeatInterval = d
+		return nil
+	}
+	n, err := strconv.Atoi(val)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%s %q: must be a whole number >= 0", key, val)
+	}
+	if key == "NODE_AGENT_RESERVED_VCPUS" {
+		c.ReservedVCPUs = n
+	} else {
+		c.ReservedMemoryMiB = n
+	}
+	return nil
+}
+
+// Validate names every invalid field.
 func (c Config) Validate() error {
 	var errs []error
 	if c.ControlPlaneURL == "" {

@@ -196,6 +196,8 @@ func (a *Agent) run(ctx context.Context, c api.TaskClaims, log interface {
 		switch {
 		case errors.As(err, &he):
 			res.Error = &api.ResultError{Code: he.Code, Message: he.Message}
+		case ctx.Err() != nil:
+			res.Error = &api.ResultError{Code: "agent_shutdown", Message: "the agent stopped while this task ran: " + err.Error()}
 		case errors.Is(hctx.Err(), context.DeadlineExceeded):
 			res.Error = &api.ResultError{Code: "handler_timeout", Message: fmt.Sprintf("handler exceeded %s: %v", timeout, err)}
 		default:

@@ -31,6 +31,8 @@ func TestTaskEnvelopes(t *testing.T) {
 		wantCode string
 		// wantJWKSGets is how many times the agent fetches GET .../jwks.
 		wantJWKSGets int
+		// after, when set, runs once the agent has stopped.
+		after func(t *testing.T, f *fakeCP, stateDir string)
 	}{
 		{
 			name: "valid envelope runs the handler",
@@ -87,6 +89,24 @@ func TestTaskEnvelopes(t *testing.T) {
 				return deliveryFor(c, sign(t, rotated, c))
 			},
 			wantJWKSGets: 1,
+			after: func(t *testing.T, f *fakeCP, stateDir string) {
+				// The refreshed key set is persisted with the identity, so
+				// a restarted agent still knows the rotated key.
+				d, err := statedir.Open(stateDir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				id, ok, err := d.LoadIdentity()
+				if err != nil || !ok {
+					t.Fatalf("LoadIdentity = %v, %v", ok, err)
+				}
+				f.mu.Lock()
+				want := f.jwks
+				f.mu.Unlock()
+				if !slices.Equal(id.JWKS.Keys, want.Keys) {
+					t.Errorf("stored JWKS = %+v, want the refreshed %+v", id.JWKS.Keys, want.Keys)
+				}
+			},
 		},
 		{
 			name: "HS256 with the public key as HMAC secret",
@@ -205,6 +225,9 @@ func TestTaskEnvelopes(t *testing.T) {
 				t.Errorf("agent fetched the JWKS %d times, want %d", n, tc.wantJWKSGets)
 			}
 			events := f.eventsFor(d.TaskID)
+			if tc.after != nil {
+				tc.after(t, f, dir)
+			}
 
 			if tc.wantCode == "" {
 				if runs := h.runs.Load(); runs != 1 {

@@ -100,7 +100,7 @@ func (l *liveness) sweep(ctx context.Context) {
 	}
 	for _, id := range ids {
 		l.s.hosts.invalidate(id)
-		l.s.statusChanged(ctx, id, api.HostHealthy, api.HostStale, "node_agent_heartbeat_stale")
+		l.s.statusChanged(ctx, id, "heartbeating", api.HostStale, "node_agent_heartbeat_stale")
 	}
 }
 

@@ -58,9 +58,9 @@ type Task struct {
 	Attempts       int
 	CreatedAt      time.Time
 	ExpiresAt      time.Time
-	DispatchedAt   time.Time // zero until claimed
-	LeaseExpiresAt time.Time // zero unless dispatched or running
-	FinishedAt     time.Time // zero until terminal
+	DispatchedAt   time.Time       // zero until claimed
+	LeaseExpiresAt time.Time       // zero unless dispatched or running
+	FinishedAt     time.Time       // zero until terminal
 	Result         json.RawMessage // api.TaskResult, or nil
 	ResultHash     string          // hex SHA-256 of the canonical result
 }
@@ -157,8 +157,9 @@ type Store interface {
 	// lowered) and a host whose status is stale or unknown becomes healthy.
 	// It returns the ids whose status changed.
 	TouchHosts(ctx context.Context, seen []Seen) (revived []string, err error)
-	// MarkStale sets status stale on healthy hosts last seen before cutoff and
-	// returns their ids.
+	// MarkStale sets status stale on heartbeating hosts (healthy,
+	// task_result_failed, api_unreachable) last seen before cutoff and returns
+	// their ids.
 	MarkStale(ctx context.Context, cutoff time.Time) ([]string, error)
 
 	// EnqueueTask inserts a queued task and publishes EventTask for its node

@@ -263,7 +263,8 @@ func (s *Store) touchHostsLoop(ctx context.Context, ids []string, ats []int64, n
 // MarkStale implements store.Store. The conditional update lets replicas
 // race harmlessly: a host is reported by exactly one of them.
 func (s *Store) MarkStale(ctx context.Context, cutoff time.Time) ([]string, error) {
-	const cond = `status = 'healthy' AND last_seen_at > 0 AND last_seen_at < $1`
+	// Every status a heartbeating host can have goes stale when heartbeats stop.
+	const cond = `status IN ('healthy', 'task_result_failed', 'api_unreachable') AND last_seen_at > 0 AND last_seen_at < $1`
 	rows, err := s.db.Query(ctx, `UPDATE hosts SET status = 'stale', updated_at = $2
 		WHERE id IN (SELECT id FROM hosts WHERE `+cond+` ORDER BY id`+s.d.ForUpdate+`) AND `+cond+`
 		RETURNING id`, ms(cutoff), ms(s.now()))
