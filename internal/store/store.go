@@ -118,6 +118,18 @@ type SigningKey struct {
 	RetiredAt  time.Time // zero while active
 }
 
+// Slot is a node resource slot an operator approved from a
+// slice.topology_discover candidate. Spec is the candidate as discovered.
+type Slot struct {
+	HostID     string
+	SlotID     string
+	Index      int
+	Spec       json.RawMessage
+	SourceTask string // the discovery task it was approved from
+	ApprovedBy string
+	ApprovedAt time.Time
+}
+
 // Seen is one coalesced heartbeat observation.
 type Seen struct {
 	HostID string
@@ -216,6 +228,14 @@ type Store interface {
 	ListSigningKeys(ctx context.Context) ([]SigningKey, error)
 	// RetireSigningKeys sets RetiredAt on every active key except keepKID.
 	RetireSigningKeys(ctx context.Context, keepKID string, at time.Time) error
+
+	// ApproveSlots records approved slots atomically; ErrConflict if any
+	// (host, slot id) is already approved.
+	ApproveSlots(ctx context.Context, slots []Slot) error
+	// ListSlots returns a host's approved slots by index.
+	ListSlots(ctx context.Context, hostID string) ([]Slot, error)
+	// DeleteSlot removes an approved slot; ErrNotFound if absent.
+	DeleteSlot(ctx context.Context, hostID, slotID string) error
 
 	// Subscribe delivers change events from every replica until ctx ends.
 	// Delivery is best-effort and may coalesce; consumers re-read the store.

@@ -36,8 +36,8 @@ func TestUpDownUpSQLite(t *testing.T) {
 		}
 		return n
 	}
-	if n := tables(); n != 7 {
-		t.Fatalf("%d tables after up, want 7", n)
+	if n := tables(); n != 8 {
+		t.Fatalf("%d tables after up, want 8", n)
 	}
 	p, err := migrations.NewProvider(db, goose.DialectSQLite3)
 	if err != nil {

@@ -35,6 +35,7 @@ func Run(t *testing.T, open Opener) {
 	cases = append(cases, hostCases...)
 	cases = append(cases, taskCases...)
 	cases = append(cases, miscCases...)
+	cases = append(cases, slotCases...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
