@@ -62,7 +62,7 @@ func (a *Agent) heartbeatInterval() time.Duration {
 func (a *Agent) sendHeartbeat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	capacity := a.capacity(ctx).Free
+	capacity := a.capacity(ctx)
 	hb := api.Heartbeat{AgentVersion: Version, Capacity: &capacity, Diagnostic: a.getDiagnostic()}
 	var resp api.HeartbeatResponse
 	if _, err := a.node.do(ctx, http.MethodPost, a.node.nodePath("/heartbeat"), "", hb, &resp); err != nil {

@@ -144,8 +144,8 @@ type RenewRequest struct {
 
 // Heartbeat is POST /internal/v1/nodes/{id}/heartbeat.
 type Heartbeat struct {
-	AgentVersion string    `json:"agent_version,omitempty"`
-	Capacity     *Capacity `json:"capacity,omitempty"`
+	AgentVersion string          `json:"agent_version,omitempty"`
+	Capacity     *CapacityReport `json:"capacity,omitempty"`
 	// Diagnostic is an agent-side condition the operator should see, e.g.
 	// "edge_rate_limited" or "task_result_post_failed". Empty when fine.
 	Diagnostic string `json:"diagnostic,omitempty"`

@@ -37,7 +37,7 @@ type Host struct {
 	Hostname       string            `json:"hostname,omitempty"`
 	SelectedAccel  string            `json:"selected_accel,omitempty"`
 	Capabilities   *Capabilities     `json:"capabilities,omitempty"`
-	Capacity       *Capacity         `json:"capacity,omitempty"`
+	Capacity       *CapacityReport   `json:"capacity,omitempty"`
 	AgentVersion   string            `json:"agent_version,omitempty"`
 	Enrolled       bool              `json:"enrolled"`
 	TokenExpiresAt *time.Time        `json:"token_expires_at,omitempty"`
@@ -102,4 +102,37 @@ type AuditEvent struct {
 	Result        string    `json:"result"`
 	CorrelationID string    `json:"correlation_id,omitempty"`
 	Detail        string    `json:"detail,omitempty"`
+}
+
+// ApproveSlotsRequest is POST /api/v1/hosts/{id}/slots: approve candidate
+// slots from a succeeded slice.topology_discover task.
+type ApproveSlotsRequest struct {
+	TaskID      string `json:"task_id"`
+	SlotIndexes []int  `json:"slot_indexes,omitempty"`
+	All         bool   `json:"all,omitempty"`
+}
+
+// Slot is an approved node resource slot.
+type Slot struct {
+	HostID     string          `json:"host_id"`
+	SlotID     string          `json:"slot_id"`
+	Index      int             `json:"slot_index"`
+	Spec       json.RawMessage `json:"spec"`
+	SourceTask string          `json:"source_task"`
+	ApprovedBy string          `json:"approved_by"`
+	ApprovedAt time.Time       `json:"approved_at"`
+}
+
+// PlacementRequest is POST /api/v1/placements/check: which schedulable
+// host has room for these resources (on NodeID only, when set)?
+type PlacementRequest struct {
+	NodeID    string            `json:"node_id,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Resources Capacity          `json:"resources"`
+}
+
+// PlacementResponse names the chosen host and its free capacity.
+type PlacementResponse struct {
+	NodeID string   `json:"node_id"`
+	Free   Capacity `json:"free"`
 }

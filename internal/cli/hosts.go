@@ -154,7 +154,12 @@ func printHost(env *Env, asJSON bool, h api.Host) error {
 		row("gpu_count", c.GPUCount)
 	}
 	if c := h.Capacity; c != nil {
-		row("free", fmt.Sprintf("%d vCPU, %d MiB, %d GiB disk, %d GPU", c.VCPUs, c.MemoryMiB, c.DiskGiB, c.GPUs))
+		for _, r := range []struct {
+			name string
+			c    api.Capacity
+		}{{"capacity total", c.Total}, {"capacity reserved", c.Reserved}, {"capacity allocated", c.Allocated}, {"capacity free", c.Free}} {
+			row(r.name, fmt.Sprintf("%d vCPU, %d MiB, %d GiB disk, %d GPU", r.c.VCPUs, r.c.MemoryMiB, r.c.DiskGiB, r.c.GPUs))
+		}
 	}
 	for k, v := range h.Labels {
 		row("label "+k, v)

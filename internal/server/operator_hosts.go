@@ -27,7 +27,7 @@ func hostView(h store.Host) api.Host {
 		}
 	}
 	if len(h.Capacity) > 0 {
-		var c api.Capacity
+		var c api.CapacityReport
 		if json.Unmarshal(h.Capacity, &c) == nil {
 			v.Capacity = &c
 		}
