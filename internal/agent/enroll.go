@@ -138,8 +138,15 @@ func (a *Agent) renewLoop(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("parse own certificate: %w", err)
 		}
-		life := cert.NotAfter.Sub(cert.NotBefore)
-		at := cert.NotBefore.Add(life * 2 / 3).Add(jitter(life / 10))
+		// NotBefore is backdated for clock skew, so measure the lifetime from
+		// when the certificate was issued (its NotBefore plus the backdate,
+		// never later than now).
+		issued := cert.NotBefore.Add(pki.Backdate)
+		if now := a.now(); issued.After(now) {
+			issued = now
+		}
+		life := cert.NotAfter.Sub(issued)
+		at := issued.Add(life * 2 / 3).Add(jitter(life / 10))
 		if err := sleepUntil(ctx, a.now, at); err != nil {
 			return nil
 		}

@@ -54,6 +54,18 @@ func TestAgentRenewsAndFollowsKeyRotation(t *testing.T) {
 	// Still healthy after more renewals (the certificate lives 4s).
 	time.Sleep(3 * time.Second)
 	e.waitHostStatus("node-n", api.HostHealthy, 5*time.Second)
+	// Renewal happens at about two thirds of the lifetime, not in a loop.
+	var evs []api.AuditEvent
+	e.op(http.MethodGet, "/api/v1/audit?limit=1000&target=node-n", nil, &evs)
+	renewals := 0
+	for _, ev := range evs {
+		if ev.Action == "host.renew" {
+			renewals++
+		}
+	}
+	if renewals > 8 {
+		t.Fatalf("%d renewals of a 4s certificate in about 8s: renewing in a loop", renewals)
+	}
 }
 
 // TestLocalAndHealthEndpoints: the agent's local API and the control
