@@ -140,6 +140,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		lg.Go(func() error { return a.taskLoop(lctx) })
 		lg.Go(func() error { return a.resultLoop(lctx) })
 		lg.Go(func() error { return a.renewLoop(lctx) })
+		lg.Go(func() error { return a.capabilitiesLoop(lctx) })
 		return lg.Wait()
 	})
 	err = g.Wait()

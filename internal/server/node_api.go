@@ -28,6 +28,7 @@ func (s *Server) NodeHandler() http.Handler {
 	mux.Handle("POST /internal/v1/nodes/{id}/renew", s.nodeAuth(s.renew))
 	mux.Handle("POST /internal/v1/nodes/{id}/heartbeat", s.nodeAuth(s.heartbeat))
 	mux.Handle("GET /internal/v1/nodes/{id}/jwks", s.nodeAuth(s.nodeJWKS))
+	mux.Handle("PUT /internal/v1/nodes/{id}/capabilities", s.nodeAuth(s.putCapabilities))
 	mux.Handle("GET /internal/v1/nodes/{id}/tasks/wait", s.nodeAuth(s.waitTask))
 	mux.Handle("POST /internal/v1/nodes/{id}/tasks/{task_id}/events", s.nodeAuth(s.taskEvent))
 	mux.Handle("POST /internal/v1/nodes/{id}/tasks/{task_id}/result", s.nodeAuth(s.taskResult))
@@ -274,6 +275,36 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, c nodeCaller)
 		}
 	}
 	writeJSON(w, http.StatusOK, api.HeartbeatResponse{HeartbeatInterval: api.Duration(s.cfg.HeartbeatInterval)})
+	return nil
+}
+
+// putCapabilities replaces the host's reported capabilities (the agent
+// sends them when they change).
+func (s *Server) putCapabilities(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+	ctx := r.Context()
+	var caps api.Capabilities
+	if err := decodeJSON(r, &caps); err != nil {
+		return err
+	}
+	if fields := caps.Validate("capabilities"); len(fields) > 0 {
+		return invalid(fields)
+	}
+	b, _ := json.Marshal(caps)
+	h, err := s.store.UpdateHost(ctx, c.id, func(h *store.Host) error {
+		if h.OSFamily != caps.OSFamily {
+			return invalid([]api.FieldError{{Field: "capabilities.os_family",
+				Message: fmt.Sprintf("os_family %q does not match the host record (%q)", caps.OSFamily, h.OSFamily)}})
+		}
+		h.Capabilities, h.Hostname, h.SelectedAccel, h.AgentVersion = b, caps.Hostname, caps.SelectedAccel, caps.AgentVersion
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.hosts.put(h)
+	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "host.capabilities", target: c.id, result: "ok",
+		cid: correlationID(ctx)})
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
