@@ -29,6 +29,7 @@ type CLI struct {
 	Token   TokenCmd   `cmd:"" help:"Manage operator tokens."`
 	Keys    KeysCmd    `cmd:"" help:"Manage task-signing keys."`
 	Audit   AuditCmd   `cmd:"" help:"Read the audit log."`
+	Bench   BenchCmd   `cmd:"" help:"Load harnesses."`
 	Version VersionCmd `cmd:"" help:"Print the version."`
 }
 

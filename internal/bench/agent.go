@@ -1,0 +1,271 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/pki"
+)
+
+// simAgent is one simulated node agent: its own key, its own client
+// certificate from a real enrolment, and its own HTTP/2 connection.
+type simAgent struct {
+	idx   int
+	id    string
+	local *net.TCPAddr // loopback source address, or nil
+	base  string       // node URL
+	tr    *http.Transport
+	hc    *http.Client
+}
+
+// httpError is a non-2xx answer.
+type httpError struct {
+	status     int
+	code       string
+	retryAfter time.Duration
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d %s", e.status, e.code) }
+
+func (e *httpError) retryable() bool {
+	return e.status == http.StatusTooManyRequests || e.status >= 500
+}
+
+// sourceAddr spreads agents over 127.1.0.0/16 when the control plane is on
+// IPv4 loopback: every agent enrols from its own address (the register
+// route limits attempts per client IP) and gets its own ephemeral port range.
+func sourceAddr(nodeURL string, i int) *net.TCPAddr {
+	u, err := url.Parse(nodeURL)
+	if err != nil {
+		return nil
+	}
+	ip := net.ParseIP(u.Hostname())
+	if ip == nil || ip.To4() == nil || !ip.IsLoopback() || i >= 250*256 {
+		return nil
+	}
+	return &net.TCPAddr{IP: net.IPv4(127, 1, byte(i/250), byte(i%250+1))}
+}
+
+func dialer(local *net.TCPAddr) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	if local != nil {
+		d.LocalAddr = local
+	}
+	return d.DialContext
+}
+
+// transport is the kind the real agent uses (internal/agent/client.go):
+// HTTP/2 over TLS 1.3.
+func transport(tlsCfg *tls.Config, local *net.TCPAddr) *http.Transport {
+	return &http.Transport{
+		DialContext:         dialer(local),
+		TLSClientConfig:     tlsCfg,
+		TLSHandshakeTimeout: 10 * time.Second,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConns:        4,
+		IdleConnTimeout:     90 * time.Second,
+	}
+}
+
+// do sends body (JSON, may be nil) and decodes a 2xx answer into out.
+func do(ctx context.Context, hc *http.Client, method, u string, body []byte, out any) (int, error) {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, r)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode >= 300 {
+		he := &httpError{status: resp.StatusCode}
+		var eb api.ErrorBody
+		if json.Unmarshal(raw, &eb) == nil {
+			he.code = eb.Error.Code
+		}
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+			he.retryAfter = time.Duration(s) * time.Second
+		}
+		return resp.StatusCode, he
+	}
+	if out != nil && resp.StatusCode != http.StatusNoContent && len(raw) > 0 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decode %s %s: %w", method, u, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// enrol registers the agent with its bootstrap token exactly as the real
+// agent does (own P-256 key, CSR, pinned CA hash) and installs the issued
+// client certificate. roots is shared by all agents once known.
+func (a *simAgent) enrol(ctx context.Context, token, caHash string, roots *atomic.Pointer[x509.CertPool], retries *atomic.Int64) error {
+	keyPEM, err := pki.NewNodeKey()
+	if err != nil {
+		return err
+	}
+	csrPEM, err := pki.CSRFor(keyPEM)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(api.RegisterRequest{HostID: a.id, BootstrapToken: token, CSRPEM: string(csrPEM),
+		Capabilities: api.Capabilities{Hostname: a.id, OSFamily: api.OSLinux, Arch: "amd64", CPUCores: 2,
+			RAMTotalMB: 2048, AgentVersion: "bench"}})
+	if err != nil {
+		return err
+	}
+	u, _ := url.Parse(a.base)
+	bootTLS := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true, // checked by the pin below
+		VerifyPeerCertificate: pki.PinnedVerify(caHash, u.Hostname())}
+	btr := transport(bootTLS, a.local)
+	btr.DisableKeepAlives = true
+	defer btr.CloseIdleConnections()
+	boot := &http.Client{Transport: btr, Timeout: 30 * time.Second}
+	var ident api.Identity
+	wait := 100 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		_, err = do(ctx, boot, http.MethodPost, a.base+"/internal/v1/register", body, &ident)
+		if err == nil {
+			break
+		}
+		var he *httpError
+		if (errors.As(err, &he) && !he.retryable()) || attempt >= 20 || ctx.Err() != nil {
+			return fmt.Errorf("register %s: %w", a.id, err)
+		}
+		retries.Add(1)
+		d := wait
+		if he != nil && he.retryAfter > d {
+			d = he.retryAfter
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+	if ident.NodeID != a.id {
+		return fmt.Errorf("register %s: control plane assigned %q", a.id, ident.NodeID)
+	}
+	cert, err := tls.X509KeyPair([]byte(ident.CertificatePEM), keyPEM)
+	if err != nil {
+		return fmt.Errorf("register %s: key pair: %w", a.id, err)
+	}
+	pool := roots.Load()
+	if pool == nil {
+		pool = x509.NewCertPool()
+		if !pool.AppendCertsFromPEM([]byte(ident.CABundlePEM)) {
+			return fmt.Errorf("register %s: no CA in the identity", a.id)
+		}
+		if !roots.CompareAndSwap(nil, pool) {
+			pool = roots.Load()
+		}
+	}
+	a.tr = transport(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, Certificates: []tls.Certificate{cert}}, a.local)
+	a.hc = &http.Client{Transport: a.tr}
+	return nil
+}
+
+func (a *simAgent) nodeURL(rest string) string {
+	return a.base + "/internal/v1/nodes/" + url.PathEscape(a.id) + rest
+}
+
+// heartbeatBody is what the real agent sends (capacity unchanged between
+// beats, so the server writes nothing after the first).
+var heartbeatBody, _ = json.Marshal(api.Heartbeat{AgentVersion: "bench", Capacity: &api.CapacityReport{
+	Total: api.Capacity{VCPUs: 2, MemoryMiB: 2048, DiskGiB: 20},
+	Free:  api.Capacity{VCPUs: 2, MemoryMiB: 2048, DiskGiB: 20}}})
+
+func (a *simAgent) heartbeat(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var resp api.HeartbeatResponse
+	_, err := do(ctx, a.hc, http.MethodPost, a.nodeURL("/heartbeat"), heartbeatBody, &resp)
+	if err == nil && resp.HeartbeatInterval == 0 {
+		err = errors.New("heartbeat: empty response")
+	}
+	return err
+}
+
+// pollLoop long-polls for tasks until ctx ends, posting a result for every
+// delivery. written is called once the first wait request is on the wire.
+func (a *simAgent) pollLoop(ctx context.Context, tr *tracker, errs *atomic.Int64, written func()) {
+	first := true
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		if first {
+			first = false
+			rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
+				WroteRequest: func(httptrace.WroteRequestInfo) { written() }})
+		}
+		var d api.TaskDelivery
+		st, err := do(rctx, a.hc, http.MethodGet, a.nodeURL("/tasks/wait?timeout=25s"), nil, &d)
+		at := time.Now()
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			errs.Add(1)
+			sleep(ctx, 200*time.Millisecond)
+			continue
+		}
+		if st != http.StatusOK {
+			continue
+		}
+		p := tr.get(d.CorrelationID)
+		if p != nil {
+			p.deliver(at)
+		}
+		res, _ := json.Marshal(api.TaskResult{Status: api.ResultSucceeded, Output: json.RawMessage(`{"bench":true}`),
+			CorrelationID: d.CorrelationID, FinishedAt: time.Now().UTC()})
+		for attempt := 0; ; attempt++ {
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			_, err = do(rctx, a.hc, http.MethodPost, a.nodeURL("/tasks/"+url.PathEscape(d.TaskID)+"/result"), res, nil)
+			cancel()
+			if err == nil || ctx.Err() != nil || attempt >= 5 {
+				break
+			}
+			errs.Add(1)
+			sleep(ctx, 100*time.Millisecond)
+		}
+		if p != nil {
+			p.finish(time.Now(), err)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

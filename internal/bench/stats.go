@@ -1,0 +1,83 @@
+package bench
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Latency summarises a set of latency samples in milliseconds.
+type Latency struct {
+	Count  int     `json:"count"`
+	MeanMs float64 `json:"mean_ms"`
+	P50Ms  float64 `json:"p50_ms"`
+	P90Ms  float64 `json:"p90_ms"`
+	P99Ms  float64 `json:"p99_ms"`
+	P999Ms float64 `json:"p999_ms"`
+	MaxMs  float64 `json:"max_ms"`
+}
+
+// Percentile returns the nearest-rank p-th percentile (0 < p <= 100) of
+// sorted, which must be in ascending order; 0 for an empty slice.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	if p <= 0 {
+		return sorted[0]
+	}
+	rank := int(math.Ceil(p / 100 * float64(n)))
+	rank = min(max(rank, 1), n)
+	return sorted[rank-1]
+}
+
+// Summarize computes a Latency from unsorted samples (the slice is sorted in
+// place).
+func Summarize(samples []time.Duration) Latency {
+	if len(samples) == 0 {
+		return Latency{}
+	}
+	slices.Sort(samples)
+	var sum time.Duration
+	for _, d := range samples {
+		sum += d
+	}
+	return Latency{
+		Count:  len(samples),
+		MeanMs: ms(sum / time.Duration(len(samples))),
+		P50Ms:  ms(Percentile(samples, 50)),
+		P90Ms:  ms(Percentile(samples, 90)),
+		P99Ms:  ms(Percentile(samples, 99)),
+		P999Ms: ms(Percentile(samples, 99.9)),
+		MaxMs:  ms(samples[len(samples)-1]),
+	}
+}
+
+// ms converts to milliseconds rounded to microseconds.
+func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
+
+// recorder collects latency samples from many goroutines.
+type recorder struct {
+	mu      sync.Mutex
+	samples []time.Duration
+}
+
+func (r *recorder) add(d time.Duration) {
+	r.mu.Lock()
+	r.samples = append(r.samples, d)
+	r.mu.Unlock()
+}
+
+func (r *recorder) summary() Latency {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Summarize(r.samples)
+}
+
+func (r *recorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.samples)
+}

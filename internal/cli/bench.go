@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/drover-dev/drover/internal/bench"
+)
+
+// BenchCmd groups the load harnesses.
+type BenchCmd struct {
+	Fleet BenchFleetCmd `cmd:"" help:"Simulate a fleet of agents (real enrolment and mTLS) and report heartbeat, dispatch, throughput and memory figures as JSON."`
+}
+
+// BenchFleetCmd runs the fleet load harness.
+type BenchFleetCmd struct {
+	Agents          int           `name:"agents" default:"1000" help:"Simulated agents, each with its own key, certificate and connection."`
+	Duration        time.Duration `name:"duration" default:"10s" help:"Length of the heartbeat phase."`
+	LongPolls       int           `name:"long-polls" help:"Agents holding idle long-polls (default: --agents)."`
+	HeartbeatAgents int           `name:"heartbeat-agents" help:"Agents heartbeating in the heartbeat phase (default: --agents)."`
+	HeartbeatRate   float64       `name:"heartbeat-rate" help:"Offered heartbeats/s in total, paced per agent (open loop); 0: every agent as fast as answered (closed loop)."`
+	Tasks           int           `name:"tasks" default:"2000" help:"Tasks in the claim+result throughput phase."`
+	DispatchSamples int           `name:"dispatch-samples" default:"1000" help:"Tasks enqueued one at a time to time enqueue → agent receives."`
+	Store           string        `name:"store" default:"sqlite:" help:"Store of the control plane the harness starts: sqlite:[PATH] (default: a temporary file) or postgres://..."`
+	ServerProcess   bool          `name:"server-process" help:"Run the control plane as a 'drover server' child process (server-only memory and CPU figures)."`
+	ServerBin       string        `name:"server-bin" help:"drover executable for --server-process (default: this one)."`
+	ServerProcs     int           `name:"server-gomaxprocs" help:"GOMAXPROCS of the --server-process child (default: inherited)."`
+	ServerGOGC      string        `name:"server-gogc" help:"GOGC of the --server-process child (default: inherited); a low value keeps its heap near live data for the memory figure."`
+	NodeURL         string        `name:"node-url" help:"Node API of an external control plane on loopback (with --api, --token)."`
+	API             string        `name:"api" help:"Operator API of an external control plane on loopback."`
+	Token           string        `name:"token" env:"DROVER_TOKEN" help:"Operator token of the external control plane."`
+	CAHash          string        `name:"ca-hash" help:"Expected CA pin of the external control plane (default: read from the operator API)."`
+	Out             string        `name:"out" type:"path" help:"Also write the JSON report to this file."`
+	CPUProfile      string        `name:"cpuprofile" type:"path" help:"Write a CPU profile of this process over the load phases."`
+	MemProfile      string        `name:"memprofile" type:"path" help:"Write a heap profile of this process with the long-polls open."`
+	Settle          time.Duration `name:"settle" help:"Pause before each memory sample (default 2s + 1s per 5000 agents)."`
+	Quiet           bool          `name:"quiet" short:"q" help:"No progress lines on stderr."`
+}
+
+// Run implements the command.
+func (c *BenchFleetCmd) Run(ctx context.Context, env *Env) error {
+	cfg := bench.Config{Agents: c.Agents, LongPolls: c.LongPolls, HeartbeatAgents: c.HeartbeatAgents,
+		HeartbeatRate: c.HeartbeatRate, Duration: c.Duration, Tasks: c.Tasks, DispatchSamples: c.DispatchSamples,
+		Store: c.Store, ServerProcess: c.ServerProcess, ServerBin: c.ServerBin, ServerGOMAXPROCS: c.ServerProcs, ServerGOGC: c.ServerGOGC,
+		NodeURL: c.NodeURL, API: c.API, Token: c.Token, CAHash: c.CAHash,
+		CPUProfile: c.CPUProfile, MemProfile: c.MemProfile, Settle: c.Settle, Log: env.Stderr}
+	if c.Quiet {
+		cfg.Log = nil
+	}
+	if cfg.NodeURL != "" || cfg.API != "" {
+		cfg.Store = ""
+	}
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		return err
+	}
+	b := buf.Bytes()
+	if _, err := env.Stdout.Write(b); err != nil {
+		return err
+	}
+	if c.Out != "" {
+		if err := os.WriteFile(c.Out, b, 0o644); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+	}
+	return nil
+}
