@@ -22,6 +22,94 @@ type HostsCmd struct {
 	Disable     HostIDCmd      `cmd:"" help:"Disable a host."`
 	RotateToken HostIDCmd      `cmd:"" name:"rotate-token" help:"Issue a new bootstrap token; the old one stops working."`
 	Revoke      HostIDCmd      `cmd:"" help:"Revoke a host: its certificates are refused from now on."`
+	Slots       HostSlotsCmd   `cmd:"" help:"List a host's approved resource slots."`
+	Approve     HostApproveCmd `cmd:"" name:"approve-slots" help:"Approve candidate slots from a slice.topology_discover task."`
+	Place       PlaceCmd       `cmd:"" help:"Check where work of a given size would be placed (409 says what is short)."`
+}
+
+// HostSlotsCmd lists approved slots.
+type HostSlotsCmd struct {
+	APIFlags
+	HostID string `arg:"" name:"host-id"`
+}
+
+// Run implements the command.
+func (c *HostSlotsCmd) Run(ctx context.Context, env *Env) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	var slots []api.Slot
+	if err := cl.call(ctx, http.MethodGet, "/api/v1/hosts/"+url.PathEscape(c.HostID)+"/slots", nil, nil, &slots); err != nil {
+		return err
+	}
+	return printSlots(env, c.JSON, slots)
+}
+
+func printSlots(env *Env, asJSON bool, slots []api.Slot) error {
+	if asJSON {
+		return printJSON(env.Stdout, slots)
+	}
+	tw := table(env.Stdout)
+	fmt.Fprintln(tw, "SLOT\tINDEX\tAPPROVED BY\tFROM TASK\tSPEC")
+	for _, s := range slots {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", s.SlotID, s.Index, s.ApprovedBy, s.SourceTask, s.Spec)
+	}
+	return tw.Flush()
+}
+
+// HostApproveCmd approves candidate slots.
+type HostApproveCmd struct {
+	APIFlags
+	HostID string `arg:"" name:"host-id"`
+	Task   string `name:"task" required:"" help:"The succeeded slice.topology_discover task."`
+	Slot   []int  `name:"slot" help:"Candidate slot index (repeatable)."`
+	All    bool   `name:"all" help:"Approve every candidate slot."`
+}
+
+// Run implements the command.
+func (c *HostApproveCmd) Run(ctx context.Context, env *Env) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	var slots []api.Slot
+	req := api.ApproveSlotsRequest{TaskID: c.Task, SlotIndexes: c.Slot, All: c.All}
+	if err := cl.call(ctx, http.MethodPost, "/api/v1/hosts/"+url.PathEscape(c.HostID)+"/slots", nil, req, &slots); err != nil {
+		return err
+	}
+	return printSlots(env, c.JSON, slots)
+}
+
+// PlaceCmd asks the placement check.
+type PlaceCmd struct {
+	APIFlags
+	Node      string            `name:"node" help:"Only this host."`
+	Label     map[string]string `name:"label" help:"Required labels, key=value (repeatable)."`
+	VCPUs     int               `name:"vcpus"`
+	MemoryMiB int               `name:"memory-mib"`
+	DiskGiB   int               `name:"disk-gib"`
+	GPUs      int               `name:"gpus"`
+}
+
+// Run implements the command.
+func (c *PlaceCmd) Run(ctx context.Context, env *Env) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	req := api.PlacementRequest{NodeID: c.Node, Labels: c.Label,
+		Resources: api.Capacity{VCPUs: c.VCPUs, MemoryMiB: c.MemoryMiB, DiskGiB: c.DiskGiB, GPUs: c.GPUs}}
+	var res api.PlacementResponse
+	if err := cl.call(ctx, http.MethodPost, "/api/v1/placements/check", nil, req, &res); err != nil {
+		return err
+	}
+	if c.JSON {
+		return printJSON(env.Stdout, res)
+	}
+	fmt.Fprintf(env.Stdout, "fits on %s (free %d vCPU, %d MiB, %d GiB disk, %d GPU)\n", res.NodeID,
+		res.Free.VCPUs, res.Free.MemoryMiB, res.Free.DiskGiB, res.Free.GPUs)
+	return nil
 }
 
 // HostsListCmd lists hosts.
