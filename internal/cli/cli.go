@@ -39,26 +39,32 @@ type Env struct {
 	Stderr io.Writer
 }
 
-// Main runs the CLI and returns the exit code.
+// Main runs the CLI on the process's arguments and streams.
 func Main(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return Run(ctx, args, &Env{Stdout: os.Stdout, Stderr: os.Stderr})
+}
+
+// Run runs the CLI with args and returns the exit code.
+func Run(ctx context.Context, args []string, env *Env) int {
 	var root CLI
 	parser, err := kong.New(&root, kong.Name("drover"),
 		kong.Description("Drover: control plane and operator CLI for fleets of bare-metal, GPU and VM hosts."),
-		kong.UsageOnError(), kong.Bind(&Env{Stdout: os.Stdout, Stderr: os.Stderr}))
+		kong.UsageOnError(), kong.Bind(env), kong.Writers(env.Stdout, env.Stderr),
+		kong.Exit(func(int) {}))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(env.Stderr, err)
 		return 2
 	}
 	kctx, err := parser.Parse(args)
 	if err != nil {
-		parser.Errorf("%s", err)
+		fmt.Fprintln(env.Stderr, "drover:", err)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	kctx.BindTo(ctx, (*context.Context)(nil))
 	if err := kctx.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "drover:", err)
+		fmt.Fprintln(env.Stderr, "drover:", err)
 		return 1
 	}
 	return 0
