@@ -10,10 +10,12 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/drover-dev/drover/internal/accel"
 	"github.com/drover-dev/drover/internal/agent"
 )
 
 func main() {
+	accel.MaybeRunChild() // the KVM probe re-executes this binary; must come first
 	if len(os.Args) > 1 && (os.Args[1] == "version" || os.Args[1] == "-version" || os.Args[1] == "--version") {
 		fmt.Println("drover-agent", agent.Version)
 		return

@@ -4,7 +4,11 @@ package main
 import (
 	"os"
 
+	"github.com/drover-dev/drover/internal/accel"
 	"github.com/drover-dev/drover/internal/cli"
 )
 
-func main() { os.Exit(cli.Main(os.Args[1:])) }
+func main() {
+	accel.MaybeRunChild() // `drover dev` runs an agent whose KVM probe re-executes this binary
+	os.Exit(cli.Main(os.Args[1:]))
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/drover-dev/drover/internal/accel"
 	"github.com/drover-dev/drover/internal/agent/statedir"
 	"github.com/drover-dev/drover/internal/pki"
 	"github.com/drover-dev/drover/internal/task"
@@ -51,6 +52,9 @@ type Agent struct {
 	wakeSpool  chan struct{}
 	localAddr  net.Addr
 	localReady chan struct{}
+	accel      accel.Result
+	accelErr   string
+	probe      func(context.Context) (accel.Result, error)
 }
 
 // Option customises an Agent.
@@ -61,6 +65,12 @@ func WithLogger(l *slog.Logger) Option { return func(a *Agent) { a.log = l } }
 
 // WithClock sets the clock (tests).
 func WithClock(now func() time.Time) Option { return func(a *Agent) { a.now = now } }
+
+// WithAccelProbe replaces the accelerator probe (tests use a fixed result;
+// the real probe boots a KVM guest in a child process).
+func WithAccelProbe(f func(context.Context) (accel.Result, error)) Option {
+	return func(a *Agent) { a.probe = f }
+}
 
 // WithHandlers replaces the task handlers (tests add counting handlers).
 func WithHandlers(h Handlers) Option { return func(a *Agent) { a.handlers = h } }
@@ -91,6 +101,10 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 	a.log = a.log.With("node_id", a.nodeID)
 	if a.handlers == nil {
 		a.handlers = DefaultHandlers(cfg)
+	}
+	if a.probe == nil {
+		p := accel.New(accel.Config{CacheDir: cfg.StateDir})
+		a.probe = p.ProbeCached
 	}
 	a.reg = prometheus.NewRegistry()
 	a.metrics = newMetrics(a.reg)
@@ -123,6 +137,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.localAddr = ln.Addr()
 	close(a.localReady)
+
+	a.probeAccelerators(ctx)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.serveLocal(gctx, ln) })
@@ -175,6 +191,35 @@ func (a *Agent) setupClients() error {
 		return err
 	}
 	return nil
+}
+
+// probeAccelerators finds which accelerators really work (cached per boot)
+// and checks NODE_AGENT_QEMU_ACCEL against them. A selection the host cannot
+// run is logged as `selected_accel not supported by host` and reported with
+// the capabilities, which makes the host unschedulable; the agent keeps
+// running so the control plane can show why.
+func (a *Agent) probeAccelerators(ctx context.Context) {
+	res, err := a.probe(ctx)
+	var cacheErr *accel.CacheError
+	if err != nil && !errors.As(err, &cacheErr) {
+		a.log.Error("accelerator probe", "err", err)
+	} else if err != nil {
+		a.log.Warn("accelerator probe result not cached", "err", err)
+	}
+	for _, st := range res.Accelerators {
+		a.log.Info("accelerator", "name", st.Name, "works", st.Works, "reason", st.Reason, "duration_ms", st.DurationMS)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.accel = res
+	if a.cfg.QEMUAccel == "" {
+		a.cfg.QEMUAccel = accel.Default(res)
+		return
+	}
+	if err := accel.Select(res, a.cfg.QEMUAccel); err != nil {
+		a.accelErr = err.Error()
+		a.log.Error(a.accelErr, "selected_accel", a.cfg.QEMUAccel, "working", res.Working)
+	}
 }
 
 // setDiagnostic records an agent-side condition reported with heartbeats.

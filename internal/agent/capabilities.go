@@ -12,10 +12,13 @@ import (
 // capabilities describes this host for enrolment. Memory is total system
 // memory, not the agent's heap (seed 003's bug).
 func (a *Agent) capabilities(ctx context.Context) api.Capabilities {
+	a.mu.Lock()
 	c := api.Capabilities{
 		Hostname: a.cfg.Hostname, OSFamily: a.cfg.OSFamily, Arch: runtime.GOARCH,
 		CPUCores: runtime.NumCPU(), SelectedAccel: a.cfg.QEMUAccel, AgentVersion: Version,
+		Accelerators: a.accel.Working, AccelError: a.accelErr,
 	}
+	a.mu.Unlock()
 	if c.Hostname == "" {
 		c.Hostname, _ = os.Hostname()
 	}

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/accel"
 	"github.com/drover-dev/drover/internal/agent"
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/pki"
@@ -379,6 +380,23 @@ func (f *fakeCP) waitAccepted(t *testing.T, taskID string, n int) []resultPost {
 	return got
 }
 
+// fixedAccel is an accelerator probe that reports only the named ones as
+// working (the real probe boots a KVM guest; internal/accel tests it).
+func fixedAccel(working ...string) func(context.Context) (accel.Result, error) {
+	return func(context.Context) (accel.Result, error) {
+		var r accel.Result
+		for _, n := range accel.Names() {
+			st := accel.Status{Name: n, Reason: "test_fixture"}
+			if slices.Contains(working, n) {
+				st.Works, st.Reason = true, accel.ReasonOK
+				r.Working = append(r.Working, n)
+			}
+			r.Accelerators = append(r.Accelerators, st)
+		}
+		return r, nil
+	}
+}
+
 // eventually polls cond every few milliseconds until it holds or the
 // deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -556,7 +574,7 @@ func startAgent(t *testing.T, f *fakeCP, stateDir string, h agent.Handlers) *run
 	cfg := agent.Config{ControlPlaneURL: f.srv.URL, HostID: testNodeID, BootstrapToken: testToken,
 		CAHash: f.ca.Hash(), OSFamily: api.OSLinux, StateDir: stateDir, ListenAddr: "127.0.0.1:0",
 		HeartbeatInterval: 100 * time.Millisecond}
-	a, err := agent.New(cfg, agent.WithHandlers(h),
+	a, err := agent.New(cfg, agent.WithHandlers(h), agent.WithAccelProbe(fixedAccel(accel.TCG)),
 		agent.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	if err != nil {
 		t.Fatalf("agent.New: %v", err)

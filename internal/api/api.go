@@ -97,7 +97,11 @@ type Capabilities struct {
 	GPUCount      int      `json:"gpu_count"`
 	Accelerators  []string `json:"accelerators,omitempty"`
 	SelectedAccel string   `json:"selected_accel,omitempty"`
-	AgentVersion  string   `json:"agent_version,omitempty"`
+	// AccelError is set when the selected accelerator does not work here:
+	// "selected_accel not supported by host: kvm (...)". Such a host is not
+	// schedulable.
+	AccelError   string `json:"accel_error,omitempty"`
+	AgentVersion string `json:"agent_version,omitempty"`
 }
 
 // RegisterRequest enrols a host: POST /internal/v1/register (no client

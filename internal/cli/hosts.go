@@ -235,6 +235,10 @@ func printHost(env *Env, asJSON bool, h api.Host) error {
 		row("cert_not_after", h.CertNotAfter.Format(time.RFC3339))
 	}
 	if c := h.Capabilities; c != nil {
+		if c.AccelError != "" {
+			row("accel_error", c.AccelError)
+		}
+		row("accelerators", dash(strings.Join(c.Accelerators, ",")))
 		row("kernel", dash(c.KernelVersion))
 		row("arch", c.Arch)
 		row("cpu_cores", c.CPUCores)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/accel"
 	"github.com/drover-dev/drover/internal/agent"
 	"github.com/drover-dev/drover/internal/api"
 )
@@ -154,7 +155,7 @@ func TestControlPlaneKill9BetweenClaimAndResult(t *testing.T) {
 	newAgent := func() (stop func()) {
 		cfg := agent.Config{ControlPlaneURL: e.nodeURL, HostID: "node-k", BootstrapToken: bt.Token, CAHash: ca.CAHash,
 			OSFamily: "linux", StateDir: stateDir, ListenAddr: "127.0.0.1:0", HeartbeatInterval: 100 * time.Millisecond}
-		a, err := agent.New(cfg, agent.WithHandlers(handlers), agent.WithLogger(testLogger(t)))
+		a, err := agent.New(cfg, agent.WithHandlers(handlers), agent.WithLogger(testLogger(t)), agent.WithAccelProbe(fixedAccel(accel.TCG)))
 		if err != nil {
 			t.Fatal(err)
 		}

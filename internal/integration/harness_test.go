@@ -13,10 +13,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/accel"
 	"github.com/drover-dev/drover/internal/agent"
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/pgtest"
@@ -35,6 +37,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	accel.MaybeRunChild() // agents' KVM probes re-execute this binary
 	pg, pgErr = pgtest.StartServer()
 	code := m.Run()
 	if pg != nil {
@@ -217,6 +220,26 @@ type agentOpts struct {
 	stateDir string
 	handlers agent.Handlers
 	url      string
+	accel    string // NODE_AGENT_QEMU_ACCEL
+	// realProbe runs the real accelerator probe (a KVM guest in a child
+	// process) instead of a fixture where only tcg works.
+	realProbe bool
+}
+
+// fixedAccel is an accelerator probe reporting only the named ones working.
+func fixedAccel(working ...string) func(context.Context) (accel.Result, error) {
+	return func(context.Context) (accel.Result, error) {
+		var r accel.Result
+		for _, n := range accel.Names() {
+			st := accel.Status{Name: n, Reason: "test_fixture", Detail: "fixture"}
+			if slices.Contains(working, n) {
+				st.Works, st.Reason = true, accel.ReasonOK
+				r.Working = append(r.Working, n)
+			}
+			r.Accelerators = append(r.Accelerators, st)
+		}
+		return r, nil
+	}
 }
 
 // startAgent runs an in-process agent until the test ends or stop is called.
@@ -229,8 +252,12 @@ func (e *env) startAgent(hostID, token string, o agentOpts) (a *agent.Agent, sto
 		o.url = e.nodeURL
 	}
 	cfg := agent.Config{ControlPlaneURL: o.url, HostID: hostID, BootstrapToken: token, CAHash: e.srv.CAHash(),
-		OSFamily: "linux", StateDir: o.stateDir, ListenAddr: "127.0.0.1:0", HeartbeatInterval: 100 * time.Millisecond}
+		OSFamily: "linux", StateDir: o.stateDir, ListenAddr: "127.0.0.1:0", HeartbeatInterval: 100 * time.Millisecond,
+		QEMUAccel: o.accel}
 	opts := []agent.Option{agent.WithLogger(testLogger(e.t).With("agent", hostID))}
+	if !o.realProbe {
+		opts = append(opts, agent.WithAccelProbe(fixedAccel(accel.TCG)))
+	}
 	if o.handlers != nil {
 		opts = append(opts, agent.WithHandlers(o.handlers))
 	}

@@ -24,6 +24,9 @@ func hostView(h store.Host) api.Host {
 		var c api.Capabilities
 		if json.Unmarshal(h.Capabilities, &c) == nil {
 			v.Capabilities = &c
+			if c.AccelError != "" {
+				v.Schedulable = false
+			}
 		}
 	}
 	if len(h.Capacity) > 0 {

@@ -1,0 +1,63 @@
+package integration
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-dev/drover/internal/api"
+)
+
+// TestUnsupportedSelectedAccel: NODE_AGENT_QEMU_ACCEL=kvm on a host where
+// only tcg works is refused at start-up with seed 000's wording, shown on
+// the host, and the host is not schedulable.
+func TestUnsupportedSelectedAccel(t *testing.T) {
+	e := startEnv(t, openSQLite(t))
+	bt := e.createHost("node-kvm")
+	e.startAgent("node-kvm", bt.Token, agentOpts{accel: "kvm"})
+	h := e.waitHostStatus("node-kvm", api.HostHealthy, 10*time.Second)
+	if h.SelectedAccel != "kvm" || h.Capabilities == nil ||
+		!strings.HasPrefix(h.Capabilities.AccelError, "selected_accel not supported by host: kvm") {
+		t.Fatalf("host %+v capabilities %+v", h, h.Capabilities)
+	}
+	if h.Schedulable {
+		t.Fatal("a host that cannot run its selected accelerator is schedulable")
+	}
+	if len(h.Capabilities.Accelerators) != 1 || h.Capabilities.Accelerators[0] != "tcg" {
+		t.Fatalf("accelerators %v, want [tcg]", h.Capabilities.Accelerators)
+	}
+}
+
+// TestRealAcceleratorProbe runs the real probe (a KVM guest in a child
+// process of this test binary, and QEMU's accelerator list). Whatever this
+// machine supports, the host record must agree with it.
+func TestRealAcceleratorProbe(t *testing.T) {
+	e := startEnv(t, openSQLite(t))
+	bt := e.createHost("node-probe")
+	e.startAgent("node-probe", bt.Token, agentOpts{realProbe: true})
+	var h api.Host
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		e.op(http.MethodGet, "/api/v1/hosts/node-probe", nil, &h)
+		if h.Status == api.HostHealthy && h.Capabilities != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("host never healthy: %+v", h)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c := h.Capabilities
+	t.Logf("working accelerators here: %v, selected %q", c.Accelerators, h.SelectedAccel)
+	if c.AccelError != "" {
+		t.Fatalf("no accelerator was selected, yet accel_error = %q", c.AccelError)
+	}
+	want := ""
+	if len(c.Accelerators) > 0 {
+		want = c.Accelerators[0] // the probe lists the best one first
+	}
+	if h.SelectedAccel != want {
+		t.Fatalf("selected %q, want the best working one %q (working %v)", h.SelectedAccel, want, c.Accelerators)
+	}
+}
