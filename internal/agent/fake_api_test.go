@@ -72,6 +72,7 @@ type fakeCP struct {
 	queue       []api.TaskDelivery
 	registers   int
 	jwksGets    int
+	caps        []api.Capabilities
 	heartbeats  []heartbeatPost
 	events      map[string][]api.TaskEvent
 	results     map[string][]resultPost
@@ -107,6 +108,7 @@ func newFakeCP(t *testing.T) *fakeCP {
 	mux.HandleFunc("GET /internal/v1/nodes/{id}/tasks/wait", f.nodeAuth(f.wait))
 	mux.HandleFunc("GET /internal/v1/nodes/{id}/jwks", f.nodeAuth(f.getJWKS))
 	mux.HandleFunc("POST /internal/v1/nodes/{id}/heartbeat", f.nodeAuth(f.heartbeat))
+	mux.HandleFunc("PUT /internal/v1/nodes/{id}/capabilities", f.nodeAuth(f.capabilities))
 	mux.HandleFunc("POST /internal/v1/nodes/{id}/tasks/{task_id}/events", f.nodeAuth(f.event))
 	mux.HandleFunc("POST /internal/v1/nodes/{id}/tasks/{task_id}/result", f.nodeAuth(f.result))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -220,6 +222,19 @@ func (f *fakeCP) getJWKS(w http.ResponseWriter, _ *http.Request) {
 	jwks := f.jwks
 	f.mu.Unlock()
 	writeJSON(w, http.StatusOK, jwks)
+}
+
+// capabilities records the last capabilities report.
+func (f *fakeCP) capabilities(w http.ResponseWriter, r *http.Request) {
+	var c api.Capabilities
+	if err := json.NewDecoder(r.Body).Decode(&c); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "invalid_json", err.Error())
+		return
+	}
+	f.mu.Lock()
+	f.caps = append(f.caps, c)
+	f.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (f *fakeCP) heartbeat(w http.ResponseWriter, r *http.Request) {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/agent"
 	"github.com/drover-dev/drover/internal/agent/statedir"
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/task"
@@ -513,5 +514,28 @@ func TestHeartbeatRateLimited(t *testing.T) {
 	}
 	if gap := after.At.Sub(next.At); gap >= time.Second {
 		t.Errorf("heartbeat interval after recovery is %s, want back to about 100ms", gap)
+	}
+}
+
+// TestCapabilitiesReported: after enrolment the agent reports its
+// capabilities (total system memory, the accelerators that work).
+func TestCapabilitiesReported(t *testing.T) {
+	f := newFakeCP(t)
+	startAgent(t, f, t.TempDir(), agent.Handlers{})
+	var got api.Capabilities
+	eventually(t, "a capabilities report", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(f.caps) == 0 {
+			return false
+		}
+		got = f.caps[len(f.caps)-1]
+		return true
+	})
+	if got.RAMTotalMB < 256 || got.CPUCores < 1 || got.OSFamily != api.OSLinux {
+		t.Fatalf("capabilities %+v", got)
+	}
+	if len(got.Accelerators) != 1 || got.Accelerators[0] != "tcg" || got.SelectedAccel != "tcg" || got.AccelError != "" {
+		t.Fatalf("accelerators %v selected %q error %q; want [tcg], tcg, none", got.Accelerators, got.SelectedAccel, got.AccelError)
 	}
 }
