@@ -99,8 +99,9 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 		return nil, fmt.Errorf("node id: %w", err)
 	}
 	a.log = a.log.With("node_id", a.nodeID)
+	a.cfg.HostID = a.nodeID // handlers derive per-host values (slot MACs) from it
 	if a.handlers == nil {
-		a.handlers = DefaultHandlers(cfg)
+		a.handlers = DefaultHandlers(a.cfg)
 	}
 	if a.probe == nil {
 		p := accel.New(accel.Config{CacheDir: cfg.StateDir})

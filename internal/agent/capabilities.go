@@ -7,6 +7,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/diag"
+	"github.com/drover-dev/drover/internal/hostinfo"
 )
 
 // capabilities describes this host for enrolment. Memory is total system
@@ -22,12 +23,21 @@ func (a *Agent) capabilities(ctx context.Context) api.Capabilities {
 	if c.Hostname == "" {
 		c.Hostname, _ = os.Hostname()
 	}
-	f, err := diag.HostFacts(ctx, a.cfg.StateDir)
+	inv, err := hostinfo.Collect(ctx, hostinfo.Config{})
 	if err != nil {
-		a.log.Warn("read host facts", "err", err)
+		a.log.Warn("collect host inventory", "err", err)
 	}
-	c.KernelVersion, c.RAMTotalMB, c.DiskTotalGB = f.KernelVersion, f.MemTotalMiB, f.DiskTotalGiB
-	c.GPUCount = a.gpuCount(ctx)
+	for _, w := range inv.Warnings {
+		a.log.Debug("host inventory", "warning", w)
+	}
+	fromInv := inv.Capabilities(a.cfg.StateDir)
+	c.KernelVersion, c.RAMTotalMB, c.DiskTotalGB, c.GPUCount = fromInv.KernelVersion, fromInv.RAMTotalMB, fromInv.DiskTotalGB, fromInv.GPUCount
+	if c.RAMTotalMB == 0 || c.KernelVersion == "" { // inventory incomplete: fall back to the basic facts
+		if f, err := diag.HostFacts(ctx, a.cfg.StateDir); err == nil {
+			c.KernelVersion, c.RAMTotalMB, c.DiskTotalGB = f.KernelVersion, f.MemTotalMiB, f.DiskTotalGiB
+		}
+	}
+	c.Inventory = &inv
 	return c
 }
 

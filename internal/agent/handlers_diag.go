@@ -7,10 +7,11 @@ import (
 	"github.com/drover-dev/drover/internal/diag"
 )
 
-// DefaultHandlers are the task types every agent runs.
+// DefaultHandlers are the task types every agent runs: diagnostics and
+// the GPU slice family.
 func DefaultHandlers(cfg Config) Handlers {
 	prober := diag.NewProber(diag.Config{DefaultDiagnosticPath: cfg.StateDir})
-	return Handlers{
+	h := Handlers{
 		"diag.health_probe": {Timeout: 30 * time.Second, Run: func(ctx context.Context, t Task) (Outcome, error) {
 			p, err := diag.DecodeParams(t.Params)
 			if err != nil {
@@ -20,4 +21,8 @@ func DefaultHandlers(cfg Config) Handlers {
 			return Outcome{Output: rep, Timings: rep.Timings}, err
 		}},
 	}
+	for typ, handler := range SliceHandlers(cfg) {
+		h[typ] = handler
+	}
+	return h
 }

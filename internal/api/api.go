@@ -102,6 +102,9 @@ type Capabilities struct {
 	// schedulable.
 	AccelError   string `json:"accel_error,omitempty"`
 	AgentVersion string `json:"agent_version,omitempty"`
+	// Inventory is the full host inventory (CPU, NUMA, disks, NICs, GPUs,
+	// fabric, NVMe, IOMMU groups).
+	Inventory *HostInventory `json:"inventory,omitempty"`
 }
 
 // RegisterRequest enrols a host: POST /internal/v1/register (no client

@@ -7,7 +7,9 @@
 // point it at fake trees. It must not change host state: the only write is a
 // temporary file in the diagnostic path, which it removes again. It must not
 // talk to the network, sign or verify tasks, or import other Drover packages
-// than internal/api. Linux-only checks report "not_applicable" on other OSes.
+// than internal/api and internal/hostinfo (whose PCI, meminfo, module and
+// per-OS host readers it shares). Linux-only checks report "not_applicable"
+// on other OSes.
 package diag
 
 import (

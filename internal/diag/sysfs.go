@@ -5,25 +5,24 @@ package diag
 // host is Linux.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/drover-dev/drover/internal/hostinfo"
 )
 
-// PCI vendor ids the probe knows.
+// PCI vendor ids the probe knows (internal/hostinfo classifies them).
 const (
-	VendorNVIDIA   = 0x10de
-	VendorAMD      = 0x1002
-	VendorIntel    = 0x8086
-	VendorMellanox = 0x15b3
+	VendorNVIDIA   = hostinfo.VendorNVIDIA
+	VendorAMD      = hostinfo.VendorAMD
+	VendorIntel    = hostinfo.VendorIntel
+	VendorMellanox = hostinfo.VendorMellanox
 )
 
 // vfioModuleNames are the modules the vfio check looks for.
@@ -48,15 +47,15 @@ func (p *Prober) kernelPhase(ctx context.Context, _ Params) (Check, func(*Report
 	return Check{OK: true, Detail: v}, func(r *Report) { r.KernelVersion = v }
 }
 
-type memInfo struct{ total, free, available uint64 } // bytes
-
 func (p *Prober) memoryPhase(ctx context.Context, _ Params) (Check, func(*Report)) {
 	var (
 		m   memInfo
 		err error
 	)
 	if p.cfg.GOOS == "linux" {
-		m, err = readMeminfo(filepath.Join(p.cfg.ProcRoot, "meminfo"))
+		var mi hostinfo.Meminfo
+		mi, err = hostinfo.ReadMeminfo(filepath.Join(p.cfg.ProcRoot, "meminfo"))
+		m = fromMeminfo(mi)
 	} else {
 		m, err = hostMemory(ctx)
 	}
@@ -71,45 +70,6 @@ func (p *Prober) memoryPhase(ctx context.Context, _ Params) (Check, func(*Report
 		r.MemFreeMB = int(m.free >> 20)
 		r.MemAvailableMB = int(m.available >> 20)
 	}
-}
-
-// readMeminfo parses /proc/meminfo. MemAvailable (Linux >= 3.14) falls back
-// to MemFree+Buffers+Cached on older kernels.
-func readMeminfo(path string) (memInfo, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return memInfo{}, fmt.Errorf("read meminfo: %w", err)
-	}
-	kv := map[string]uint64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		key, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			continue
-		}
-		n, err := strconv.ParseUint(f[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		if len(f) > 1 && strings.EqualFold(f[1], "kB") {
-			n <<= 10
-		}
-		kv[key] = n
-	}
-	m := memInfo{total: kv["MemTotal"], free: kv["MemFree"]}
-	if v, ok := kv["MemAvailable"]; ok {
-		m.available = v
-	} else {
-		m.available = kv["MemFree"] + kv["Buffers"] + kv["Cached"]
-	}
-	if _, ok := kv["MemTotal"]; !ok {
-		return memInfo{}, fmt.Errorf("meminfo %s: no MemTotal line", path)
-	}
-	return m, nil
 }
 
 func (p *Prober) kvmPhase(_ context.Context, _ Params) (Check, func(*Report)) {
@@ -154,30 +114,9 @@ func (p *Prober) vfioPhase(_ context.Context, _ Params) (Check, func(*Report)) {
 	return Check{OK: true}, apply
 }
 
-// vfioModules reports each VFIO module as loaded when <proc>/modules lists
-// it or <sys>/module/<name> exists (built-in modules only show there). A
-// missing /proc/modules (kernel without module support) is not an error.
+// vfioModules reports each VFIO module as loaded or built in.
 func vfioModules(procRoot, sysRoot string) (map[string]bool, error) {
-	mods := make(map[string]bool, 3)
-	loaded := map[string]bool{}
-	b, err := os.ReadFile(filepath.Join(procRoot, "modules"))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return mods, fmt.Errorf("read modules: %w", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 0 {
-			loaded[f[0]] = true
-		}
-	}
-	for _, name := range vfioModuleNames() {
-		if loaded[name] {
-			mods[name] = true
-			continue
-		}
-		_, err := os.Stat(filepath.Join(sysRoot, "module", name))
-		mods[name] = err == nil
-	}
-	return mods, nil
+	return hostinfo.LoadedModules(procRoot, sysRoot, vfioModuleNames())
 }
 
 // pciFunc is one parsed entry of <sys>/bus/pci/devices.
@@ -187,89 +126,29 @@ type pciFunc struct {
 	dir           string
 }
 
-// scanPCI lists PCI functions sorted by address. A missing devices dir
-// means no devices; a function whose vendor or class cannot be read is
-// skipped.
+// scanPCI lists PCI functions sorted by address (hostinfo.ScanPCI).
 func scanPCI(ctx context.Context, sysRoot string) ([]pciFunc, error) {
-	root := filepath.Join(sysRoot, "bus", "pci", "devices")
-	ents, err := os.ReadDir(root)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+	devs, err := hostinfo.ScanPCI(ctx, sysRoot)
+	out := make([]pciFunc, 0, len(devs))
+	for _, d := range devs {
+		out = append(out, pciFunc{
+			PCIDevice: PCIDevice{
+				Address:    d.Address,
+				Vendor:     fmt.Sprintf("0x%04x", d.Vendor),
+				VendorName: hostinfo.VendorShortName(d.Vendor),
+				Device:     fmt.Sprintf("0x%04x", d.Device),
+				Class:      fmt.Sprintf("0x%06x", d.Class),
+				NUMANode:   d.NUMANode,
+				Driver:     d.Driver,
+			},
+			vendor: d.Vendor, class: d.Class, dir: d.Dir,
+		})
 	}
-	if err != nil {
-		return nil, fmt.Errorf("list pci devices: %w", err)
-	}
-	out := make([]pciFunc, 0, len(ents))
-	for _, e := range ents {
-		if err := ctx.Err(); err != nil {
-			return out, fmt.Errorf("scan pci devices: %w", err)
-		}
-		dir := filepath.Join(root, e.Name())
-		vendor, err1 := readHex(filepath.Join(dir, "vendor"))
-		class, err2 := readHex(filepath.Join(dir, "class"))
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		device, _ := readHex(filepath.Join(dir, "device"))
-		f := pciFunc{vendor: vendor, class: class, dir: dir}
-		f.Address = e.Name()
-		f.Vendor = fmt.Sprintf("0x%04x", vendor)
-		f.VendorName = vendorName(vendor)
-		f.Device = fmt.Sprintf("0x%04x", device)
-		f.Class = fmt.Sprintf("0x%06x", class)
-		f.NUMANode = -1
-		if s, err := readTrim(filepath.Join(dir, "numa_node")); err == nil {
-			if n, err := strconv.Atoi(s); err == nil {
-				f.NUMANode = n
-			}
-		}
-		if l, err := os.Readlink(filepath.Join(dir, "driver")); err == nil {
-			f.Driver = filepath.Base(l)
-		}
-		out = append(out, f)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Address < out[j].Address })
-	return out, nil
+	return out, err
 }
 
-// isGPU: display controllers (class 0x03xxxx) from NVIDIA or AMD; Intel
-// only for VGA (0x0300), 3D (0x0302) and other display (0x0380) so that
-// other Intel functions never count.
-func isGPU(vendor, class uint32) bool {
-	if class>>16 != 0x03 {
-		return false
-	}
-	switch vendor {
-	case VendorNVIDIA, VendorAMD:
-		return true
-	case VendorIntel:
-		switch class >> 8 {
-		case 0x0300, 0x0302, 0x0380:
-			return true
-		}
-	}
-	return false
-}
-
-// isFabric: Mellanox network controllers (class 0x02xxxx: Ethernet or
-// InfiniBand), which excludes bridges and management functions.
-func isFabric(vendor, class uint32) bool {
-	return vendor == VendorMellanox && class>>16 == 0x02
-}
-
-func vendorName(v uint32) string {
-	switch v {
-	case VendorNVIDIA:
-		return "nvidia"
-	case VendorAMD:
-		return "amd"
-	case VendorIntel:
-		return "intel"
-	case VendorMellanox:
-		return "mellanox"
-	}
-	return ""
-}
+func isGPU(vendor, class uint32) bool    { return hostinfo.IsGPU(vendor, class) }
+func isFabric(vendor, class uint32) bool { return hostinfo.IsFabric(vendor, class) }
 
 func (p *Prober) gpuPhase(ctx context.Context, _ Params) (Check, func(*Report)) {
 	if p.cfg.GOOS != "linux" {
@@ -355,16 +234,4 @@ func readTrim(path string) (string, error) {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
 	return strings.TrimSpace(string(b)), nil
-}
-
-func readHex(path string) (uint32, error) {
-	s, err := readTrim(path)
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(s), "0x"), 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("parse %s: %w", path, err)
-	}
-	return uint32(n), nil
 }

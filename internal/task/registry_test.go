@@ -46,7 +46,7 @@ func TestRegistryLookupAndTypes(t *testing.T) {
 		t.Fatal(err)
 	}
 	types := r.Types()
-	if strings.Join(types, ",") != "a.first,diag.health_probe" {
+	if strings.Join(types, ",") != "a.first,diag.health_probe,slice.topology_discover" {
 		t.Fatalf("Types = %v", types)
 	}
 	types[0] = "mutated"
@@ -100,8 +100,8 @@ func TestRegistryValidate(t *testing.T) {
 		{"invalid json", TypeHealthProbe, `{`, fe("params", "params must be a JSON object")},
 		{"no-params type with params", "a.first", `{"x":1}`, fe("params.x", "unknown parameter")},
 		{"no-params type without params", "a.first", ``, nil},
-		{"unknown type", "x", `{}`, fe("type", `unknown task type "x"; registered: a.first, diag.health_probe`)},
-		{"empty type", "", `{}`, fe("type", "type is required; registered: a.first, diag.health_probe")},
+		{"unknown type", "x", `{}`, fe("type", `unknown task type "x"; registered: a.first, diag.health_probe, slice.topology_discover`)},
+		{"empty type", "", `{}`, fe("type", "type is required; registered: a.first, diag.health_probe, slice.topology_discover")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -145,7 +145,7 @@ func FuzzRegistryValidate(f *testing.F) {
 				t.Fatalf("empty field error %+v", e)
 			}
 		}
-		if len(fe) > 0 {
+		if len(fe) > 0 || typ == TypeTopologyDiscover { // see TestTopologyDiscoverParams
 			return
 		}
 		if typ != TypeHealthProbe {

@@ -1,0 +1,59 @@
+package hostinfo
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestCollectRealHost runs Collect on this machine. It expects no GPUs
+// unless DROVER_TEST_GPU_COUNT says how many the machine has.
+func TestCollectRealHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("touches the real host")
+	}
+	wantGPUs := 0
+	if s := os.Getenv("DROVER_TEST_GPU_COUNT"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("DROVER_TEST_GPU_COUNT=%q: %v", s, err)
+		}
+		wantGPUs = n
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inv, err := Collect(ctx, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := json.MarshalIndent(inv, "", "  ")
+	t.Logf("inventory:\n%s", out)
+	if inv.Memory.TotalBytes <= 256<<20 {
+		t.Errorf("memory total = %d bytes, want > 256 MiB (system memory, not the Go heap)", inv.Memory.TotalBytes)
+	}
+	if inv.Memory.AvailableBytes == 0 || inv.Memory.AvailableBytes > inv.Memory.TotalBytes {
+		t.Errorf("memory available = %d of %d", inv.Memory.AvailableBytes, inv.Memory.TotalBytes)
+	}
+	if inv.CPU.Threads != runtime.NumCPU() && runtime.GOOS == "linux" {
+		t.Logf("cpu threads %d != runtime.NumCPU %d (cpuset-limited?)", inv.CPU.Threads, runtime.NumCPU())
+	}
+	if inv.CPU.Threads < 1 || inv.CPU.Cores < 1 || inv.CPU.Sockets < 1 {
+		t.Errorf("cpu = %+v", inv.CPU)
+	}
+	if inv.OS.KernelVersion == "" || inv.Hostname == "" || inv.OS.Arch != runtime.GOARCH {
+		t.Errorf("os = %+v hostname %q", inv.OS, inv.Hostname)
+	}
+	if len(inv.NICs) == 0 {
+		t.Error("no NICs")
+	}
+	if len(inv.Filesystems) == 0 {
+		t.Error("no filesystems")
+	}
+	if len(inv.GPUs) != wantGPUs {
+		t.Errorf("GPUs = %d, want %d (set DROVER_TEST_GPU_COUNT on GPU hosts): %+v", len(inv.GPUs), wantGPUs, inv.GPUs)
+	}
+}
