@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -59,5 +60,32 @@ func TestRealAcceleratorProbe(t *testing.T) {
 	}
 	if h.SelectedAccel != want {
 		t.Fatalf("selected %q, want the best working one %q (working %v)", h.SelectedAccel, want, c.Accelerators)
+	}
+	// diag.health_probe carries the accelerator probe's verdicts.
+	task := e.enqueue("node-probe", "diag.health_probe", nil)
+	got := e.waitTask(task.ID, 30*time.Second)
+	var out struct {
+		AcceleratorProbe *struct {
+			Accelerators []struct {
+				Name   string `json:"name"`
+				Works  bool   `json:"works"`
+				Reason string `json:"reason"`
+			} `json:"accelerators"`
+		} `json:"accelerator_probe"`
+	}
+	if got.State != api.TaskSucceeded || json.Unmarshal(got.Result.Output, &out) != nil || out.AcceleratorProbe == nil {
+		t.Fatalf("health probe: %s %s", got.State, got.Result.Output)
+	}
+	kvmSeen := false
+	for _, a := range out.AcceleratorProbe.Accelerators {
+		if a.Name == "kvm" {
+			kvmSeen = true
+			if a.Reason == "" {
+				t.Errorf("kvm verdict without a reason: %+v", a)
+			}
+		}
+	}
+	if !kvmSeen {
+		t.Fatalf("no kvm verdict in %+v", out.AcceleratorProbe)
 	}
 }
