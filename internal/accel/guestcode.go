@@ -79,7 +79,7 @@ const (
 func arm64GuestCode() []byte {
 	var code []byte
 	for _, insn := range []uint32{
-		0x52800000 | arm64Value<<5 | 0,                   // movz w0, #0x42
+		0x52800000 | arm64Value<<5,                       //nolint // register 0 (w0)                   // movz w0, #0x42
 		0xD2A00000 | (arm64TickAddr>>16)<<5 | 1,          // movz x1, #0x1000, lsl #16
 		0x52800000 | guestLoops<<5 | 2,                   // movz w2, #guestLoops
 		0x52800000 | (guestLoopIterations&0xFFFF)<<5 | 3, // movz w3, #low16

@@ -21,7 +21,7 @@ const (
 
 	kvmAPIVersion = 12
 
-	kvmGetAPIVersion       = kvmio<<8 | 0x00
+	kvmGetAPIVersion       = kvmio << 8 // | 0x00
 	kvmCreateVM            = kvmio<<8 | 0x01
 	kvmGetVCPUMmapSize     = kvmio<<8 | 0x04
 	kvmCreateVCPU          = kvmio<<8 | 0x41

@@ -75,7 +75,7 @@ func storeSpec(spec, dir string) (string, error) {
 	case strings.HasPrefix(spec, "sqlite:"), strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
 		return spec, nil
 	}
-	return "", fmt.Errorf("--store %q: want sqlite:[PATH] or postgres://...", spec)
+	return "", fmt.Errorf("--store %q: want sqlite:[PATH] or a postgres:// URL", spec)
 }
 
 func openStore(ctx context.Context, spec string) (store.Store, error) {

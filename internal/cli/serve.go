@@ -68,5 +68,5 @@ func openStore(ctx context.Context, spec string) (store.Store, error) {
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
 		return postgres.Open(ctx, spec)
 	}
-	return nil, fmt.Errorf("--store %q: want sqlite:PATH or postgres://...", spec)
+	return nil, fmt.Errorf("--store %q: want sqlite:PATH or a postgres:// URL", spec)
 }

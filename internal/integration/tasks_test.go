@@ -143,7 +143,7 @@ func TestLeaseRedelivery(t *testing.T) {
 	task := e.enqueue("node-l", "diag.health_probe", nil)
 	st, _, body := e.nodeCall(n.client, http.MethodGet, nodePath("node-l", "/tasks/wait?timeout=1s"), nil)
 	if st != http.StatusOK {
-		t.Fatalf("claim: %d", st)
+		t.Fatalf("claim: %d %s", st, body)
 	}
 	// Shorten the lease in the store as if time had passed.
 	if _, err := e.st.StartTask(t.Context(), "node-l", task.ID, time.Now().Add(-time.Second)); err != nil {

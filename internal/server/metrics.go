@@ -1,6 +1,9 @@
 package server
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
 
 // metrics are the control plane's Prometheus series, on a registry owned by
 // the Server (no global state).
@@ -39,6 +42,6 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	}
 	reg.MustRegister(m.heartbeats, m.registrations, m.tasksEnqueued, m.tasksClaimed, m.taskResults,
 		m.tasksRequeued, m.tasksExpired, m.nodeAuthFailed, m.statusChanges,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
