@@ -78,7 +78,8 @@ func (p *serverProc) start() {
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}
-	go func() { _ = p.cmd.Wait(); logf.Close() }()
+	p.exited = make(chan struct{})
+	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.exited) }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		resp, err := http.Get("http://" + p.opAddr + "/readyz")
@@ -99,11 +100,10 @@ func (p *serverProc) start() {
 // kill9 kills the process without letting it clean up.
 func (p *serverProc) kill9() {
 	_ = p.cmd.Process.Kill()
-	for i := 0; i < 100; i++ {
-		if p.cmd.ProcessState != nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+		p.t.Errorf("drover server (pid %d) did not exit after SIGKILL", p.cmd.Process.Pid)
 	}
 }
 
