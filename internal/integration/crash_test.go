@@ -63,6 +63,7 @@ type serverProc struct {
 	bin, storeSpec   string
 	opAddr, nodeAddr string
 	cmd              *exec.Cmd
+	exited           chan struct{}
 	logPath          string
 }
 
