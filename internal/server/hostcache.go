@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"time"
 
@@ -19,7 +20,7 @@ type hostState struct {
 	revoked    bool
 	status     api.HostStatus
 	enrolledAt time.Time
-	capacity   string // JSON of the last stored capacity, to write only changes
+	capacity   *api.CapacityReport // last stored capacity, to write only changes
 	loadedAt   time.Time
 }
 
@@ -54,7 +55,13 @@ func (c *hostCache) get(ctx context.Context, id string) (hostState, error) {
 // put caches a host record the caller just read or wrote.
 func (c *hostCache) put(h store.Host) hostState {
 	hs := hostState{enabled: h.Enabled, revoked: h.Revoked, status: h.Status,
-		enrolledAt: h.EnrolledAt, capacity: string(h.Capacity), loadedAt: c.now()}
+		enrolledAt: h.EnrolledAt, loadedAt: c.now()}
+	if len(h.Capacity) > 0 {
+		var capa api.CapacityReport
+		if json.Unmarshal(h.Capacity, &capa) == nil {
+			hs.capacity = &capa
+		}
+	}
 	c.mu.Lock()
 	c.hosts[h.ID] = hs
 	c.mu.Unlock()

@@ -260,7 +260,8 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, c nodeCaller)
 		return err
 	}
 	if hb.Capacity != nil {
-		if b, _ := json.Marshal(hb.Capacity); string(b) != c.state.capacity {
+		if c.state.capacity == nil || *c.state.capacity != *hb.Capacity { // compared by value: no encoding per beat
+			b, _ := json.Marshal(hb.Capacity)
 			h, err := s.store.UpdateHost(ctx, c.id, func(h *store.Host) error {
 				h.Capacity = b
 				if hb.AgentVersion != "" {
@@ -274,7 +275,8 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, c nodeCaller)
 			s.hosts.put(h)
 		}
 	}
-	writeJSON(w, http.StatusOK, api.HeartbeatResponse{HeartbeatInterval: api.Duration(s.cfg.HeartbeatInterval)})
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(s.heartbeatReply)
 	return nil
 }
 

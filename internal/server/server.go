@@ -9,6 +9,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
+	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/pki"
 	"github.com/drover-dev/drover/internal/store"
 	"github.com/drover-dev/drover/internal/task"
@@ -119,6 +121,8 @@ type Server struct {
 
 	nodeTLS *tls.Config
 	ready   chan struct{}
+	// heartbeatReply is the constant heartbeat answer, encoded once.
+	heartbeatReply []byte
 }
 
 // New prepares a replica: it loads (or, on first start, creates) the CA and
@@ -143,6 +147,7 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 		}
 		s.cfg.NodeURL = "https://127.0.0.1:" + port
 	}
+	s.heartbeatReply, _ = json.Marshal(api.HeartbeatResponse{HeartbeatInterval: api.Duration(s.cfg.HeartbeatInterval)})
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg)
 	s.hosts = newHostCache(st, cfg.Now)
