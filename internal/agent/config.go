@@ -35,17 +35,6 @@ type Config struct {
 	ReservedMemoryMiB int           // NODE_AGENT_RESERVED_MEMORY_MIB
 }
 
-// defaultOSFamily maps GOOS to an os_family.
-func defaultOSFamily() string {
-	switch runtime.GOOS {
-	case "dragonfly":
-		return api.OSDragonfly
-	case "windows", "darwin":
-		return runtime.GOOS
-	}
-	return api.OSLinux
-}
-
 func defaultStateDir() string {
 	if runtime.GOOS == "windows" {
 		return `C:\ProgramData\drover-agent`
@@ -72,7 +61,7 @@ func (c *Config) fields() map[string]*string {
 // LoadConfig builds the configuration from args (without the program name),
 // the environment lookup function and the optional config file.
 func LoadConfig(args []string, getenv func(string) string) (Config, error) {
-	c := Config{OSFamily: defaultOSFamily(), StateDir: defaultStateDir(), ListenAddr: "127.0.0.1:9000",
+	c := Config{OSFamily: api.OSFamilyOf(runtime.GOOS), StateDir: defaultStateDir(), ListenAddr: "127.0.0.1:9000",
 		ReservedVCPUs: 0, ReservedMemoryMiB: 0}
 	fs := flag.NewFlagSet("drover-agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)

@@ -33,6 +33,15 @@ func ValidOSFamily(s string) bool {
 	return false
 }
 
+// OSFamilyOf maps a GOOS to its os_family ("dragonfly" → "dragonflybsd");
+// an unsupported GOOS is returned unchanged, which ValidOSFamily rejects.
+func OSFamilyOf(goos string) string {
+	if goos == "dragonfly" {
+		return OSDragonfly
+	}
+	return goos
+}
+
 // HostStatus is the node-agent status enum of seed 002, exactly.
 type HostStatus string
 

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/drover-dev/drover/internal/agent"
+	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/server"
 )
 
@@ -76,8 +77,8 @@ func (c *DevCmd) Run(ctx context.Context, env *Env) error {
 	// a fresh one is issued when its stored identity is missing or expired.
 	agentCfg := agent.Config{ControlPlaneURL: srv.NodeURL(), HostID: hostID, CAHash: srv.CAHash(),
 		OSFamily: "linux", StateDir: filepath.Join(c.DataDir, "agent"), ListenAddr: c.AgentListen}
-	if agentCfg.OSFamily, err = localOSFamily(); err != nil {
-		return err
+	if agentCfg.OSFamily = api.OSFamilyOf(runtime.GOOS); !api.ValidOSFamily(agentCfg.OSFamily) {
+		return fmt.Errorf("drover dev: unsupported OS %s", runtime.GOOS)
 	}
 	bt, err := srv.EnsureHost(ctx, hostID, agentCfg.OSFamily)
 	if err != nil {
@@ -128,15 +129,4 @@ func printDevBanner(env *Env, c *DevCmd, nodeURL, hostID, newToken, tokenFile st
 		fmt.Fprintf(w, "Operator token: in %s (create more with `drover token create NAME`)\n\n", tokenFile)
 	}
 	fmt.Fprintf(w, "Try:\n  go run ./cmd/drover hosts list\n  go run ./cmd/drover tasks run --node %s --type diag.health_probe --wait\n\n", hostID)
-}
-
-// localOSFamily is this machine's os_family for the local agent.
-func localOSFamily() (string, error) {
-	switch runtime.GOOS {
-	case "linux", "windows", "darwin":
-		return runtime.GOOS, nil
-	case "dragonfly":
-		return "dragonflybsd", nil
-	}
-	return "", fmt.Errorf("drover dev: unsupported OS %s", runtime.GOOS)
 }

@@ -269,7 +269,7 @@ type phaseFunc func(ctx context.Context, params Params) (c Check, apply func(*Re
 // along with the partial report.
 func (p *Prober) Probe(ctx context.Context, params Params, progress func(phase string, d time.Duration, err error)) (Report, error) {
 	rep := Report{
-		OSFamily:  osFamily(p.cfg.GOOS),
+		OSFamily:  api.OSFamilyOf(p.cfg.GOOS),
 		Arch:      runtime.GOARCH,
 		VFIO:      VFIOStatus{Modules: map[string]bool{}},
 		GPUs:      GPUStatus{Devices: []PCIDevice{}},
@@ -387,20 +387,6 @@ func (p *Prober) Handle(ctx context.Context, raw json.RawMessage, progress func(
 		res.Error = &api.ResultError{Code: code, Message: perr.Error()}
 	}
 	return res, perr
-}
-
-func osFamily(goos string) string {
-	switch goos {
-	case "linux":
-		return api.OSLinux
-	case "dragonfly":
-		return api.OSDragonfly
-	case "windows":
-		return api.OSWindows
-	case "darwin":
-		return api.OSDarwin
-	}
-	return goos
 }
 
 func notApplicable(goos string) Check {

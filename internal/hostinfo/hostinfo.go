@@ -137,7 +137,7 @@ func (cfg Config) WithDefaults() Config {
 func Collect(ctx context.Context, cfg Config) (api.HostInventory, error) {
 	cfg = cfg.WithDefaults()
 	inv := api.HostInventory{
-		OS:          api.OSInfo{Family: OSFamily(cfg.GOOS), Arch: cfg.GOARCH},
+		OS:          api.OSInfo{Family: api.OSFamilyOf(cfg.GOOS), Arch: cfg.GOARCH},
 		CPU:         api.CPUInfo{Virtualization: []string{}},
 		NUMANodes:   []api.NUMANode{},
 		Disks:       []api.Disk{},
@@ -353,19 +353,4 @@ func (c *collector) portable(ctx context.Context) {
 	} else {
 		c.warn("nics", err)
 	}
-}
-
-// OSFamily maps a GOOS to an api os_family.
-func OSFamily(goos string) string {
-	switch goos {
-	case "linux":
-		return api.OSLinux
-	case "dragonfly":
-		return api.OSDragonfly
-	case "windows":
-		return api.OSWindows
-	case "darwin":
-		return api.OSDarwin
-	}
-	return goos
 }
