@@ -5,7 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"time"
+
+	"github.com/drover-dev/drover/internal/api"
 )
 
 // capabilitiesInterval is how often the agent re-reads its host facts.
@@ -18,8 +21,7 @@ func (a *Agent) capabilitiesLoop(ctx context.Context) error {
 	bo := newBackoff(time.Second, time.Minute)
 	for {
 		caps := a.capabilities(ctx)
-		b, _ := json.Marshal(caps)
-		sum := sha256.Sum256(b)
+		sum := stableHash(caps)
 		wait := capabilitiesInterval
 		if sum != last {
 			if _, err := a.node.do(ctx, http.MethodPut, a.node.nodePath("/capabilities"), "", caps, nil); err != nil {
@@ -41,4 +43,22 @@ func (a *Agent) capabilitiesLoop(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// stableHash fingerprints capabilities without the fields that change on
+// their own (collection time, free memory, filesystem usage), so a host is
+// re-reported when its hardware or configuration changes, not every cycle.
+func stableHash(c api.Capabilities) [32]byte {
+	if c.Inventory != nil {
+		inv := *c.Inventory
+		inv.CollectedAt = time.Time{}
+		inv.Memory.AvailableBytes, inv.Memory.FreeBytes, inv.Memory.AvailableMiB = 0, 0, 0
+		inv.Filesystems = slices.Clone(inv.Filesystems)
+		for i := range inv.Filesystems {
+			inv.Filesystems[i].UsedBytes, inv.Filesystems[i].FreeBytes, inv.Filesystems[i].UsedPercent = 0, 0, 0
+		}
+		c.Inventory = &inv
+	}
+	b, _ := json.Marshal(c)
+	return sha256.Sum256(b)
 }
