@@ -22,6 +22,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/accel"
 	"github.com/drover-dev/drover/internal/agent/statedir"
+	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/pki"
 	"github.com/drover-dev/drover/internal/task"
 )
@@ -52,6 +53,7 @@ type Agent struct {
 	wakeSpool  chan struct{}
 	localAddr  net.Addr
 	localReady chan struct{}
+	total      api.Capacity // host totals from the last inventory
 	accel      accel.Result
 	accelErr   string
 	probe      func(context.Context) (accel.Result, error)

@@ -38,16 +38,27 @@ func (a *Agent) capabilities(ctx context.Context) api.Capabilities {
 		}
 	}
 	c.Inventory = &inv
+	a.mu.Lock()
+	a.total = api.Capacity{VCPUs: c.CPUCores, MemoryMiB: c.RAMTotalMB, DiskGiB: c.DiskTotalGB, GPUs: c.GPUCount}
+	a.mu.Unlock()
 	return c
 }
 
 // capacity is total, reserved, allocated (by running instances: none yet)
-// and free capacity.
+// and free capacity. Totals come from the last inventory (collected at
+// start and by the capabilities loop), so a heartbeat reads no sysfs.
 func (a *Agent) capacity(ctx context.Context) api.CapacityReport {
-	f, _ := diag.HostFacts(ctx, a.cfg.StateDir)
-	var r api.CapacityReport
-	r.Total = api.Capacity{VCPUs: runtime.NumCPU(), MemoryMiB: f.MemTotalMiB, DiskGiB: f.DiskTotalGiB, GPUs: a.gpuCount(ctx)}
-	r.Reserved = api.Capacity{VCPUs: a.cfg.ReservedVCPUs, MemoryMiB: a.cfg.ReservedMemoryMiB}
+	a.mu.Lock()
+	total := a.total
+	a.mu.Unlock()
+	if total.VCPUs == 0 { // no inventory yet
+		a.capabilities(ctx)
+		a.mu.Lock()
+		total = a.total
+		a.mu.Unlock()
+	}
+	r := api.CapacityReport{Total: total,
+		Reserved: api.Capacity{VCPUs: a.cfg.ReservedVCPUs, MemoryMiB: a.cfg.ReservedMemoryMiB}}
 	r.Free = api.Capacity{
 		VCPUs:     max(0, r.Total.VCPUs-r.Reserved.VCPUs-r.Allocated.VCPUs),
 		MemoryMiB: max(0, r.Total.MemoryMiB-r.Reserved.MemoryMiB-r.Allocated.MemoryMiB),
@@ -55,13 +66,4 @@ func (a *Agent) capacity(ctx context.Context) api.CapacityReport {
 		GPUs:      max(0, r.Total.GPUs-r.Reserved.GPUs-r.Allocated.GPUs),
 	}
 	return r
-}
-
-// gpuCount counts GPUs on the PCI bus; 0 where there is no sysfs.
-func (a *Agent) gpuCount(ctx context.Context) int {
-	gpus, err := diag.GPUs(ctx, "")
-	if err != nil {
-		a.log.Debug("scan GPUs", "err", err)
-	}
-	return len(gpus)
 }

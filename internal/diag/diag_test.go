@@ -429,19 +429,3 @@ func TestHandle(t *testing.T) {
 		t.Errorf("bad params: %+v, %v", res, err)
 	}
 }
-
-func TestGPUsHelper(t *testing.T) {
-	roots := fakeHost{pci: []fakePCI{
-		{addr: "0000:3b:00.0", vendor: "0x10de", device: "0x2330", class: "0x030200", numa: "0"},
-		{addr: "0000:3b:00.1", vendor: "0x10de", device: "0x22a3", class: "0x040300"},
-		{addr: "0000:af:00.0", vendor: "0x15b3", device: "0x1021", class: "0x020700"},
-	}}.build(t)
-	got, err := GPUs(context.Background(), roots.sys)
-	if err != nil || len(got) != 1 || got[0].Address != "0000:3b:00.0" || got[0].NUMANode != 0 || got[0].VendorName != "nvidia" {
-		t.Errorf("GPUs = %+v, %v", got, err)
-	}
-	got, err = GPUs(context.Background(), filepath.Join(t.TempDir(), "no-sysfs"))
-	if err != nil || len(got) != 0 {
-		t.Errorf("GPUs without sysfs = %+v, %v", got, err)
-	}
-}

@@ -5,27 +5,7 @@ import (
 	"errors"
 )
 
-// GPUs lists the GPUs on the PCI bus under sysRoot ("/sys" when empty),
-// for capability and capacity reports. No GPU, or no sysfs at all (non-Linux
-// hosts), is an empty list, not an error.
-func GPUs(ctx context.Context, sysRoot string) ([]PCIDevice, error) {
-	if sysRoot == "" {
-		sysRoot = "/sys"
-	}
-	funcs, err := scanPCI(ctx, sysRoot)
-	if err != nil {
-		return nil, err
-	}
-	var out []PCIDevice
-	for _, f := range funcs {
-		if isGPU(f.vendor, f.class) {
-			out = append(out, f.PCIDevice)
-		}
-	}
-	return out, nil
-}
-
-// Facts are the host facts capability and capacity reports need, read the
+// Facts are the basic host facts the agent falls back on when the full inventory is incomplete, read the
 // same portable way as the health probe (no cgo; per-OS files).
 type Facts struct {
 	KernelVersion string
