@@ -3,10 +3,10 @@ package diag
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"strconv"
 	"testing"
 	"time"
+
+	"github.com/drover-dev/drover/internal/testutil"
 )
 
 // TestProbeRealHost runs the probe against this machine. It expects no GPUs
@@ -15,14 +15,7 @@ func TestProbeRealHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("touches the real host")
 	}
-	wantGPUs := 0
-	if s := os.Getenv("DROVER_TEST_GPU_COUNT"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("DROVER_TEST_GPU_COUNT=%q: %v", s, err)
-		}
-		wantGPUs = n
-	}
+	wantGPUs := testutil.ExpectedGPUs(t)
 	p := NewProber(Config{DefaultDiagnosticPath: t.TempDir()})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

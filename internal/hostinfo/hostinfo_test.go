@@ -1,18 +1,18 @@
 package hostinfo
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/drover-dev/drover/internal/testutil"
 
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/hostinfo/hostinfotest"
@@ -164,45 +164,9 @@ func TestCollectFakeHosts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkGolden(t, filepath.Join("testdata", tc.name+".golden.json"), append(got, '\n'))
+			testutil.CheckGolden(t, filepath.Join("testdata", tc.name+".golden.json"), append(got, '\n'), *update)
 		})
 	}
-}
-
-func checkGolden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s (go test -update rewrites it):\n%s", path, lineDiff(string(want), string(got)))
-	}
-}
-
-// lineDiff lists the lines that differ, "-want" then "+got".
-func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	var b strings.Builder
-	for i := 0; i < max(len(w), len(g)); i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			fmt.Fprintf(&b, "line %d:\n-%s\n+%s\n", i+1, wl, gl)
-		}
-	}
-	return b.String()
 }
 
 // TestCollectNonLinux: without sysfs the GPU list is what nvidia-smi says.

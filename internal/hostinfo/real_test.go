@@ -3,11 +3,11 @@ package hostinfo
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
+
+	"github.com/drover-dev/drover/internal/testutil"
 )
 
 // TestCollectRealHost runs Collect on this machine. It expects no GPUs
@@ -16,14 +16,7 @@ func TestCollectRealHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("touches the real host")
 	}
-	wantGPUs := 0
-	if s := os.Getenv("DROVER_TEST_GPU_COUNT"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("DROVER_TEST_GPU_COUNT=%q: %v", s, err)
-		}
-		wantGPUs = n
-	}
+	wantGPUs := testutil.ExpectedGPUs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	inv, err := Collect(ctx, Config{})

@@ -3,11 +3,11 @@ package slice
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
+
+	"github.com/drover-dev/drover/internal/testutil"
 )
 
 // TestDiscoverRealHost runs discovery on this machine. It expects no GPUs
@@ -20,14 +20,7 @@ func TestDiscoverRealHost(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("slice discovery scans Linux hosts only")
 	}
-	wantGPUs := 0
-	if s := os.Getenv("DROVER_TEST_GPU_COUNT"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("DROVER_TEST_GPU_COUNT=%q: %v", s, err)
-		}
-		wantGPUs = n
-	}
+	wantGPUs := testutil.ExpectedGPUs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	topo, timings, err := NewDiscoverer(Config{HostID: "real-host"}).Discover(ctx, Params{}, nil)

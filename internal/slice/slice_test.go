@@ -1,18 +1,18 @@
 package slice
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/drover-dev/drover/internal/testutil"
 
 	"github.com/drover-dev/drover/internal/hostinfo/hostinfotest"
 )
@@ -89,7 +89,7 @@ func TestDiscoverGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkGolden(t, filepath.Join("testdata", tc.name+".golden.json"), append(got, '\n'))
+			testutil.CheckGolden(t, filepath.Join("testdata", tc.name+".golden.json"), append(got, '\n'), *update)
 		})
 	}
 }
@@ -124,37 +124,6 @@ func TestGPUHost8Pairing(t *testing.T) {
 		if strings.Contains(*s.NVMeDevice, "S6EUNE0R000008") || strings.Contains(*s.NVMeDevice, "0080025384500000001") {
 			t.Errorf("slot %d got the OS disk %s", i, *s.NVMeDevice)
 		}
-	}
-}
-
-func checkGolden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test -update creates it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		g, w := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
-		var b strings.Builder
-		for i := 0; i < max(len(g), len(w)); i++ {
-			var gl, wl string
-			if i < len(g) {
-				gl = g[i]
-			}
-			if i < len(w) {
-				wl = w[i]
-			}
-			if gl != wl {
-				fmt.Fprintf(&b, "line %d:\n-%s\n+%s\n", i+1, wl, gl)
-			}
-		}
-		t.Errorf("output differs from %s (go test -update rewrites it):\n%s", path, b.String())
 	}
 }
 
