@@ -24,6 +24,7 @@ import (
 	"github.com/drover-dev/drover/internal/agent/statedir"
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/pki"
+	"github.com/drover-dev/drover/internal/runtime"
 	"github.com/drover-dev/drover/internal/task"
 )
 
@@ -45,18 +46,21 @@ type Agent struct {
 	bootstrap *client // first contact: pinned CA, no client certificate
 	node      *client // mTLS with the current identity
 
-	mu         sync.Mutex
-	ident      statedir.Identity
-	diagnostic string
-	lastBeat   time.Time
-	interval   time.Duration
-	wakeSpool  chan struct{}
-	localAddr  net.Addr
-	localReady chan struct{}
-	total      api.Capacity // host totals from the last inventory
-	accel      accel.Result
-	accelErr   string
-	probe      func(context.Context) (accel.Result, error)
+	mu             sync.Mutex
+	ident          statedir.Identity
+	diagnostic     string
+	lastBeat       time.Time
+	interval       time.Duration
+	wakeSpool      chan struct{}
+	localAddr      net.Addr
+	localReady     chan struct{}
+	total          api.Capacity // host totals from the last inventory
+	accel          accel.Result
+	accelErr       string
+	probe          func(context.Context) (accel.Result, error)
+	runtime        runtime.Runtime // injected (tests); else built from cfg.Runtime
+	vms            *vmSide         // nil until Run built it, or with NODE_AGENT_RUNTIME=none
+	customHandlers bool
 }
 
 // Option customises an Agent.
@@ -75,7 +79,14 @@ func WithAccelProbe(f func(context.Context) (accel.Result, error)) Option {
 }
 
 // WithHandlers replaces the task handlers (tests add counting handlers).
-func WithHandlers(h Handlers) Option { return func(a *Agent) { a.handlers = h } }
+// The VM task handlers are then not added.
+func WithHandlers(h Handlers) Option {
+	return func(a *Agent) { a.handlers, a.customHandlers = h, true }
+}
+
+// WithRuntime runs instances with rt instead of the configured runtime
+// (tests pass the mock).
+func WithRuntime(rt runtime.Runtime) Option { return func(a *Agent) { a.runtime = rt } }
 
 // New prepares an agent: it opens the state directory and settles the node
 // id. It contacts nobody.
@@ -142,6 +153,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	close(a.localReady)
 
 	a.probeAccelerators(ctx)
+	vms, err := a.buildRuntime(ctx)
+	if err != nil {
+		return err
+	}
+	if vms != nil {
+		a.mu.Lock()
+		a.vms = vms
+		a.mu.Unlock()
+		if !a.customHandlers {
+			for typ, h := range VMHandlers(vms.slices) {
+				a.handlers[typ] = h
+			}
+		}
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.serveLocal(gctx, ln) })
@@ -160,6 +185,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		lg.Go(func() error { return a.resultLoop(lctx) })
 		lg.Go(func() error { return a.renewLoop(lctx) })
 		lg.Go(func() error { return a.capabilitiesLoop(lctx) })
+		if vms != nil {
+			lg.Go(func() error { return a.runVMs(lctx, vms) })
+		}
 		return lg.Wait()
 	})
 	err = g.Wait()

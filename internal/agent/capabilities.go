@@ -44,12 +44,12 @@ func (a *Agent) capabilities(ctx context.Context) api.Capabilities {
 	return c
 }
 
-// capacity is total, reserved, allocated (by running instances: none yet)
+// capacity is total, reserved, allocated (by the reconciler's instances)
 // and free capacity. Totals come from the last inventory (collected at
 // start and by the capabilities loop), so a heartbeat reads no sysfs.
 func (a *Agent) capacity(ctx context.Context) api.CapacityReport {
 	a.mu.Lock()
-	total := a.total
+	total, vms := a.total, a.vms
 	a.mu.Unlock()
 	if total.VCPUs == 0 { // no inventory yet
 		a.capabilities(ctx)
@@ -59,6 +59,9 @@ func (a *Agent) capacity(ctx context.Context) api.CapacityReport {
 	}
 	r := api.CapacityReport{Total: total,
 		Reserved: api.Capacity{VCPUs: a.cfg.ReservedVCPUs, MemoryMiB: a.cfg.ReservedMemoryMiB}}
+	if vms != nil {
+		r.Allocated = vms.rec.Allocated()
+	}
 	r.Free = api.Capacity{
 		VCPUs:     max(0, r.Total.VCPUs-r.Reserved.VCPUs-r.Allocated.VCPUs),
 		MemoryMiB: max(0, r.Total.MemoryMiB-r.Reserved.MemoryMiB-r.Allocated.MemoryMiB),

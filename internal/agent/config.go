@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,7 +35,26 @@ type Config struct {
 	HeartbeatInterval time.Duration // -heartbeat-interval: 0 means the server's
 	ReservedVCPUs     int           // NODE_AGENT_RESERVED_VCPUS: kept for the host OS
 	ReservedMemoryMiB int           // NODE_AGENT_RESERVED_MEMORY_MIB
+
+	// Instances (VMs).
+	Runtime           string        // NODE_AGENT_RUNTIME: qemu (default) | mock | none
+	RuntimeDir        string        // NODE_AGENT_RUNTIME_DIR: instances, overlays, image cache (default <state dir>/runtime)
+	ImageDirs         string        // NODE_AGENT_IMAGE_DIRS: comma-separated dirs local images and file:// URLs may come from (default /var/lib/drover/images)
+	QEMUBinary        string        // NODE_AGENT_QEMU_BINARY: default qemu-system-<arch>
+	SecretsDir        string        // NODE_AGENT_SECRETS_DIR: one file per secret an instance may name
+	ReconcileInterval time.Duration // NODE_AGENT_RECONCILE_INTERVAL: resync period (default 5s)
 }
+
+// Runtimes the agent can run instances with.
+const (
+	RuntimeQEMU = "qemu"
+	RuntimeMock = "mock" // in-memory, for demos and tests: runs nothing
+	RuntimeNone = "none" // no instances on this host
+)
+
+// DefaultImageDir is where local images may live when NODE_AGENT_IMAGE_DIRS
+// is unset (seed 004's sandboxed image paths).
+const DefaultImageDir = "/var/lib/drover/images"
 
 func defaultStateDir() string {
 	if runtime.GOOS == "windows" {
@@ -55,6 +76,11 @@ func (c *Config) fields() map[string]*string {
 		"NODE_AGENT_STATE_DIR":         &c.StateDir,
 		"NODE_AGENT_LISTEN":            &c.ListenAddr,
 		"NODE_AGENT_HOSTNAME":          &c.Hostname,
+		"NODE_AGENT_RUNTIME":           &c.Runtime,
+		"NODE_AGENT_RUNTIME_DIR":       &c.RuntimeDir,
+		"NODE_AGENT_IMAGE_DIRS":        &c.ImageDirs,
+		"NODE_AGENT_QEMU_BINARY":       &c.QEMUBinary,
+		"NODE_AGENT_SECRETS_DIR":       &c.SecretsDir,
 	}
 }
 
@@ -62,7 +88,7 @@ func (c *Config) fields() map[string]*string {
 // the environment lookup function and the optional config file.
 func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	c := Config{OSFamily: api.OSFamilyOf(runtime.GOOS), StateDir: defaultStateDir(), ListenAddr: "127.0.0.1:9000",
-		ReservedVCPUs: 0, ReservedMemoryMiB: 0}
+		Runtime: RuntimeQEMU, ImageDirs: DefaultImageDir}
 	fs := flag.NewFlagSet("drover-agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	configFile := fs.String("config", getenv("NODE_AGENT_CONFIG"), "env-style config file (KEY=VALUE lines, NODE_AGENT_* keys)")
@@ -81,6 +107,12 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.DurationVar(&f.HeartbeatInterval, "heartbeat-interval", 0, "heartbeat interval (default: the server's, 5s)")
 	fs.IntVar(&f.ReservedVCPUs, "reserved-vcpus", 0, "vCPUs reserved for the host OS")
 	fs.IntVar(&f.ReservedMemoryMiB, "reserved-memory-mib", 0, "memory reserved for the host OS, MiB")
+	fs.StringVar(&f.Runtime, "runtime", "", "instance runtime: qemu (default) | mock | none")
+	fs.StringVar(&f.RuntimeDir, "runtime-dir", "", "instances, overlays and image cache (default <state dir>/runtime)")
+	fs.StringVar(&f.ImageDirs, "image-dirs", "", "comma-separated dirs local images may come from")
+	fs.StringVar(&f.QEMUBinary, "qemu-binary", "", "QEMU system emulator (default qemu-system-<arch>)")
+	fs.StringVar(&f.SecretsDir, "secrets-dir", "", "directory with one file per instance secret")
+	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, fmt.Errorf("flags: %w", err)
 	}
@@ -97,7 +129,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 			*dst = v
 		}
 	}
-	for _, key := range []string{"NODE_AGENT_HEARTBEAT_INTERVAL", "NODE_AGENT_RESERVED_VCPUS", "NODE_AGENT_RESERVED_MEMORY_MIB"} {
+	for _, key := range numericKeys {
 		if v := getenv(key); v != "" {
 			if err := c.setNumeric(key, v); err != nil {
 				return Config{}, err
@@ -112,6 +144,8 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 			c.ReservedVCPUs = f.ReservedVCPUs
 		case "reserved-memory-mib":
 			c.ReservedMemoryMiB = f.ReservedMemoryMiB
+		case "reconcile-interval":
+			c.ReconcileInterval = f.ReconcileInterval
 		}
 	})
 	for _, p := range []struct {
@@ -121,6 +155,8 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 		{&c.ControlPlaneURL, f.ControlPlaneURL}, {&c.HostID, f.HostID}, {&c.BootstrapToken, f.BootstrapToken},
 		{&c.CAHash, f.CAHash}, {&c.CAFile, f.CAFile}, {&c.OSFamily, f.OSFamily}, {&c.QEMUAccel, f.QEMUAccel},
 		{&c.StateDir, f.StateDir}, {&c.ListenAddr, f.ListenAddr}, {&c.Hostname, f.Hostname},
+		{&c.Runtime, f.Runtime}, {&c.RuntimeDir, f.RuntimeDir}, {&c.ImageDirs, f.ImageDirs},
+		{&c.QEMUBinary, f.QEMUBinary}, {&c.SecretsDir, f.SecretsDir},
 	} {
 		if p.v != "" {
 			*p.dst = p.v
@@ -151,7 +187,7 @@ func (c *Config) loadFile(path string) error {
 		switch {
 		case fields[key] != nil:
 			*fields[key] = val
-		case key == "NODE_AGENT_HEARTBEAT_INTERVAL" || key == "NODE_AGENT_RESERVED_VCPUS" || key == "NODE_AGENT_RESERVED_MEMORY_MIB":
+		case slices.Contains(numericKeys, key):
 			if err := c.setNumeric(key, val); err != nil {
 				return fmt.Errorf("config file %s:%d: %w", path, n, err)
 			}
@@ -162,14 +198,22 @@ func (c *Config) loadFile(path string) error {
 	return sc.Err()
 }
 
+// numericKeys are the configuration keys that are not plain strings.
+var numericKeys = []string{"NODE_AGENT_HEARTBEAT_INTERVAL", "NODE_AGENT_RESERVED_VCPUS",
+	"NODE_AGENT_RESERVED_MEMORY_MIB", "NODE_AGENT_RECONCILE_INTERVAL"}
+
 // setNumeric sets one of the non-string keys.
 func (c *Config) setNumeric(key, val string) error {
-	if key == "NODE_AGENT_HEARTBEAT_INTERVAL" {
+	if key == "NODE_AGENT_HEARTBEAT_INTERVAL" || key == "NODE_AGENT_RECONCILE_INTERVAL" {
 		d, err := time.ParseDuration(val)
 		if err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
-		c.HeartbeatInterval = d
+		if key == "NODE_AGENT_HEARTBEAT_INTERVAL" {
+			c.HeartbeatInterval = d
+		} else {
+			c.ReconcileInterval = d
+		}
 		return nil
 	}
 	n, err := strconv.Atoi(val)
@@ -206,5 +250,29 @@ func (c Config) Validate() error {
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("NODE_AGENT_STATE_DIR is required"))
 	}
+	switch c.Runtime {
+	case RuntimeQEMU, RuntimeMock, RuntimeNone, "":
+	default:
+		errs = append(errs, fmt.Errorf("NODE_AGENT_RUNTIME %q: must be qemu, mock or none", c.Runtime))
+	}
+	for _, d := range c.imageDirs() {
+		if !filepath.IsAbs(d) {
+			errs = append(errs, fmt.Errorf("NODE_AGENT_IMAGE_DIRS: %q is not an absolute path", d))
+		}
+	}
+	if c.ReconcileInterval < 0 || (c.ReconcileInterval > 0 && c.ReconcileInterval < 100*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_RECONCILE_INTERVAL %s: must be at least 100ms", c.ReconcileInterval))
+	}
 	return errors.Join(errs...)
+}
+
+// imageDirs splits ImageDirs (comma-separated).
+func (c Config) imageDirs() []string {
+	var out []string
+	for _, d := range strings.Split(c.ImageDirs, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
 }

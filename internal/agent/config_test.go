@@ -127,6 +127,12 @@ NODE_AGENT_STATE_DIR="/srv/drover agent"
 NODE_AGENT_LISTEN=127.0.0.1:9100
 NODE_AGENT_HOSTNAME=gpu-01.example
 NODE_AGENT_HEARTBEAT_INTERVAL=250ms
+NODE_AGENT_RUNTIME=mock
+NODE_AGENT_RUNTIME_DIR=/srv/rt
+NODE_AGENT_IMAGE_DIRS=/srv/images,/var/lib/libvirt/images
+NODE_AGENT_QEMU_BINARY=/opt/qemu/bin/qemu-system-x86_64
+NODE_AGENT_SECRETS_DIR=/etc/drover/secrets
+NODE_AGENT_RECONCILE_INTERVAL=2s
 `)
 	c, err := agent.LoadConfig([]string{"-config", file}, env(nil))
 	if err != nil {
@@ -135,7 +141,9 @@ NODE_AGENT_HEARTBEAT_INTERVAL=250ms
 	want := agent.Config{ControlPlaneURL: "https://cp.example:8443", HostID: "gpu-01", BootstrapToken: "tok=with=equals",
 		CAHash: "sha256:0011", CAFile: "/etc/drover/ca.pem", OSFamily: "dragonflybsd", QEMUAccel: "nvmm",
 		StateDir: "/srv/drover agent", ListenAddr: "127.0.0.1:9100", Hostname: "gpu-01.example",
-		HeartbeatInterval: 250 * time.Millisecond}
+		HeartbeatInterval: 250 * time.Millisecond, Runtime: "mock", RuntimeDir: "/srv/rt",
+		ImageDirs: "/srv/images,/var/lib/libvirt/images", QEMUBinary: "/opt/qemu/bin/qemu-system-x86_64",
+		SecretsDir: "/etc/drover/secrets", ReconcileInterval: 2 * time.Second}
 	if c != want {
 		t.Errorf("config =\n%+v\nwant\n%+v", c, want)
 	}
@@ -238,6 +246,12 @@ func TestLoadConfigValidation(t *testing.T) {
 			[]string{"-heartbeat-interval 50ms", "at least 100ms"}},
 		{"negative heartbeat", append([]string{"-heartbeat-interval", "-1s"}, url...), nil, "",
 			[]string{"-heartbeat-interval -1s"}},
+		{"unknown runtime", append([]string{"-runtime", "xen"}, url...), nil, "",
+			[]string{`NODE_AGENT_RUNTIME "xen"`, "qemu, mock or none"}},
+		{"relative image dir", append([]string{"-image-dirs", "/ok,images"}, url...), nil, "",
+			[]string{"NODE_AGENT_IMAGE_DIRS", `"images" is not an absolute path`}},
+		{"reconcile below 100ms", append([]string{"-reconcile-interval", "10ms"}, url...), nil, "",
+			[]string{"NODE_AGENT_RECONCILE_INTERVAL 10ms", "at least 100ms"}},
 		{"heartbeat env not a duration", url, map[string]string{"NODE_AGENT_HEARTBEAT_INTERVAL": "often"}, "",
 			[]string{"NODE_AGENT_HEARTBEAT_INTERVAL"}},
 		{"state dir emptied by the config file", url, nil, "NODE_AGENT_STATE_DIR=\n",

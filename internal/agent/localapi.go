@@ -12,12 +12,23 @@ import (
 )
 
 // serveLocal serves the agent's local API (seed 000): GET /healthz,
-// GET /v1/capacity and GET /metrics. It is meant for loopback.
+// GET /v1/capacity, GET /v1/instances (what the reconciler observes) and
+// GET /metrics. It is meant for loopback.
 func (a *Agent) serveLocal(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", a.healthz)
 	mux.HandleFunc("GET /v1/capacity", func(w http.ResponseWriter, r *http.Request) {
 		writeLocalJSON(w, http.StatusOK, a.capacity(r.Context()))
+	})
+	mux.HandleFunc("GET /v1/instances", func(w http.ResponseWriter, _ *http.Request) {
+		a.mu.Lock()
+		vms := a.vms
+		a.mu.Unlock()
+		if vms == nil {
+			writeLocalJSON(w, http.StatusOK, []struct{}{})
+			return
+		}
+		writeLocalJSON(w, http.StatusOK, vms.rec.Instances())
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}

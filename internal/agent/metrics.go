@@ -13,6 +13,7 @@ type metrics struct {
 	resultsPosted     prometheus.Counter
 	resultFailures    prometheus.Counter
 	spoolPending      prometheus.Gauge
+	orphanOverlays    prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -35,8 +36,11 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "drover_agent_result_post_failures_total", Help: "Result posts that failed and stay spooled."}),
 		spoolPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "drover_agent_spool_pending", Help: "Results on disk waiting to be posted."}),
+		orphanOverlays: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "drover_agent_orphan_overlays_removed_total",
+			Help: "Instance overlays removed by the safety loop because no instance owned them."}),
 	}
 	reg.MustRegister(m.heartbeats, m.heartbeatFailures, m.pollFailures, m.tasksReceived, m.tasksRejected,
-		m.tasksDuplicate, m.resultsPosted, m.resultFailures, m.spoolPending)
+		m.tasksDuplicate, m.resultsPosted, m.resultFailures, m.spoolPending, m.orphanOverlays)
 	return m
 }

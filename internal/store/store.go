@@ -28,6 +28,7 @@ type Host struct {
 	Labels         map[string]string
 	Enabled        bool
 	Revoked        bool
+	Draining       bool // no new instances are placed here
 	Status         api.HostStatus
 	StatusReason   string
 	Hostname       string
@@ -130,6 +131,35 @@ type Slot struct {
 	ApprovedAt time.Time
 }
 
+// Instance is a declarative VM instance: the operator sets Spec and
+// DesiredState (each change bumps Generation); the agent of HostID reports
+// Phase, ReasonCode, Message, Runtime and the generation it acted on.
+type Instance struct {
+	ID                 string
+	Name               string // unique among all instance records
+	Group              string // "" when not in a group
+	HostID             string
+	Labels             map[string]string
+	Spec               json.RawMessage // api.InstanceSpec
+	DesiredState       api.DesiredState
+	Generation         int64 // bumped on every spec or desired-state change
+	Phase              api.InstancePhase
+	ReasonCode         api.ReasonCode
+	Message            string
+	ObservedGeneration int64
+	Runtime            json.RawMessage // api.InstanceRuntime, or nil
+	CreatedBy          string
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+	StatusAt           time.Time // zero until the agent reports
+}
+
+// InstanceFilter narrows ListInstances. Zero fields do not filter.
+type InstanceFilter struct {
+	HostID string
+	Group  string
+}
+
 // Seen is one coalesced heartbeat observation.
 type Seen struct {
 	HostID string
@@ -139,7 +169,8 @@ type Seen struct {
 // Event is a change notification delivered to every replica.
 type Event struct {
 	Kind EventKind
-	// ID is the node id for task events and the host id for host events.
+	// ID is the node id for task events, the host id for host events and
+	// the id of the instance's host for instance events.
 	ID string
 }
 
@@ -149,7 +180,10 @@ type EventKind string
 // Event kinds.
 const (
 	EventTask EventKind = "task" // a task became claimable for node ID
-	EventHost EventKind = "host" // host ID's record changed (disable, revoke, ...)
+	EventHost EventKind = "host" // host ID's record changed (disable, revoke, drain, ...)
+	// EventInstance: an instance assigned to host ID was created, changed or
+	// removed.
+	EventInstance EventKind = "instance"
 )
 
 // Store is the persistence port of the control plane. Every method is safe
@@ -236,6 +270,24 @@ type Store interface {
 	ListSlots(ctx context.Context, hostID string) ([]Slot, error)
 	// DeleteSlot removes an approved slot; ErrNotFound if absent.
 	DeleteSlot(ctx context.Context, hostID, slotID string) error
+
+	// CreateInstance inserts an instance; ErrConflict if the id or the name
+	// exists. Publishes EventInstance for its host.
+	CreateInstance(ctx context.Context, in Instance) error
+	// GetInstance returns an instance or ErrNotFound.
+	GetInstance(ctx context.Context, id string) (Instance, error)
+	// GetInstanceByName returns an instance or ErrNotFound.
+	GetInstanceByName(ctx context.Context, name string) (Instance, error)
+	// ListInstances returns instances ordered by name.
+	ListInstances(ctx context.Context, f InstanceFilter) ([]Instance, error)
+	// UpdateInstance reads the instance, applies fn and writes the result in
+	// one transaction that locks the row, like UpdateHost; ErrConflict if fn
+	// renames it to a taken name. Publishes EventInstance for its host (both
+	// hosts when fn moves it).
+	UpdateInstance(ctx context.Context, id string, fn func(*Instance) error) (Instance, error)
+	// DeleteInstance removes an instance record; ErrNotFound if absent.
+	// Publishes EventInstance for its host.
+	DeleteInstance(ctx context.Context, id string) error
 
 	// Subscribe delivers change events from every replica until ctx ends.
 	// Delivery is best-effort and may coalesce; consumers re-read the store.

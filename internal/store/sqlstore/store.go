@@ -38,26 +38,26 @@ func (s *Store) DB() DB { return s.db }
 const hostCols = `id, os_family, labels, enabled, revoked, status, status_reason,
 	hostname, selected_accel, agent_version, capabilities, capacity,
 	token_hash, token_expires_at, token_used, cert_serial, cert_not_after,
-	enrolled_at, last_seen_at, created_at, updated_at`
+	enrolled_at, last_seen_at, created_at, updated_at, draining`
 
 func scanHost(r Row) (store.Host, error) {
 	var (
 		h                                                   store.Host
 		labels, status, caps, capacity                      string
-		enabled, revoked, tokenUsed                         int64
+		enabled, revoked, tokenUsed, draining               int64
 		tokenExp, certNotAfter, enrolled, seen, created, up int64
 	)
 	err := r.Scan(&h.ID, &h.OSFamily, &labels, &enabled, &revoked, &status, &h.StatusReason,
 		&h.Hostname, &h.SelectedAccel, &h.AgentVersion, &caps, &capacity,
 		&h.TokenHash, &tokenExp, &tokenUsed, &h.CertSerial, &certNotAfter,
-		&enrolled, &seen, &created, &up)
+		&enrolled, &seen, &created, &up, &draining)
 	if err != nil {
 		return store.Host{}, err
 	}
 	if h.Labels, err = textLabels(labels); err != nil {
 		return store.Host{}, fmt.Errorf("host %q: %w", h.ID, err)
 	}
-	h.Enabled, h.Revoked, h.TokenUsed = enabled != 0, revoked != 0, tokenUsed != 0
+	h.Enabled, h.Revoked, h.TokenUsed, h.Draining = enabled != 0, revoked != 0, tokenUsed != 0, draining != 0
 	h.Status = api.HostStatus(status)
 	h.Capabilities, h.Capacity = textRaw(caps), textRaw(capacity)
 	h.TokenExpiresAt, h.CertNotAfter, h.EnrolledAt = tm(tokenExp), tm(certNotAfter), tm(enrolled)
@@ -74,7 +74,7 @@ func hostArgs(h store.Host) ([]any, error) {
 	return []any{h.ID, h.OSFamily, labels, boolInt(h.Enabled), boolInt(h.Revoked), string(h.Status), h.StatusReason,
 		h.Hostname, h.SelectedAccel, h.AgentVersion, rawText(h.Capabilities), rawText(h.Capacity),
 		h.TokenHash, ms(h.TokenExpiresAt), boolInt(h.TokenUsed), h.CertSerial, ms(h.CertNotAfter),
-		ms(h.EnrolledAt), ms(h.LastSeenAt), ms(h.CreatedAt), ms(h.UpdatedAt)}, nil
+		ms(h.EnrolledAt), ms(h.LastSeenAt), ms(h.CreatedAt), ms(h.UpdatedAt), boolInt(h.Draining)}, nil
 }
 
 // CreateHost implements store.Store. An empty Status is stored as unknown, a
@@ -97,7 +97,7 @@ func (s *Store) CreateHost(ctx context.Context, h store.Host) error {
 		return fmt.Errorf("create host %q: %w", h.ID, err)
 	}
 	_, err = s.db.Exec(ctx, `INSERT INTO hosts (`+hostCols+`) VALUES
-		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`, args...)
+		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`, args...)
 	if err != nil {
 		if s.d.IsUniqueViolation(err) {
 			return fmt.Errorf("create host %q: %w", h.ID, store.ErrConflict)
@@ -163,7 +163,7 @@ func (s *Store) UpdateHost(ctx context.Context, id string, fn func(*store.Host) 
 			status = $6, status_reason = $7, hostname = $8, selected_accel = $9, agent_version = $10,
 			capabilities = $11, capacity = $12, token_hash = $13, token_expires_at = $14, token_used = $15,
 			cert_serial = $16, cert_not_after = $17, enrolled_at = $18, last_seen_at = $19, created_at = $20,
-			updated_at = $21 WHERE id = $1`, args...); err != nil {
+			updated_at = $21, draining = $22 WHERE id = $1`, args...); err != nil {
 			return fmt.Errorf("update host %q: %w", id, err)
 		}
 		if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventHost, ID: id}); err != nil {

@@ -37,6 +37,7 @@ func fullHost(id string) store.Host {
 		Labels:         map[string]string{"rack": "r1", "zone": "eu-1"},
 		Enabled:        true,
 		Revoked:        true,
+		Draining:       true,
 		Status:         api.HostAuthFailed,
 		StatusReason:   "bad cert",
 		Hostname:       "node1.example",

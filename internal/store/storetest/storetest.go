@@ -2,8 +2,9 @@
 // adapter (sqlite, postgres) runs the same table of subtests through Run,
 // which pins down the semantics documented on the interface (not-found and
 // conflict errors, claim ordering and atomicity, leases and reaping, result
-// idempotency, change events, liveness updates, first-writer-wins secrets,
-// key retirement, audit ordering, UTC millisecond timestamps).
+// idempotency, change events, liveness updates, instance records,
+// first-writer-wins secrets, key retirement, audit ordering, UTC millisecond
+// timestamps).
 package storetest
 
 import (
@@ -36,6 +37,7 @@ func Run(t *testing.T, open Opener) {
 	cases = append(cases, taskCases...)
 	cases = append(cases, miscCases...)
 	cases = append(cases, slotCases...)
+	cases = append(cases, instanceCases...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
