@@ -22,9 +22,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
-
-	"golang.org/x/sync/singleflight"
 )
 
 // DefaultMaxBytes bounds one blob when Options.MaxBytes is 0.
@@ -69,7 +68,9 @@ type Cache struct {
 	client   *http.Client
 	maxBytes int64
 	log      *slog.Logger
-	flights  singleflight.Group
+
+	mu      sync.Mutex
+	flights map[string]*flight // by digest
 }
 
 // NewCache creates the cache directories (0o750) and returns the cache.
@@ -99,6 +100,7 @@ func NewCache(opts Options) (*Cache, error) {
 		client:   httpClient(opts.HTTPClient),
 		maxBytes: opts.MaxBytes,
 		log:      opts.Log,
+		flights:  map[string]*flight{},
 	}
 	if c.maxBytes == 0 {
 		c.maxBytes = DefaultMaxBytes
@@ -169,9 +171,9 @@ func (c *Cache) Lookup(sha256hex string) (path string, ok bool) {
 // URL, or an absolute local path), downloading it when the digest is not
 // cached yet. The digest is computed while the bytes stream into Dir/tmp,
 // and the blob is renamed into place only if it matches. Concurrent
-// Fetches of one digest download once; a caller whose ctx ends stops
-// waiting, and the download goes on only while the caller that started it
-// still waits (the others then retry with their own ctx).
+// Fetches of one digest download once, bounded by the ctx of the caller
+// that started the download; a waiting caller whose ctx ends stops waiting,
+// and when the starting caller's ctx ends the others retry with their own.
 func (c *Cache) Fetch(ctx context.Context, src, sha256hex string) (Result, error) {
 	start := time.Now()
 	s, err := c.parseSource(src)
@@ -186,28 +188,53 @@ func (c *Cache) Fetch(ctx context.Context, src, sha256hex string) (Result, error
 		return r, nil
 	}
 	for {
-		ch := c.flights.DoChan(digest, func() (any, error) {
-			if r, ok := c.cached(digest, start); ok {
-				return r, nil
-			}
-			return c.download(ctx, s, digest, start)
-		})
+		c.mu.Lock()
+		f, running := c.flights[digest]
+		if !running {
+			// Lead the flight: download in this goroutine, so a partial
+			// file is gone by the time this call returns.
+			f = &flight{done: make(chan struct{})}
+			c.flights[digest] = f
+			c.mu.Unlock()
+			f.res, f.err = c.fetchOnce(ctx, s, digest, start)
+			c.mu.Lock()
+			delete(c.flights, digest)
+			c.mu.Unlock()
+			close(f.done)
+			return f.res, f.err
+		}
+		c.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return Result{}, &FetchError{Stage: StageDownload, Source: s.display, Err: ctx.Err()}
-		case res := <-ch:
-			if res.Err != nil {
-				// The caller that led the flight gave up; ours still waits.
-				if isCtxErr(res.Err) && ctx.Err() == nil {
-					continue
-				}
-				return Result{}, res.Err
+		case <-f.done:
+			// The caller that led the flight gave up; this one still waits.
+			if isCtxErr(f.err) && ctx.Err() == nil {
+				continue
 			}
-			r := res.Val.(Result)
+			if f.err != nil {
+				return Result{}, f.err
+			}
+			r := f.res
 			r.Took = time.Since(start)
 			return r, nil
 		}
 	}
+}
+
+// flight is one download that concurrent Fetches of a digest share.
+type flight struct {
+	done chan struct{} // closed when res and err are set
+	res  Result
+	err  error
+}
+
+// fetchOnce downloads digest unless another flight stored it meanwhile.
+func (c *Cache) fetchOnce(ctx context.Context, s source, digest string, start time.Time) (Result, error) {
+	if r, ok := c.cached(digest, start); ok {
+		return r, nil
+	}
+	return c.download(ctx, s, digest, start)
 }
 
 func isCtxErr(err error) bool {
