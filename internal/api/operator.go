@@ -34,6 +34,7 @@ type Host struct {
 	Status         HostStatus        `json:"status"`
 	StatusReason   string            `json:"status_reason,omitempty"`
 	Schedulable    bool              `json:"schedulable"`
+	Draining       bool              `json:"draining"` // takes no new instances
 	Hostname       string            `json:"hostname,omitempty"`
 	SelectedAccel  string            `json:"selected_accel,omitempty"`
 	Capabilities   *Capabilities     `json:"capabilities,omitempty"`

@@ -22,6 +22,8 @@ type HostsCmd struct {
 	Disable     HostIDCmd      `cmd:"" help:"Disable a host."`
 	RotateToken HostIDCmd      `cmd:"" name:"rotate-token" help:"Issue a new bootstrap token; the old one stops working."`
 	Revoke      HostIDCmd      `cmd:"" help:"Revoke a host: its certificates are refused from now on."`
+	Drain       HostIDCmd      `cmd:"" help:"Drain a host: no new instances are placed on it, and its agent learns it is draining."`
+	Undrain     HostIDCmd      `cmd:"" help:"Undrain a host: it takes new instances again."`
 	Slots       HostSlotsCmd   `cmd:"" help:"List a host's approved resource slots."`
 	Approve     HostApproveCmd `cmd:"" name:"approve-slots" help:"Approve candidate slots from a slice.topology_discover task."`
 	Place       PlaceCmd       `cmd:"" help:"Check where work of a given size would be placed (409 says what is short)."`
@@ -180,7 +182,8 @@ type HostIDCmd struct {
 	HostID string `arg:"" name:"host-id"`
 }
 
-// Run implements show, enable, disable, rotate-token and revoke.
+// Run implements show, enable, disable, rotate-token, revoke, drain and
+// undrain.
 func (c *HostIDCmd) Run(ctx context.Context, env *Env, kctx *kong.Context) error {
 	cl, err := c.client()
 	if err != nil {
@@ -227,6 +230,7 @@ func printHost(env *Env, asJSON bool, h api.Host) error {
 	row("enabled", h.Enabled)
 	row("revoked", h.Revoked)
 	row("schedulable", h.Schedulable)
+	row("draining", h.Draining)
 	row("enrolled", h.Enrolled)
 	row("hostname", dash(h.Hostname))
 	row("agent_version", dash(h.AgentVersion))

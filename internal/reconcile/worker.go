@@ -42,6 +42,7 @@ type worker struct {
 	restartPending bool      // the next Start is a restart
 	restartTimes   []time.Time
 	restarts       int // restarts since it was created
+	stopNote       string // how the last stop went, for the Stopped report
 }
 
 type status struct {
@@ -374,7 +375,7 @@ func (w *worker) halt(ctx context.Context, reason api.ReasonCode) {
 		}
 	}
 	w.running, w.restartPending, w.retryAt, w.startFails = false, false, time.Time{}, 0
-	w.set(ctx, gen, api.InstanceStopped, reason, "")
+	w.set(ctx, gen, api.InstanceStopped, reason, w.stopNote)
 }
 
 // remove stops and destroys the instance and reports it Stopped; true
@@ -402,7 +403,7 @@ func (w *worker) remove(ctx context.Context, inSet bool) bool {
 		w.log.Info("instance destroyed")
 		w.exists, w.st, w.running = false, runtime.Status{}, false
 	}
-	reported := w.set(ctx, gen, api.InstanceStopped, api.ReasonTerminatedByOperator, "")
+	reported := w.set(ctx, gen, api.InstanceStopped, api.ReasonTerminatedByOperator, w.stopNote)
 	if inSet && !reported {
 		return false // the control plane waits for this report: retry it
 	}
@@ -417,8 +418,10 @@ func (w *worker) stop(ctx context.Context) bool {
 		w.logErr(ctx, "stop", err)
 		return false
 	}
+	w.stopNote = fmt.Sprintf("stopped gracefully in %s", res.Took.Round(time.Millisecond))
 	if res.HardStopped {
 		w.log.Warn("guest did not shut down in time and was killed", "took", res.Took)
+		w.stopNote = fmt.Sprintf("hard_stopped: the guest did not shut down within %s and was killed", gracefulTimeout(w.d))
 	}
 	w.running = false
 	if err := w.refresh(ctx); err != nil {

@@ -32,6 +32,8 @@ func (s *Server) NodeHandler() http.Handler {
 	mux.Handle("GET /internal/v1/nodes/{id}/tasks/wait", s.nodeAuth(s.waitTask))
 	mux.Handle("POST /internal/v1/nodes/{id}/tasks/{task_id}/events", s.nodeAuth(s.taskEvent))
 	mux.Handle("POST /internal/v1/nodes/{id}/tasks/{task_id}/result", s.nodeAuth(s.taskResult))
+	mux.Handle("GET /internal/v1/nodes/{id}/instances", s.nodeAuth(s.nodeInstances))
+	mux.Handle("POST /internal/v1/nodes/{id}/instances/{iid}/status", s.nodeAuth(s.instanceStatus))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

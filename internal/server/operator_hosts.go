@@ -15,11 +15,11 @@ import (
 // hostView converts a host record to its API form; secrets never leave.
 func hostView(h store.Host) api.Host {
 	v := api.Host{
-		ID: h.ID, OSFamily: h.OSFamily, Labels: h.Labels, Enabled: h.Enabled, Revoked: h.Revoked,
+		ID: h.ID, OSFamily: h.OSFamily, Labels: h.Labels, Enabled: h.Enabled, Revoked: h.Revoked, Draining: h.Draining,
 		Status: h.Status, StatusReason: h.StatusReason, Hostname: h.Hostname, SelectedAccel: h.SelectedAccel,
 		AgentVersion: h.AgentVersion, Enrolled: !h.EnrolledAt.IsZero(), CreatedAt: h.CreatedAt, UpdatedAt: h.UpdatedAt,
 	}
-	v.Schedulable = h.Enabled && !h.Revoked && h.Status == api.HostHealthy
+	v.Schedulable = h.Enabled && !h.Revoked && !h.Draining && h.Status == api.HostHealthy
 	if len(h.Capabilities) > 0 {
 		var c api.Capabilities
 		if json.Unmarshal(h.Capabilities, &c) == nil {

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -115,6 +116,11 @@ type Server struct {
 	hosts   *hostCache
 	live    *liveness
 	waiters *waiters
+	// instWaiters wakes node long-polls on their desired instance set.
+	instWaiters *waiters
+	// placeMu serialises this replica's instance placements (check, then
+	// insert); across replicas verifyPlacement settles races.
+	placeMu sync.Mutex
 	limiter *ipLimiter
 	metrics *metrics
 	reg     *prometheus.Registry
@@ -152,6 +158,7 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	s.metrics = newMetrics(s.reg)
 	s.hosts = newHostCache(st, cfg.Now)
 	s.waiters = newWaiters()
+	s.instWaiters = newWaiters()
 	s.live = newLiveness(s)
 	s.limiter = newIPLimiter(cfg.RegisterRate, cfg.RegisterBurst, cfg.Now)
 	if s.nodeTLS, err = s.nodeTLSConfig(); err != nil {
@@ -254,7 +261,10 @@ func (s *Server) dispatchEvents(ctx context.Context, events <-chan store.Event) 
 				s.waiters.wake(ev.ID)
 			case store.EventHost:
 				s.hosts.invalidate(ev.ID)
-				s.waiters.wake(ev.ID) // a waiting revoked node re-checks and is refused
+				s.waiters.wake(ev.ID)     // a waiting revoked node re-checks and is refused
+				s.instWaiters.wake(ev.ID) // draining is part of the node's instance set
+			case store.EventInstance:
+				s.instWaiters.wake(ev.ID)
 			}
 		}
 	}
