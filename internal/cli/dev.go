@@ -26,6 +26,8 @@ type DevCmd struct {
 	AgentListen                  string `name:"agent-listen" default:"127.0.0.1:9000" help:"Local agent API address."`
 	HostID                       string `name:"host-id" help:"Host id of the local agent (default: derived from the hostname)."`
 	AllowUnknownHostRegistration bool   `name:"allow-unknown-host-registration" default:"true" negatable:"" help:"Let unknown hosts enrol (dev default: on)."`
+	Runtime                      string `name:"runtime" default:"qemu" enum:"qemu,mock,none" help:"Instance runtime of the local agent: qemu, mock (runs nothing) or none."`
+	ImageDirs                    string `name:"image-dirs" help:"Comma-separated dirs local images may come from (default <data-dir>/images)."`
 }
 
 var nonHostID = regexp.MustCompile(`[^a-z0-9._-]+`)
@@ -76,7 +78,15 @@ func (c *DevCmd) Run(ctx context.Context, env *Env) error {
 	// The local agent needs a bootstrap token only until it has enrolled;
 	// a fresh one is issued when its stored identity is missing or expired.
 	agentCfg := agent.Config{ControlPlaneURL: srv.NodeURL(), HostID: hostID, CAHash: srv.CAHash(),
-		OSFamily: "linux", StateDir: filepath.Join(c.DataDir, "agent"), ListenAddr: c.AgentListen}
+		OSFamily: "linux", StateDir: filepath.Join(c.DataDir, "agent"), ListenAddr: c.AgentListen,
+		Runtime: c.Runtime, ImageDirs: c.ImageDirs}
+	if agentCfg.ImageDirs == "" {
+		abs, err := filepath.Abs(filepath.Join(c.DataDir, "images"))
+		if err != nil {
+			return err
+		}
+		agentCfg.ImageDirs = abs
+	}
 	if agentCfg.OSFamily = api.OSFamilyOf(runtime.GOOS); !api.ValidOSFamily(agentCfg.OSFamily) {
 		return fmt.Errorf("drover dev: unsupported OS %s", runtime.GOOS)
 	}

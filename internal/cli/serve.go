@@ -22,12 +22,13 @@ type ServerFlags struct {
 	TLSSAN            []string      `name:"tls-san" env:"DROVER_TLS_SAN" help:"Extra DNS names or IPs for the node listener certificate."`
 	CertTTL           time.Duration `name:"cert-ttl" default:"24h" help:"Node certificate lifetime."`
 	HeartbeatInterval time.Duration `name:"heartbeat-interval" default:"5s" help:"Heartbeat interval agents are told to use; stale after 3 missed."`
+	VCPURatio         float64       `name:"vcpu-allocation-ratio" env:"DROVER_VCPU_ALLOCATION_RATIO" default:"4" help:"Instance vCPUs placed per host CPU (memory, disk and GPUs are never overcommitted)."`
 	LogLevel          slog.Level    `name:"log-level" default:"info" help:"debug, info, warn or error."`
 }
 
 func (f ServerFlags) config(allowUnknown bool, log *slog.Logger) server.Config {
 	return server.Config{OperatorAddr: f.Listen, NodeAddr: f.NodeListen, NodeURL: f.NodeURL, TLSHosts: f.TLSSAN,
-		CertTTL: f.CertTTL, HeartbeatInterval: f.HeartbeatInterval, AllowUnknownHostRegistration: allowUnknown,
+		CertTTL: f.CertTTL, HeartbeatInterval: f.HeartbeatInterval, VCPUAllocationRatio: f.VCPURatio, AllowUnknownHostRegistration: allowUnknown,
 		Logger: log}
 }
 

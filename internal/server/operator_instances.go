@@ -202,7 +202,7 @@ func (s *Server) verifyPlacement(ctx context.Context, id, hostID string, spec ap
 			}
 		}
 	}
-	free, ok := freeOf(h, used)
+	free, ok := freeOf(h, used, s.cfg.VCPUAllocationRatio)
 	if !ok || free.VCPUs < 0 || free.MemoryMiB < 0 || free.DiskGiB < 0 || free.GPUs < 0 {
 		return false, nil
 	}

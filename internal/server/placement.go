@@ -27,6 +27,9 @@ type fleet struct {
 	// be passed to a new VM while the deleted one may still run).
 	slots map[string]map[string]string
 	names map[string]bool // every instance name in use
+	// cpuRatio is the vCPU allocation ratio (Config.VCPUAllocationRatio);
+	// 0 means 1.
+	cpuRatio float64
 }
 
 // loadFleet reads hosts and instances.
@@ -39,7 +42,8 @@ func (s *Server) loadFleet(ctx context.Context) (*fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &fleet{hosts: hosts, used: map[string]api.Capacity{}, slots: map[string]map[string]string{}, names: map[string]bool{}}
+	f := &fleet{hosts: hosts, used: map[string]api.Capacity{}, slots: map[string]map[string]string{}, names: map[string]bool{},
+		cpuRatio: s.cfg.VCPUAllocationRatio}
 	for _, in := range ins {
 		var spec api.InstanceSpec
 		if err := json.Unmarshal(in.Spec, &spec); err != nil {
@@ -66,7 +70,8 @@ func (f *fleet) add(hostID, name string, desired api.DesiredState, spec api.Inst
 
 // clone returns a copy that can be planned on without changing f.
 func (f *fleet) clone() *fleet {
-	c := &fleet{hosts: f.hosts, used: maps.Clone(f.used), slots: map[string]map[string]string{}, names: maps.Clone(f.names)}
+	c := &fleet{hosts: f.hosts, used: maps.Clone(f.used), slots: map[string]map[string]string{}, names: maps.Clone(f.names),
+		cpuRatio: f.cpuRatio}
 	for h, m := range f.slots {
 		c.slots[h] = maps.Clone(m)
 	}
@@ -78,15 +83,21 @@ func addCapacity(a, b api.Capacity) api.Capacity {
 		DiskGiB: a.DiskGiB + b.DiskGiB, GPUs: a.GPUs + b.GPUs}
 }
 
-// freeOf is total − reserved − used; ok is false when the host has not
+// freeOf is total − reserved − used, with the host's vCPUs (after the
+// reservation) multiplied by cpuRatio (vCPUs are time-shared; memory, disk
+// and GPUs are not overcommitted); ok is false when the host has not
 // reported capacity yet. Amounts may be negative on an overcommitted host.
-func freeOf(h store.Host, used api.Capacity) (api.Capacity, bool) {
+func freeOf(h store.Host, used api.Capacity, cpuRatio float64) (api.Capacity, bool) {
 	var capa api.CapacityReport
 	if len(h.Capacity) == 0 || json.Unmarshal(h.Capacity, &capa) != nil {
 		return api.Capacity{}, false
 	}
+	if cpuRatio <= 0 {
+		cpuRatio = 1
+	}
 	t, r := capa.Total, capa.Reserved
-	return api.Capacity{VCPUs: t.VCPUs - r.VCPUs - used.VCPUs, MemoryMiB: t.MemoryMiB - r.MemoryMiB - used.MemoryMiB,
+	vcpus := int(float64(t.VCPUs-r.VCPUs) * cpuRatio)
+	return api.Capacity{VCPUs: vcpus - used.VCPUs, MemoryMiB: t.MemoryMiB - r.MemoryMiB - used.MemoryMiB,
 		DiskGiB: t.DiskGiB - r.DiskGiB - used.DiskGiB, GPUs: t.GPUs - r.GPUs - used.GPUs}, true
 }
 
@@ -138,7 +149,7 @@ func (f *fleet) place(req api.PlacementRequest, slots slotCheck) (api.PlacementR
 			reasons = append(reasons, fmt.Sprintf("%s: not schedulable (status %s, enabled %t)", h.ID, h.Status, h.Enabled))
 			continue
 		}
-		free, ok := freeOf(h, f.used[h.ID])
+		free, ok := freeOf(h, f.used[h.ID], f.cpuRatio)
 		if !ok {
 			reasons = append(reasons, h.ID+": no capacity reported yet")
 			continue

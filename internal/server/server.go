@@ -50,6 +50,10 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// MaxWait caps a long-poll (default 30s).
 	MaxWait time.Duration
+	// VCPUAllocationRatio is how many instance vCPUs placement allows per
+	// host CPU left after the reservation (default 4, OpenStack's initial
+	// cpu_allocation_ratio). Memory, disk and GPUs are never overcommitted.
+	VCPUAllocationRatio float64
 	// BootstrapTokenTTL is the default bootstrap token lifetime (default 24h).
 	BootstrapTokenTTL time.Duration
 	// RegisterRate and RegisterBurst limit enrolment attempts per client IP
@@ -77,6 +81,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = 5 * time.Second
+	}
+	if c.VCPUAllocationRatio == 0 {
+		c.VCPUAllocationRatio = 4
+	}
+	if c.VCPUAllocationRatio < 1 {
+		return fmt.Errorf("vCPU allocation ratio %g: must be at least 1", c.VCPUAllocationRatio)
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = 30 * time.Second
