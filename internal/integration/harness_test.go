@@ -23,6 +23,7 @@ import (
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/pgtest"
 	"github.com/drover-dev/drover/internal/pki"
+	"github.com/drover-dev/drover/internal/runtime"
 	"github.com/drover-dev/drover/internal/server"
 	"github.com/drover-dev/drover/internal/store"
 	"github.com/drover-dev/drover/internal/store/postgres"
@@ -224,6 +225,12 @@ type agentOpts struct {
 	// realProbe runs the real accelerator probe (a KVM guest in a child
 	// process) instead of a fixture where only tcg works.
 	realProbe bool
+	// Instances: runtime is NODE_AGENT_RUNTIME ("" = none); rt injects one
+	// (the mock); imageDirs and runtimeDir as the agent's config keys.
+	runtime    string
+	rt         runtime.Runtime
+	imageDirs  string
+	runtimeDir string
 }
 
 // fixedAccel is an accelerator probe reporting only the named ones working.
@@ -253,13 +260,20 @@ func (e *env) startAgent(hostID, token string, o agentOpts) (a *agent.Agent, sto
 	}
 	cfg := agent.Config{ControlPlaneURL: o.url, HostID: hostID, BootstrapToken: token, CAHash: e.srv.CAHash(),
 		OSFamily: "linux", StateDir: o.stateDir, ListenAddr: "127.0.0.1:0", HeartbeatInterval: 100 * time.Millisecond,
-		QEMUAccel: o.accel}
+		QEMUAccel: o.accel, Runtime: o.runtime, ImageDirs: o.imageDirs, RuntimeDir: o.runtimeDir,
+		ReconcileInterval: 200 * time.Millisecond}
+	if cfg.Runtime == "" && o.rt == nil {
+		cfg.Runtime = agent.RuntimeNone
+	}
 	opts := []agent.Option{agent.WithLogger(testLogger(e.t).With("agent", hostID))}
 	if !o.realProbe {
 		opts = append(opts, agent.WithAccelProbe(fixedAccel(accel.TCG)))
 	}
 	if o.handlers != nil {
 		opts = append(opts, agent.WithHandlers(o.handlers))
+	}
+	if o.rt != nil {
+		opts = append(opts, agent.WithRuntime(o.rt))
 	}
 	a, err := agent.New(cfg, opts...)
 	if err != nil {
