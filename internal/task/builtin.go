@@ -46,6 +46,8 @@ func Builtin() []Spec {
 	return []Spec{
 		{Type: TypeHealthProbe, Validate: validateHealthProbe, Timeout: HealthProbeTimeout},
 		{Type: TypeTopologyDiscover, Validate: validateTopologyDiscover, Timeout: TopologyDiscoverTimeout},
+		{Type: TypeVMProvision, Validate: validateVMProvision, Timeout: VMProvisionTimeout},
+		{Type: TypeVMRelease, Validate: validateVMRelease, Timeout: VMReleaseTimeout},
 	}
 }
 
