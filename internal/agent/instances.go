@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/drover-dev/drover/internal/accel"
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/image"
 	"github.com/drover-dev/drover/internal/reconcile"
@@ -69,11 +70,27 @@ func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 	v.rec = reconcile.New(v.rt, statusReporter{a}, reconcile.Options{Interval: a.cfg.ReconcileInterval,
 		Secrets: a.readSecret, Log: a.log})
 	v.slices, err = slicevm.New(slicevm.Options{Runtime: v.rt, Images: images, SysfsRoot: "/",
-		StateDir: filepath.Join(root, "slices"), CloudInitDir: filepath.Join(root, "cloud-init"), Log: a.log})
+		StateDir: filepath.Join(root, "slices"), CloudInitDir: filepath.Join(root, "cloud-init"), Log: a.log,
+		CheckAccel: a.checkAccel})
 	if err != nil {
 		return nil, fmt.Errorf("slice provisioner: %w", err)
 	}
 	return v, nil
+}
+
+// checkAccel says whether an accelerator works here, from the probe run at
+// start ("" is the selected one).
+func (a *Agent) checkAccel(_ context.Context, name string) error {
+	a.mu.Lock()
+	res, selected := a.accel, a.cfg.QEMUAccel
+	a.mu.Unlock()
+	if name == "" {
+		name = selected
+	}
+	if name == "" {
+		return errors.New("no working accelerator on this host")
+	}
+	return accel.Select(res, name)
 }
 
 // readSecret reads an instance secret from NODE_AGENT_SECRETS_DIR. A name

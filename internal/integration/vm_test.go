@@ -1,11 +1,13 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/runtime/qemu/qemutest"
+	"github.com/drover-dev/drover/internal/slicevm"
+	"github.com/drover-dev/drover/internal/task"
 )
 
 // tcgGuest builds the tiny guest into an image directory the agent may
@@ -264,5 +268,93 @@ func TestAgentKill9ReadoptsVM(t *testing.T) {
 	}
 	if ov := overlays(t, rtDir); len(ov) != 0 {
 		t.Errorf("overlays left after delete: %v", ov)
+	}
+}
+
+// TestSliceVMProvisionTCG runs slice.vm_provision and slice.vm_release
+// through the control plane on a real QEMU (TCG) host without GPUs: all 17
+// phases run in the seed's order and are timed, the VM becomes ready, and
+// the release stops it gracefully and leaves nothing behind.
+func TestSliceVMProvisionTCG(t *testing.T) {
+	_, imgDir := tcgGuest(t)
+	g := qemutest.Build(t, imgDir)
+	e := startEnv(t, openSQLite(t))
+	bt := e.createHost("slice-1")
+	rtDir := t.TempDir()
+	e.startAgent("slice-1", bt.Token, agentOpts{runtime: "qemu", imageDirs: imgDir, runtimeDir: rtDir})
+	e.waitHostStatus("slice-1", api.HostHealthy, 30*time.Second)
+
+	prov := e.enqueue("slice-1", task.TypeVMProvision, map[string]any{
+		"allocation_id": "alloc-1", "vm_name": "slice-tcg",
+		"image_url": "file://" + g.Disk, "image_sha256": g.DiskSHA256, "driver_strategy": "none",
+		"boot": api.DirectBoot{Kernel: api.Artifact{URL: "file://" + g.Kernel, SHA256: g.KernelSHA256},
+			Initrd: &api.Artifact{URL: "file://" + g.Initrd, SHA256: g.InitrdSHA256}, Cmdline: g.Cmdline},
+		"vcpus": 1, "memory_mib": 256, "network": api.NetworkSpec{Mode: api.NetworkUser},
+		"readiness_marker": g.Marker, "readiness_timeout_seconds": 120, "graceful_timeout_seconds": 30,
+	})
+	done := e.waitTask(prov.ID, 4*time.Minute)
+	if done.State != api.TaskSucceeded {
+		t.Fatalf("vm_provision %s: %+v", done.State, done.Result)
+	}
+	var out struct {
+		VMName       string `json:"vm_name"`
+		DefaultUser  string `json:"default_user"`
+		PrivateIP    string `json:"private_ip"`
+		SlotCount    *int   `json:"slot_count"`
+		ConsoleModel string `json:"console_model"`
+		RawVNC       *bool  `json:"raw_vnc"`
+		SerialSocket string `json:"serial_socket"`
+		Readiness    struct {
+			Ready bool `json:"ready"`
+		} `json:"readiness"`
+		Timings map[string]int64 `json:"timings"`
+	}
+	if err := json.Unmarshal(done.Result.Output, &out); err != nil {
+		t.Fatalf("decode output %s: %v", done.Result.Output, err)
+	}
+	if out.VMName != "slice-tcg" || out.DefaultUser == "" || out.PrivateIP == "" || out.SlotCount == nil ||
+		*out.SlotCount != 0 || out.ConsoleModel != "gateway_required" || out.RawVNC == nil || *out.RawVNC ||
+		!out.Readiness.Ready || out.SerialSocket == "" {
+		t.Errorf("vm_provision output = %s", done.Result.Output)
+	}
+	for _, ph := range slicevm.ProvisionPhases() {
+		if _, ok := done.Result.Timings[ph+"_ms"]; !ok {
+			t.Errorf("timings lack %s_ms: %v", ph, done.Result.Timings)
+		}
+	}
+	var order []string
+	for _, ev := range done.Events {
+		if slices.Contains(slicevm.ProvisionPhases(), ev.Phase) {
+			order = append(order, ev.Phase)
+		}
+	}
+	if !slices.Equal(order, slicevm.ProvisionPhases()) {
+		t.Errorf("progress phases = %v, want %v", order, slicevm.ProvisionPhases())
+	}
+	if procs := qemuProcesses(t, rtDir); len(procs) != 1 {
+		t.Errorf("qemu processes = %v, want one", procs)
+	}
+
+	rel := e.enqueue("slice-1", task.TypeVMRelease, map[string]any{"vm_name": "slice-tcg", "allocation_id": "alloc-1",
+		"graceful_timeout_seconds": 30})
+	done = e.waitTask(rel.ID, 2*time.Minute)
+	if done.State != api.TaskSucceeded {
+		t.Fatalf("vm_release %s: %+v", done.State, done.Result)
+	}
+	var relOut struct {
+		HardStopped *bool `json:"hard_stopped"`
+	}
+	_ = json.Unmarshal(done.Result.Output, &relOut)
+	if relOut.HardStopped == nil || *relOut.HardStopped {
+		t.Errorf("vm_release output = %s, want hard_stopped=false (the guest powers off on ACPI)", done.Result.Output)
+	}
+	if procs := qemuProcesses(t, rtDir); len(procs) != 0 {
+		t.Errorf("qemu processes left after release: %v", procs)
+	}
+	if ov := overlays(t, rtDir); len(ov) != 0 {
+		t.Errorf("overlays left after release: %v", ov)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(rtDir, "cloud-init")); len(ents) != 0 {
+		t.Errorf("cloud-init dirs left after release: %v", ents)
 	}
 }
