@@ -117,6 +117,9 @@ func (a *Agent) runVMs(ctx context.Context, v *vmSide) error {
 	go func() { done <- v.rec.Run(ctx) }()
 	if v.qemu != nil {
 		go v.qemu.RunOrphanLoop(ctx, orphanSweepEvery)
+		// Let go of the VMs without stopping them: they outlive the agent
+		// and the next one re-adopts them.
+		defer v.qemu.Close()
 	}
 	err := a.instancesLoop(ctx, v.rec)
 	if rerr := <-done; err == nil && !errors.Is(rerr, context.Canceled) {

@@ -21,12 +21,14 @@ import (
 	"github.com/drover-dev/drover/internal/task"
 )
 
-// tcgGuest builds the tiny guest into an image directory the agent may
-// read from and returns the instance spec that boots it.
-func tcgGuest(t *testing.T) (api.InstanceSpec, string) {
+// tcgGuest builds the tiny guest into an image directory and returns the
+// instance spec that boots it, the guest, and the agent's
+// NODE_AGENT_IMAGE_DIRS (that directory and the test kernel's).
+func tcgGuest(t *testing.T) (api.InstanceSpec, qemutest.Guest, string) {
 	t.Helper()
 	imgDir := t.TempDir()
 	g := qemutest.Build(t, imgDir)
+	imgDirs := imgDir + "," + filepath.Dir(g.Kernel)
 	spec := api.InstanceSpec{
 		Image: api.Artifact{URL: "file://" + g.Disk, SHA256: g.DiskSHA256},
 		Boot: &api.DirectBoot{Kernel: api.Artifact{URL: "file://" + g.Kernel, SHA256: g.KernelSHA256},
@@ -35,7 +37,7 @@ func tcgGuest(t *testing.T) (api.InstanceSpec, string) {
 		Readiness:       api.Readiness{SerialMarker: g.Marker, Timeout: api.Duration(2 * time.Minute)},
 		GracefulTimeout: api.Duration(30 * time.Second),
 	}
-	return spec, imgDir
+	return spec, g, imgDirs
 }
 
 // qemuProcesses lists the pids of QEMU processes whose command line
@@ -84,7 +86,7 @@ func overlays(t *testing.T, runtimeDir string) []string {
 // the tiny guest boots to Ready; deleting it stops it gracefully and leaves
 // no overlay and no QEMU process.
 func TestVMInstanceTCG(t *testing.T) {
-	spec, imgDir := tcgGuest(t)
+	spec, _, imgDir := tcgGuest(t)
 	e := startEnv(t, openSQLite(t))
 	bt := e.createHost("vm-1")
 	rtDir := t.TempDir()
@@ -214,7 +216,7 @@ func (p *agentProc) kill9() {
 // pid, no second QEMU) and the instance is still Ready; then a delete
 // cleans everything up.
 func TestAgentKill9ReadoptsVM(t *testing.T) {
-	spec, imgDir := tcgGuest(t)
+	spec, _, imgDir := tcgGuest(t)
 	bin := buildAgent(t)
 	e := startEnv(t, openSQLite(t))
 	bt := e.createHost("vm-k9")
@@ -276,8 +278,7 @@ func TestAgentKill9ReadoptsVM(t *testing.T) {
 // phases run in the seed's order and are timed, the VM becomes ready, and
 // the release stops it gracefully and leaves nothing behind.
 func TestSliceVMProvisionTCG(t *testing.T) {
-	_, imgDir := tcgGuest(t)
-	g := qemutest.Build(t, imgDir)
+	_, g, imgDir := tcgGuest(t)
 	e := startEnv(t, openSQLite(t))
 	bt := e.createHost("slice-1")
 	rtDir := t.TempDir()
@@ -294,7 +295,7 @@ func TestSliceVMProvisionTCG(t *testing.T) {
 	})
 	done := e.waitTask(prov.ID, 4*time.Minute)
 	if done.State != api.TaskSucceeded {
-		t.Fatalf("vm_provision %s: %+v", done.State, done.Result)
+		t.Fatalf("vm_provision %s: %+v\noutput: %s", done.State, done.Result.Error, done.Result.Output)
 	}
 	var out struct {
 		VMName       string `json:"vm_name"`
@@ -339,7 +340,7 @@ func TestSliceVMProvisionTCG(t *testing.T) {
 		"graceful_timeout_seconds": 30})
 	done = e.waitTask(rel.ID, 2*time.Minute)
 	if done.State != api.TaskSucceeded {
-		t.Fatalf("vm_release %s: %+v", done.State, done.Result)
+		t.Fatalf("vm_release %s: %+v\noutput: %s", done.State, done.Result.Error, done.Result.Output)
 	}
 	var relOut struct {
 		HardStopped *bool `json:"hard_stopped"`

@@ -313,3 +313,26 @@ func TestToRuntimeSpec(t *testing.T) {
 		t.Errorf("ToRuntimeSpec (-want +got):\n%s", diff)
 	}
 }
+
+// An instance adopted while still booting gets its full readiness timeout
+// from the moment it is adopted; it is not restarted at once.
+func TestAdoptedBootingInstanceKeepsBooting(t *testing.T) {
+	rt := mock.New(mock.Options{Log: quiet})
+	rt.SetBehavior("a", mock.Behavior{NeverReady: true})
+	set := []api.DesiredInstance{desired("a", 1)}
+	first := startHarness(t, rt, newRecorder(), fastOpts())
+	first.rec.SetDesired(set, false)
+	first.waitSeq("a", "Pending", "Booting")
+	first.end()
+
+	second := startHarness(t, rt.Reopen(), newRecorder(), fastOpts())
+	second.rec.SetDesired(set, false)
+	second.waitSeq("a", "Booting")
+	settle()
+	if n := rt.CallCount("stop", "a"); n != 0 {
+		t.Errorf("adopted booting instance stopped %d times, want none before its readiness timeout", n)
+	}
+	if got := second.rep.seq("a"); !slices.Equal(got, []string{"Booting"}) {
+		t.Errorf("reports after adoption = %v, want [Booting]", got)
+	}
+}

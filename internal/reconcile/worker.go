@@ -260,6 +260,9 @@ func (w *worker) start(ctx context.Context, d api.DesiredInstance) time.Time {
 func (w *worker) watch(ctx context.Context, d api.DesiredInstance) time.Time {
 	now := w.now()
 	if !w.st.Ready {
+		if w.bootDeadline.IsZero() { // adopted before it was ready: the clock starts now
+			w.bootDeadline = now.Add(readinessTimeout(d))
+		}
 		w.set(ctx, d.Generation, api.InstanceBooting, "", "")
 		if now.Before(w.bootDeadline) {
 			return w.bootDeadline

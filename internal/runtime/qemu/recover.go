@@ -139,8 +139,15 @@ func (r *Runtime) recoverOne(ctx context.Context, id string, procs map[string][]
 	if err := in.persistLocked(); err != nil {
 		r.log.Error("persist state", "id", id, "err", err)
 	}
+	// A guest that printed its marker before the agent went away is Ready
+	// now, not after the watcher's first poll: the reconciler must not see
+	// it as booting again.
+	if m := in.spec.Readiness.SerialMarker; m != "" && in.spec.Readiness.TCPPort == 0 {
+		tail := &markerTail{path: in.path(serialLogName), off: st.SerialOffset, marker: []byte(m)}
+		in.ready = tail.found()
+	}
 	r.put(in)
 	r.watch(in, p, st.SerialOffset)
-	r.log.Info("instance adopted", "id", id, "pid", pid)
+	r.log.Info("instance adopted", "id", id, "pid", pid, "ready", in.ready)
 	return nil
 }
