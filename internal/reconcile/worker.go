@@ -41,7 +41,7 @@ type worker struct {
 	startFails     int       // consecutive failed creates/starts
 	restartPending bool      // the next Start is a restart
 	restartTimes   []time.Time
-	restarts       int // restarts since it was created
+	restarts       int    // restarts since it was created
 	stopNote       string // how the last stop went, for the Stopped report
 }
 
