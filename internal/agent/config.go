@@ -37,7 +37,7 @@ type Config struct {
 	ReservedMemoryMiB int           // NODE_AGENT_RESERVED_MEMORY_MIB
 
 	// Instances (VMs).
-	Runtime           string        // NODE_AGENT_RUNTIME: qemu (default) | mock | none
+	Runtime           string        // NODE_AGENT_RUNTIME: qemu (LoadConfig's default) | mock | none (also "")
 	RuntimeDir        string        // NODE_AGENT_RUNTIME_DIR: instances, overlays, image cache (default <state dir>/runtime)
 	ImageDirs         string        // NODE_AGENT_IMAGE_DIRS: comma-separated dirs local images and file:// URLs may come from (default /var/lib/drover/images)
 	QEMUBinary        string        // NODE_AGENT_QEMU_BINARY: default qemu-system-<arch>

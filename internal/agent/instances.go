@@ -38,10 +38,11 @@ type vmSide struct {
 }
 
 // buildRuntime builds the configured runtime, image cache, reconciler and
-// slice provisioner. NODE_AGENT_RUNTIME=none gives nil.
+// slice provisioner. NODE_AGENT_RUNTIME=none (or an empty Runtime in a
+// Config built by hand; LoadConfig defaults to qemu) gives nil.
 func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 	kind := a.cfg.Runtime
-	if a.runtime == nil && kind == RuntimeNone {
+	if a.runtime == nil && (kind == RuntimeNone || kind == "") {
 		return nil, nil
 	}
 	root := a.cfg.RuntimeDir

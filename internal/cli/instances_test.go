@@ -84,7 +84,7 @@ func TestInstanceCommands(t *testing.T) {
 		{"host and host-label", append([]string{"instances", "create", "x", "--host", "h1", "--host-label", "rack=a"}, image...), 2, "can't be used together"},
 		{"bad forward", append([]string{"instances", "create", "x", "--forward", "http"}, image...), 1, "name:guestport"},
 		{"bad spec file", []string{"instances", "create", "x", "--spec", filepath.Join(dir, "bad.json")}, 1, "bogus"},
-		{"too big", append([]string{"instances", "create", "big", "--vcpus", "8", "--memory-mib", "128"}, image...), 1, "insufficient_capacity"},
+		{"too big", append([]string{"instances", "create", "big", "--vcpus", "1000", "--memory-mib", "128"}, image...), 1, "insufficient_capacity"},
 		{"list", []string{"instances", "list"}, 0, "web-1"},
 		{"list group", []string{"instances", "list", "--group", "web"}, 0, "0/1"},
 		{"show by name", []string{"instances", "show", "web-1"}, 0, "resources:      1 vCPU, 128 MiB"},

@@ -56,12 +56,12 @@ type backend struct {
 // backends are the two store adapters every integration test runs against.
 func backends() []backend {
 	return []backend{
-		{"sqlite", openSQLite},
+		{"sqlite", func(t *testing.T) store.Store { return openSQLite(t) }},
 		{"postgres", openPostgres},
 	}
 }
 
-func openSQLite(t *testing.T) store.Store {
+func openSQLite(t testing.TB) store.Store {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "drover.db"))
 	if err != nil {
@@ -91,7 +91,7 @@ func openPostgresDSN(t *testing.T, dsn string) store.Store {
 
 // env is one control-plane replica on loopback plus helpers to drive it.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	st      store.Store
 	srv     *server.Server
 	opURL   string
@@ -100,7 +100,7 @@ type env struct {
 	stop    func()
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("DROVER_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -108,7 +108,7 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // startEnv starts a replica on st with ports chosen by the kernel.
-func startEnv(t *testing.T, st store.Store, mutate ...func(*server.Config)) *env {
+func startEnv(t testing.TB, st store.Store, mutate ...func(*server.Config)) *env {
 	t.Helper()
 	opLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/server"
 	"github.com/drover-dev/drover/internal/pgtest"
 	"github.com/drover-dev/drover/internal/store"
 )
@@ -107,7 +108,8 @@ func apiSpec(vcpus, memMiB int) api.InstanceSpec {
 func TestInstancesNodeAPI(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
-			e := startEnv(t, b.open(t))
+			// 1:1 vCPUs, so the capacity checks below count whole CPUs.
+			e := startEnv(t, b.open(t), func(c *server.Config) { c.VCPUAllocationRatio = 1 })
 			a, nb := startAPINode(e, "node-a"), startAPINode(e, "node-b")
 			op := func(method, path string, in, out any, want int) {
 				t.Helper()

@@ -174,7 +174,7 @@ func names(list []api.Instance) []string {
 }
 
 // waitCapacity waits until the host has reported capacity (placement needs it).
-func waitCapacity(t *testing.T, e *env, id string) {
+func waitCapacity(t testing.TB, e *env, id string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -24,7 +24,7 @@ import (
 // tcgGuest builds the tiny guest into an image directory and returns the
 // instance spec that boots it, the guest, and the agent's
 // NODE_AGENT_IMAGE_DIRS (that directory and the test kernel's).
-func tcgGuest(t *testing.T) (api.InstanceSpec, qemutest.Guest, string) {
+func tcgGuest(t testing.TB) (api.InstanceSpec, qemutest.Guest, string) {
 	t.Helper()
 	imgDir := t.TempDir()
 	g := qemutest.Build(t, imgDir)
@@ -42,7 +42,7 @@ func tcgGuest(t *testing.T) (api.InstanceSpec, qemutest.Guest, string) {
 
 // qemuProcesses lists the pids of QEMU processes whose command line
 // mentions needle (an instance's state path).
-func qemuProcesses(t *testing.T, needle string) []int {
+func qemuProcesses(t testing.TB, needle string) []int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -67,7 +67,7 @@ func qemuProcesses(t *testing.T, needle string) []int {
 }
 
 // overlays lists the files left in a runtime's overlay directory.
-func overlays(t *testing.T, runtimeDir string) []string {
+func overlays(t testing.TB, runtimeDir string) []string {
 	t.Helper()
 	ents, err := os.ReadDir(filepath.Join(runtimeDir, "overlays"))
 	if err != nil && !os.IsNotExist(err) {

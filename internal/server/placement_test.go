@@ -106,3 +106,32 @@ func TestFleetClone(t *testing.T) {
 		t.Fatalf("clone lost the original: %+v %v %v", c.used, c.names, c.slots)
 	}
 }
+
+func TestVCPUAllocationRatio(t *testing.T) {
+	// 2 vCPUs after the reservation; 3 taken by instances.
+	h := capHost("h", api.HostHealthy, api.Capacity{VCPUs: 2, MemoryMiB: 4096}, nil)
+	used := api.Capacity{VCPUs: 3, MemoryMiB: 1024}
+	for _, tc := range []struct {
+		ratio     float64
+		wantVCPUs int
+	}{
+		{0, -1}, // unset means 1:1
+		{1, -1},
+		{4, 5},
+		{1.5, 0},
+	} {
+		free, ok := freeOf(h, used, tc.ratio)
+		if !ok || free.VCPUs != tc.wantVCPUs || free.MemoryMiB != 3072 {
+			t.Errorf("ratio %g: free = %+v (ok %t), want %d vCPUs and memory not overcommitted (3072)", tc.ratio, free, ok, tc.wantVCPUs)
+		}
+	}
+	f := testFleet(h)
+	f.cpuRatio = 4
+	f.add("h", "a", api.DesiredRunning, api.InstanceSpec{VCPUs: 3, MemoryMiB: 1024})
+	if _, err := f.place(api.PlacementRequest{Resources: api.Capacity{VCPUs: 5, MemoryMiB: 512}}, nil); err != nil {
+		t.Errorf("5 vCPUs at ratio 4 on 2 CPUs with 3 used: %v", err)
+	}
+	if _, err := f.place(api.PlacementRequest{Resources: api.Capacity{VCPUs: 6}}, nil); err == nil {
+		t.Error("6 vCPUs at ratio 4 on 2 CPUs with 3 used: placed, want insufficient_capacity")
+	}
+}
