@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/server"
 	"github.com/drover-dev/drover/internal/pgtest"
+	"github.com/drover-dev/drover/internal/server"
 	"github.com/drover-dev/drover/internal/store"
 )
 
