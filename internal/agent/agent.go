@@ -248,6 +248,12 @@ func (a *Agent) probeAccelerators(ctx context.Context) {
 		return
 	}
 	if err := accel.Select(res, a.cfg.QEMUAccel); err != nil {
+		if fb := a.cfg.AccelFallback; fb != "" && accel.Select(res, fb) == nil {
+			a.log.Warn(err.Error()+"; falling back to "+fb+" (NODE_AGENT_ACCEL_FALLBACK)",
+				"selected_accel", a.cfg.QEMUAccel, "fallback", fb, "working", res.Working)
+			a.cfg.QEMUAccel = fb
+			return
+		}
 		a.accelErr = err.Error()
 		a.log.Error(a.accelErr, "selected_accel", a.cfg.QEMUAccel, "working", res.Working)
 	}

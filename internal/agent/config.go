@@ -29,6 +29,7 @@ type Config struct {
 	CAFile            string        // NODE_AGENT_CA_FILE: alternatively, a CA bundle to trust
 	OSFamily          string        // NODE_AGENT_OS_FAMILY: linux | dragonflybsd | windows | darwin
 	QEMUAccel         string        // NODE_AGENT_QEMU_ACCEL: kvm | nvmm | hvf | tcg
+	AccelFallback     string        // NODE_AGENT_ACCEL_FALLBACK: "tcg" lets a host whose selected accelerator fails run VMs under TCG instead of refusing
 	StateDir          string        // NODE_AGENT_STATE_DIR
 	ListenAddr        string        // NODE_AGENT_LISTEN: local API, default 127.0.0.1:9000
 	Hostname          string        // -hostname
@@ -76,6 +77,7 @@ func (c *Config) fields() map[string]*string {
 		"NODE_AGENT_STATE_DIR":         &c.StateDir,
 		"NODE_AGENT_LISTEN":            &c.ListenAddr,
 		"NODE_AGENT_HOSTNAME":          &c.Hostname,
+		"NODE_AGENT_ACCEL_FALLBACK":    &c.AccelFallback,
 		"NODE_AGENT_RUNTIME":           &c.Runtime,
 		"NODE_AGENT_RUNTIME_DIR":       &c.RuntimeDir,
 		"NODE_AGENT_IMAGE_DIRS":        &c.ImageDirs,
@@ -107,6 +109,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.DurationVar(&f.HeartbeatInterval, "heartbeat-interval", 0, "heartbeat interval (default: the server's, 5s)")
 	fs.IntVar(&f.ReservedVCPUs, "reserved-vcpus", 0, "vCPUs reserved for the host OS")
 	fs.IntVar(&f.ReservedMemoryMiB, "reserved-memory-mib", 0, "memory reserved for the host OS, MiB")
+	fs.StringVar(&f.AccelFallback, "accel-fallback", "", `"tcg": run VMs under TCG when the selected accelerator does not work`)
 	fs.StringVar(&f.Runtime, "runtime", "", "instance runtime: qemu (default) | mock | none")
 	fs.StringVar(&f.RuntimeDir, "runtime-dir", "", "instances, overlays and image cache (default <state dir>/runtime)")
 	fs.StringVar(&f.ImageDirs, "image-dirs", "", "comma-separated dirs local images may come from")
@@ -155,7 +158,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 		{&c.ControlPlaneURL, f.ControlPlaneURL}, {&c.HostID, f.HostID}, {&c.BootstrapToken, f.BootstrapToken},
 		{&c.CAHash, f.CAHash}, {&c.CAFile, f.CAFile}, {&c.OSFamily, f.OSFamily}, {&c.QEMUAccel, f.QEMUAccel},
 		{&c.StateDir, f.StateDir}, {&c.ListenAddr, f.ListenAddr}, {&c.Hostname, f.Hostname},
-		{&c.Runtime, f.Runtime}, {&c.RuntimeDir, f.RuntimeDir}, {&c.ImageDirs, f.ImageDirs},
+		{&c.AccelFallback, f.AccelFallback}, {&c.Runtime, f.Runtime}, {&c.RuntimeDir, f.RuntimeDir}, {&c.ImageDirs, f.ImageDirs},
 		{&c.QEMUBinary, f.QEMUBinary}, {&c.SecretsDir, f.SecretsDir},
 	} {
 		if p.v != "" {
@@ -249,6 +252,9 @@ func (c Config) Validate() error {
 	}
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("NODE_AGENT_STATE_DIR is required"))
+	}
+	if c.AccelFallback != "" && c.AccelFallback != "tcg" {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_ACCEL_FALLBACK %q: must be tcg or empty", c.AccelFallback))
 	}
 	switch c.Runtime {
 	case RuntimeQEMU, RuntimeMock, RuntimeNone, "":

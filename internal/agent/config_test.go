@@ -246,6 +246,8 @@ func TestLoadConfigValidation(t *testing.T) {
 			[]string{"-heartbeat-interval 50ms", "at least 100ms"}},
 		{"negative heartbeat", append([]string{"-heartbeat-interval", "-1s"}, url...), nil, "",
 			[]string{"-heartbeat-interval -1s"}},
+		{"bad accel fallback", append([]string{"-accel-fallback", "kvm"}, url...), nil, "",
+			[]string{`NODE_AGENT_ACCEL_FALLBACK "kvm"`, "tcg or empty"}},
 		{"unknown runtime", append([]string{"-runtime", "xen"}, url...), nil, "",
 			[]string{`NODE_AGENT_RUNTIME "xen"`, "qemu, mock or none"}},
 		{"relative image dir", append([]string{"-image-dirs", "/ok,images"}, url...), nil, "",

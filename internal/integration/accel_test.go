@@ -30,6 +30,19 @@ func TestUnsupportedSelectedAccel(t *testing.T) {
 	}
 }
 
+// TestAccelFallbackToTCG: with NODE_AGENT_ACCEL_FALLBACK=tcg the same host
+// runs VMs under TCG instead of refusing, and stays schedulable.
+func TestAccelFallbackToTCG(t *testing.T) {
+	e := startEnv(t, openSQLite(t))
+	bt := e.createHost("node-fb")
+	e.startAgent("node-fb", bt.Token, agentOpts{accel: "kvm", fallback: "tcg"})
+	h := e.waitHostStatus("node-fb", api.HostHealthy, 10*time.Second)
+	if h.SelectedAccel != "tcg" || h.Capabilities == nil || h.Capabilities.AccelError != "" || !h.Schedulable {
+		t.Fatalf("host selected %q, accel_error %q, schedulable %t; want tcg, none, true",
+			h.SelectedAccel, h.Capabilities.AccelError, h.Schedulable)
+	}
+}
+
 // TestRealAcceleratorProbe runs the real probe (a KVM guest in a child
 // process of this test binary, and QEMU's accelerator list). Whatever this
 // machine supports, the host record must agree with it.

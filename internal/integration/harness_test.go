@@ -222,6 +222,7 @@ type agentOpts struct {
 	handlers agent.Handlers
 	url      string
 	accel    string // NODE_AGENT_QEMU_ACCEL
+	fallback string // NODE_AGENT_ACCEL_FALLBACK
 	// realProbe runs the real accelerator probe (a KVM guest in a child
 	// process) instead of a fixture where only tcg works.
 	realProbe bool
@@ -260,7 +261,7 @@ func (e *env) startAgent(hostID, token string, o agentOpts) (a *agent.Agent, sto
 	}
 	cfg := agent.Config{ControlPlaneURL: o.url, HostID: hostID, BootstrapToken: token, CAHash: e.srv.CAHash(),
 		OSFamily: "linux", StateDir: o.stateDir, ListenAddr: "127.0.0.1:0", HeartbeatInterval: 100 * time.Millisecond,
-		QEMUAccel: o.accel, Runtime: o.runtime, ImageDirs: o.imageDirs, RuntimeDir: o.runtimeDir,
+		QEMUAccel: o.accel, AccelFallback: o.fallback, Runtime: o.runtime, ImageDirs: o.imageDirs, RuntimeDir: o.runtimeDir,
 		ReconcileInterval: 200 * time.Millisecond}
 	if cfg.Runtime == "" && o.rt == nil {
 		cfg.Runtime = agent.RuntimeNone
