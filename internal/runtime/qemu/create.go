@@ -97,7 +97,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 		}
 		in.st.Disk, in.st.DiskFormat, in.st.BlockDisk = spec.BootDevice, "raw", fi.Mode()&os.ModeDevice != 0
 	} else {
-		base, err := r.fetch(ctx, "image", spec.Image)
+		base, err := r.fetch(ctx, "spec.image", spec.Image)
 		if err != nil {
 			return nil, runtime.Errorf(api.ReasonImagePullFailed, "create", id, "%w", err)
 		}
@@ -112,11 +112,11 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 		in.st.Disk, in.st.DiskFormat, in.st.Overlay = overlay, "qcow2", overlay
 	}
 	if b := spec.Boot; b != nil {
-		if in.st.Kernel, err = r.fetch(ctx, "kernel", b.Kernel); err != nil {
+		if in.st.Kernel, err = r.fetch(ctx, "spec.boot.kernel", b.Kernel); err != nil {
 			return nil, runtime.Errorf(api.ReasonImagePullFailed, "create", id, "%w", err)
 		}
 		if b.Initrd != nil {
-			if in.st.Initrd, err = r.fetch(ctx, "initrd", *b.Initrd); err != nil {
+			if in.st.Initrd, err = r.fetch(ctx, "spec.boot.initrd", *b.Initrd); err != nil {
 				return nil, runtime.Errorf(api.ReasonImagePullFailed, "create", id, "%w", err)
 			}
 		}
