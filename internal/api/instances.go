@@ -231,6 +231,10 @@ type DesiredInstance struct {
 	Generation   int64        `json:"generation"`
 	DesiredState DesiredState `json:"desired_state"`
 	Spec         InstanceSpec `json:"spec"`
+	// PCIDevices are the host PCI addresses of the instance's approved slots
+	// (each slot's GPU, then its fabric VF), resolved by the control plane;
+	// the agent passes them through with VFIO.
+	PCIDevices []string `json:"pci_devices,omitempty"`
 }
 
 // NodeInstances is GET /internal/v1/nodes/{id}/instances: the node's whole

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -259,13 +260,24 @@ func TestInstancesNodeAPI(t *testing.T) {
 			if eb.Error.Code != "slot_unavailable" || !strings.Contains(eb.Error.Message, "slot slot-0 is not approved") {
 				t.Errorf("unapproved slot: %+v", eb.Error)
 			}
-			if err := e.st.ApproveSlots(context.Background(), []store.Slot{{HostID: "node-a", SlotID: "slot-0", ApprovedBy: "test"}}); err != nil {
+			if err := e.st.ApproveSlots(context.Background(), []store.Slot{{HostID: "node-a", SlotID: "slot-0", ApprovedBy: "test",
+				Spec: json.RawMessage(`{"slot_index":0,"pci_address":"0000:17:00.0","fabric_device":"0000:18:00.2","nvme_device":null}`)}}); err != nil {
 				t.Fatal(err)
 			}
 			var gpu1 api.Instance
 			op(http.MethodPost, "/api/v1/instances", api.CreateInstanceRequest{Name: "gpu1", Spec: spec}, &gpu1, http.StatusCreated)
 			if gpu1.HostID != "node-a" {
 				t.Errorf("slot instance placed on %s, want the host that has the slot", gpu1.HostID)
+			}
+			// The node learns which devices to pass through.
+			var devs []string
+			for _, d := range set0(t, a).Instances {
+				if d.ID == gpu1.ID {
+					devs = d.PCIDevices
+				}
+			}
+			if !slices.Equal(devs, []string{"0000:17:00.0", "0000:18:00.2"}) {
+				t.Errorf("desired gpu1 pci_devices = %v, want the slot's GPU and fabric VF", devs)
 			}
 			op(http.MethodPost, "/api/v1/instances", api.CreateInstanceRequest{Name: "gpu2", HostID: "node-a", Spec: spec}, &eb, http.StatusConflict)
 			if eb.Error.Code != "slot_unavailable" || !strings.Contains(eb.Error.Message, "held by instance gpu1") {

@@ -370,5 +370,8 @@ func ToRuntimeSpec(d api.DesiredInstance, secrets map[string][]byte) runtime.Spe
 		Readiness: s.Readiness,
 		Secrets:   secrets,
 		Owner:     Owner,
+		// The approved slots' GPUs and fabric VFs, resolved by the control
+		// plane.
+		PCIDevices: d.PCIDevices,
 	}
 }

@@ -302,12 +302,13 @@ func TestToRuntimeSpec(t *testing.T) {
 	d.Spec.Boot = &api.DirectBoot{Kernel: api.Artifact{URL: "file:///k", SHA256: "cd"}, Cmdline: "console=ttyS0"}
 	d.Spec.CloudInit = &api.CloudInit{Hostname: "a"}
 	d.Spec.Network = api.NetworkSpec{Mode: api.NetworkUser, Forwards: []api.PortForward{{Name: "ssh", GuestPort: 22}}}
+	d.PCIDevices = []string{"0000:17:00.0", "0000:18:00.2"}
 	secrets := map[string][]byte{"s": []byte("x")}
 	got := ToRuntimeSpec(d, secrets)
 	want := runtime.Spec{
 		ID: "a", Image: d.Spec.Image, DiskGiB: 2, Boot: d.Spec.Boot, VCPUs: 1, MemoryMiB: 256,
 		Network: d.Spec.Network, CloudInit: d.Spec.CloudInit, Readiness: d.Spec.Readiness,
-		Secrets: secrets, Owner: Owner,
+		Secrets: secrets, Owner: Owner, PCIDevices: d.PCIDevices,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ToRuntimeSpec (-want +got):\n%s", diff)

@@ -51,16 +51,55 @@ func (s *Server) desiredSet(ctx context.Context, nodeID string) (set api.NodeIns
 		return api.NodeInstances{}, false, err
 	}
 	set = api.NodeInstances{Draining: h.Draining, Instances: make([]api.DesiredInstance, 0, len(ins))}
+	var devices map[string][]string // slot id → PCI addresses, read once when needed
 	for _, in := range ins {
 		d := api.DesiredInstance{ID: in.ID, Name: in.Name, Generation: in.Generation, DesiredState: in.DesiredState}
 		if err := json.Unmarshal(in.Spec, &d.Spec); err != nil {
 			return api.NodeInstances{}, false, fmt.Errorf("instance %s: decode spec: %w", in.ID, err)
+		}
+		if len(d.Spec.Slots) > 0 && devices == nil {
+			if devices, err = s.slotDevices(ctx, nodeID); err != nil {
+				return api.NodeInstances{}, false, err
+			}
+		}
+		for _, sl := range d.Spec.Slots {
+			d.PCIDevices = append(d.PCIDevices, devices[sl]...)
 		}
 		set.Instances = append(set.Instances, d)
 	}
 	sort.Slice(set.Instances, func(i, j int) bool { return set.Instances[i].ID < set.Instances[j].ID })
 	set.ETag = instancesETag(set.Draining, set.Instances)
 	return set, h.Revoked, nil
+}
+
+// slotDevices maps a host's approved slots to the PCI addresses they pass
+// through: the GPU, then the fabric VF when the slot has one.
+func (s *Server) slotDevices(ctx context.Context, hostID string) (map[string][]string, error) {
+	slots, err := s.store.ListSlots(ctx, hostID)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]string, len(slots))
+	for _, sl := range slots {
+		var c struct {
+			PCIAddress   string  `json:"pci_address"`
+			FabricDevice *string `json:"fabric_device"`
+		}
+		if len(sl.Spec) > 0 {
+			if err := json.Unmarshal(sl.Spec, &c); err != nil {
+				return nil, fmt.Errorf("slot %s/%s: decode spec: %w", hostID, sl.SlotID, err)
+			}
+		}
+		var devs []string
+		if c.PCIAddress != "" {
+			devs = append(devs, c.PCIAddress)
+		}
+		if c.FabricDevice != nil && *c.FabricDevice != "" {
+			devs = append(devs, *c.FabricDevice)
+		}
+		out[sl.SlotID] = devs
+	}
+	return out, nil
 }
 
 // nodeInstances returns the node's desired instance set. With ?etag= equal
