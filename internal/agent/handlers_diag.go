@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	"github.com/drover-dev/drover/internal/accel"
@@ -27,6 +28,7 @@ func DefaultHandlers(cfg Config) Handlers {
 			return Outcome{Output: out, Timings: rep.Timings}, err
 		}},
 	}
+	maps.Copy(h, AllocHandlers(cfg))
 	for typ, handler := range SliceHandlers(cfg) {
 		h[typ] = handler
 	}

@@ -48,6 +48,8 @@ func Builtin() []Spec {
 		{Type: TypeTopologyDiscover, Validate: validateTopologyDiscover, Timeout: TopologyDiscoverTimeout},
 		{Type: TypeVMProvision, Validate: validateVMProvision, Timeout: VMProvisionTimeout},
 		{Type: TypeVMRelease, Validate: validateVMRelease, Timeout: VMReleaseTimeout},
+		{Type: TypeAllocProvisionUser, Validate: validateAllocProvisionUser, Timeout: AllocProvisionUserTimeout},
+		{Type: TypeAllocDeprovisionUser, Validate: validateAllocDeprovisionUser, Timeout: AllocDeprovisionUserTimeout},
 	}
 }
 
