@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/drover-dev/drover/internal/atomicfile"
 )
 
 // CacheFile is the name of the cached verdict in Config.CacheDir.
@@ -132,27 +134,7 @@ func (p *Prober) store(key cacheKey, keyErr error, res Result) error {
 	if err := os.MkdirAll(p.cfg.CacheDir, 0o700); err != nil {
 		return fail(err)
 	}
-	tmp, err := os.CreateTemp(p.cfg.CacheDir, ".accel-probe-*.tmp")
-	if err != nil {
-		return fail(err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fail(err)
-	}
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fail(err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fail(err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fail(err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.Write(path, append(b, '\n'), 0o600); err != nil {
 		return fail(err)
 	}
 	return nil

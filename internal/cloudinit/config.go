@@ -19,6 +19,8 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/drover-dev/drover/internal/atomicfile"
+
 	"golang.org/x/crypto/ssh"
 )
 
@@ -309,34 +311,9 @@ func WriteSeedDir(dir string, c Config) error {
 		name string
 		data []byte
 	}{{"user-data", ud}, {"meta-data", c.MetaData()}} {
-		if err := writeAtomic(filepath.Join(dir, f.name), f.data); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, f.name), f.data, 0o600); err != nil {
 			return fmt.Errorf("cloudinit: write %s: %w", f.name, err)
 		}
 	}
 	return nil
-}
-
-// writeAtomic writes data to a 0600 temporary file beside path, syncs it
-// and renames it over path.
-func writeAtomic(path string, data []byte) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

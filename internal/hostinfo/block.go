@@ -43,6 +43,27 @@ func ReadMounts(path string) ([]Mount, error) {
 	return out, nil
 }
 
+// ReadMountInfo parses a /proc/<pid>/mountinfo file: unlike /proc/mounts
+// it shows every mount of the process's namespace with the mount source
+// after the " - " separator (octal escapes decoded).
+func ReadMountInfo(path string) ([]Mount, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	var out []Mount
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if ok && len(f) >= 5 && len(g) >= 2 {
+			out = append(out, Mount{Device: unescapeMount(g[1]), MountPoint: unescapeMount(f[4]), FSType: g[0]})
+		}
+	}
+	return out, sc.Err()
+}
+
 // ReadSwaps parses a /proc/swaps file into mounts with MountPoint "[swap]"
 // and FSType "swap"; a missing file means no swap.
 func ReadSwaps(path string) ([]Mount, error) {

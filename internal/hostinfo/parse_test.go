@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -263,5 +264,30 @@ func TestNvidiaGPUs(t *testing.T) {
 				t.Errorf("err = %v mentions nvml in a build without it", err)
 			}
 		})
+	}
+}
+
+func TestReadMountInfo(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mountinfo")
+	data := "22 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme8n1p2 rw\n" +
+		"40 22 259:5 / /mnt/my\\040data rw - xfs /dev/nvme0n1p1 rw\n" +
+		"garbage line\n"
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadMountInfo(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Mount{{Device: "/dev/nvme8n1p2", MountPoint: "/", FSType: "ext4"},
+		{Device: "/dev/nvme0n1p1", MountPoint: "/mnt/my data", FSType: "xfs"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("ReadMountInfo = %+v, want %+v", got, want)
+	}
+	if got := unescapeMount(`/mnt/a\040b\\`); got != `/mnt/a b\\` {
+		t.Errorf("unescapeMount = %q", got)
+	}
+	if _, err := ReadMountInfo(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("missing file: no error")
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/drover-dev/drover/internal/atomicfile"
+
 	"golang.org/x/crypto/ssh"
 )
 
@@ -202,7 +204,7 @@ func (m *Manager) applySudoers(ctx context.Context, username string, sudo bool) 
 		_ = os.Remove(tmp)
 		return fail(CodeSudoersInvalid, phase, err, "install %s", path)
 	}
-	if err := syncDir(m.opts.SudoersDir); err != nil {
+	if err := atomicfile.SyncDir(m.opts.SudoersDir); err != nil {
 		return fail(CodeSudoersInvalid, phase, err, "sync %s", m.opts.SudoersDir)
 	}
 	return nil

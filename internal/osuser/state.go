@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/drover-dev/drover/internal/atomicfile"
 )
 
 const stateVersion = 1
@@ -65,51 +67,5 @@ func (m *Manager) saveState(st state) error {
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}
-	return writeFileAtomic(m.opts.StateDir, StateFileName, append(b, '\n'), 0o600)
-}
-
-// writeFileAtomic replaces dir/name with data: temporary file, fsync,
-// rename, fsync of the directory. The file is owned by the caller.
-func writeFileAtomic(dir, name string, data []byte, perm fs.FileMode) (err error) {
-	f, err := os.CreateTemp(dir, "."+name+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("create temp for %s: %w", name, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(perm); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("chmod %s: %w", tmp, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("fsync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("rename %s: %w", tmp, err)
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync dir %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.Write(filepath.Join(m.opts.StateDir, StateFileName), append(b, '\n'), 0o600)
 }

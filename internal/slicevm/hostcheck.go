@@ -4,8 +4,6 @@ package slicevm
 // the OVS bridge and the NVMe devices.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/drover-dev/drover/internal/hostinfo"
 
 	"github.com/drover-dev/drover/internal/accel"
 	"github.com/drover-dev/drover/internal/task"
@@ -292,8 +292,8 @@ func (p *Provisioner) checkDevice(dev string) (string, error) {
 		return "", failf(CodeRuntimeInvalid, "cannot tell whether %s is mounted: %w", dev, err)
 	}
 	for _, m := range mounts {
-		if src := resolveSource(m.source); src == resolved || sameDiskOrPartition(filepath.Base(src), name) {
-			return "", busy("%s is mounted at %s", m.source, m.point)
+		if src := resolveSource(m.Device); src == resolved || sameDiskOrPartition(filepath.Base(src), name) {
+			return "", busy("%s is mounted at %s", m.Device, m.MountPoint)
 		}
 	}
 	if b, err := os.ReadFile(p.root("proc", "swaps")); err == nil {
@@ -327,55 +327,18 @@ func within(root, p string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
 }
 
-type mount struct{ source, point string }
-
 // mounts reads SysfsRoot/proc/self/mountinfo (or mounts, where mountinfo
 // is missing).
-func (p *Provisioner) mounts() ([]mount, error) {
-	b, err := os.ReadFile(p.root("proc", "self", "mountinfo"))
+func (p *Provisioner) mounts() ([]hostinfo.Mount, error) {
+	ms, err := hostinfo.ReadMountInfo(p.root("proc", "self", "mountinfo"))
 	if err == nil {
-		var out []mount
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			pre, post, ok := strings.Cut(sc.Text(), " - ")
-			f, g := strings.Fields(pre), strings.Fields(post)
-			if ok && len(f) >= 5 && len(g) >= 2 {
-				out = append(out, mount{source: unescapeMount(g[1]), point: unescapeMount(f[4])})
-			}
-		}
-		return out, sc.Err()
+		return ms, nil
 	}
-	b, err2 := os.ReadFile(p.root("proc", "self", "mounts"))
+	ms, err2 := hostinfo.ReadMounts(p.root("proc", "self", "mounts"))
 	if err2 != nil {
 		return nil, errors.Join(err, err2)
 	}
-	var out []mount
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 {
-			out = append(out, mount{source: unescapeMount(f[0]), point: unescapeMount(f[1])})
-		}
-	}
-	return out, nil
-}
-
-// unescapeMount undoes the kernel's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return ms, nil
 }
 
 // resolveSource follows a mount source's symlinks (by-uuid, mapper).

@@ -161,9 +161,6 @@ func TestSameDiskOrPartition(t *testing.T) {
 			t.Errorf("sameDiskOrPartition(%q, %q) = %v", tc.name, tc.disk, got)
 		}
 	}
-	if got := unescapeMount(`/mnt/a\040b\\`); got != `/mnt/a b\\` {
-		t.Errorf("unescapeMount = %q", got)
-	}
 }
 
 func TestNew(t *testing.T) {

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drover-dev/drover/internal/atomicfile"
+
 	"golang.org/x/crypto/ssh"
 
 	"github.com/drover-dev/drover/internal/task"
@@ -61,7 +63,7 @@ func (p *Provisioner) acquireLease(vm, alloc string, s task.VMSlot) (created boo
 	defer func() { _ = os.Remove(tmp) }()
 	lerr := os.Link(tmp, p.leasePath(s.SlotID))
 	if lerr == nil {
-		syncDir(dir)
+		_ = atomicfile.SyncDir(dir)
 		return true, nil
 	}
 	if !errors.Is(lerr, fs.ErrExist) {
@@ -137,7 +139,7 @@ func (p *Provisioner) releaseLease(vm, slotID string) (bool, error) {
 	if err := os.Remove(p.leasePath(slotID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, err
 	}
-	syncDir(p.leaseDir())
+	_ = atomicfile.SyncDir(p.leaseDir())
 	return true, nil
 }
 
@@ -347,26 +349,8 @@ func writeTemp(dir string, data []byte, perm os.FileMode) (path string, err erro
 // writeAtomic replaces path with data (mode perm), creating its directory
 // (0700) if needed.
 func writeAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp, err := writeTemp(dir, data, perm)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	syncDir(dir)
-	return nil
-}
-
-// syncDir makes renames and links in dir durable where the OS can.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
+	return atomicfile.Write(path, data, perm)
 }

@@ -5,7 +5,6 @@ package statedir
 import (
 	"fmt"
 	"io/fs"
-	"os"
 )
 
 // checkDirPerm refuses a state directory that group or others can write:
@@ -16,19 +15,3 @@ func checkDirPerm(path string, fi fs.FileInfo) error {
 	}
 	return nil
 }
-
-// syncDir fsyncs a directory so that a rename in it is durable.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// rename atomically replaces to with from; syncDir makes it durable.
-func rename(from, to string) error { return os.Rename(from, to) }

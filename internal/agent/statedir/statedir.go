@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/drover-dev/drover/internal/atomicfile"
+
 	"github.com/drover-dev/drover/internal/api"
 )
 
@@ -36,7 +38,7 @@ const (
 	nodeIDFile   = "node_id"
 	identityFile = "identity.json"
 	tasksDir     = "tasks"
-	tmpSuffix    = ".tmp"
+	tmpSuffix    = atomicfile.TempSuffix
 )
 
 // Sentinel errors, matched with errors.Is.
@@ -125,37 +127,9 @@ func removeTemps(dir string) error {
 // writeAtomic replaces dir/name with data so that a crash leaves either the
 // old or the new content: write a temporary file, fsync it, rename it over
 // name, fsync the directory.
-func writeAtomic(dir, name string, data []byte) (err error) {
-	f, err := os.CreateTemp(dir, name+".*"+tmpSuffix)
-	if err != nil {
-		return fmt.Errorf("statedir: create temp for %s: %w", name, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(FileMode); err != nil { // CreateTemp's 0600 is filtered by the umask
-		_ = f.Close()
-		return fmt.Errorf("statedir: chmod temp for %s: %w", name, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("statedir: write %s: %w", name, err)
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("statedir: fsync %s: %w", name, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("statedir: close %s: %w", name, err)
-	}
-	if err := rename(tmp, filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("statedir: rename %s: %w", name, err)
-	}
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("statedir: fsync dir for %s: %w", name, err)
+func writeAtomic(dir, name string, data []byte) error {
+	if err := atomicfile.Write(filepath.Join(dir, name), data, FileMode); err != nil {
+		return fmt.Errorf("statedir: %w", err)
 	}
 	return nil
 }

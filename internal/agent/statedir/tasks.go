@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drover-dev/drover/internal/atomicfile"
+
 	"github.com/drover-dev/drover/internal/api"
 )
 
@@ -204,7 +206,7 @@ func (d *Dir) Prune(now time.Time, keep time.Duration) (int, error) {
 		n++
 	}
 	if n > 0 {
-		if err := syncDir(d.tasksPath()); err != nil {
+		if err := atomicfile.SyncDir(d.tasksPath()); err != nil {
 			errs = append(errs, fmt.Errorf("statedir: fsync tasks dir: %w", err))
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/drover-dev/drover/internal/atomicfile"
+
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/cloudinit"
 	"github.com/drover-dev/drover/internal/runtime"
@@ -140,7 +142,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 	if err := in.persistLocked(); err != nil {
 		return nil, runtime.Errorf(api.ReasonRootfsBuildFailed, "create", id, "write state: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, specFile), specBytes, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, specFile), specBytes, 0o600); err != nil {
 		return nil, runtime.Errorf(api.ReasonRootfsBuildFailed, "create", id, "write spec: %w", err)
 	}
 	return in, nil

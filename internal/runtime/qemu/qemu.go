@@ -27,6 +27,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/drover-dev/drover/internal/atomicfile"
+
 	"github.com/drover-dev/drover/internal/accel"
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/image"
@@ -299,31 +301,7 @@ func (in *instance) persistLocked() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(in.path(stateFile), b, 0o600)
-}
-
-// writeFileAtomic writes data to a temporary file beside path and renames
-// it over path.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	if werr == nil {
-		werr = f.Chmod(perm)
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, path)
-	}
-	if werr != nil {
-		_ = os.Remove(tmp)
-	}
-	return werr
+	return atomicfile.Write(in.path(stateFile), b, 0o600)
 }
 
 // get returns the known instance id, or nil.
