@@ -9,17 +9,23 @@ import (
 	"testing"
 
 	"github.com/drover-dev/drover/internal/server"
+	"github.com/drover-dev/drover/internal/store"
 	"github.com/drover-dev/drover/internal/store/sqlite"
 )
 
 // startServer runs a control plane on loopback and returns its operator
-// URL and a token.
-func startServer(t *testing.T) (apiURL, token string) {
+// URL and a token. seed, when given, fills the store before it starts.
+func startServer(t *testing.T, seed ...func(context.Context, store.Store) error) (apiURL, token string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "d.db"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range seed {
+		if err := f(ctx, st); err != nil {
+			t.Fatal(err)
+		}
 	}
 	opLn, _ := net.Listen("tcp", "127.0.0.1:0")
 	nodeLn, _ := net.Listen("tcp", "127.0.0.1:0")

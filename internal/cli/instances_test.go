@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,40 +11,20 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/server"
 	"github.com/drover-dev/drover/internal/store"
-	"github.com/drover-dev/drover/internal/store/sqlite"
 )
 
 // startServerWithHost runs a control plane whose store holds one healthy
 // host "h1" with 4 vCPU and 4 GiB to give.
 func startServerWithHost(t *testing.T) (apiURL, token string, st store.Store) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "d.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	capa, _ := json.Marshal(api.CapacityReport{Total: api.Capacity{VCPUs: 4, MemoryMiB: 4096, DiskGiB: 50}})
-	if err := st.CreateHost(ctx, store.Host{ID: "h1", OSFamily: api.OSLinux, Enabled: true, Status: api.HostHealthy,
-		Capacity: capa, Labels: map[string]string{"rack": "a"}}); err != nil {
-		t.Fatal(err)
-	}
-	opLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	nodeLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	srv, err := server.New(ctx, server.Config{NodeAddr: nodeLn.Addr().String(), NodeURL: "https://" + nodeLn.Addr().String()}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(ctx, opLn, nodeLn); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; st.Close() })
-	<-srv.Ready()
-	tok, err := srv.CreateOperatorToken(ctx, "cli-test", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "http://" + opLn.Addr().String(), tok.Token, st
+	apiURL, token = startServer(t, func(ctx context.Context, s store.Store) error {
+		st = s
+		capa, _ := json.Marshal(api.CapacityReport{Total: api.Capacity{VCPUs: 4, MemoryMiB: 4096, DiskGiB: 50}})
+		return s.CreateHost(ctx, store.Host{ID: "h1", OSFamily: api.OSLinux, Enabled: true, Status: api.HostHealthy,
+			Capacity: capa, Labels: map[string]string{"rack": "a"}})
+	})
+	return apiURL, token, st
 }
 
 func TestInstanceCommands(t *testing.T) {
