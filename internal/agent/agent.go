@@ -155,7 +155,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.probeAccelerators(ctx)
 	vms, err := a.buildRuntime(ctx)
 	if err != nil {
-		return err
+		// The host still enrols, heartbeats and runs tasks; it just runs no
+		// instances (e.g. no QEMU or no working accelerator on this host).
+		a.log.Error("instance runtime unavailable; this host runs no instances", "runtime", a.cfg.Runtime, "err", err)
+		vms = nil
 	}
 	if vms != nil {
 		a.mu.Lock()

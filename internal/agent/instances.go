@@ -59,6 +59,8 @@ func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 	case v.rt != nil:
 	case kind == RuntimeMock:
 		v.rt = mock.New(mock.Options{Log: a.log})
+	case a.cfg.QEMUAccel == "":
+		return nil, errors.New("no working accelerator for QEMU (is qemu-system installed? see docs/runbooks/accelerators.md)")
 	default:
 		q, err := qemu.New(ctx, qemu.Options{Root: root, Images: images, Accel: a.cfg.QEMUAccel,
 			QEMUBinary: a.cfg.QEMUBinary, Log: a.log,

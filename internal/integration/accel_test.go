@@ -43,6 +43,20 @@ func TestAccelFallbackToTCG(t *testing.T) {
 	}
 }
 
+// TestAgentWithoutWorkingAccelerator: a host configured for QEMU where no
+// accelerator works (no QEMU installed, no KVM) still enrols, heartbeats and
+// runs tasks; it just runs no instances.
+func TestAgentWithoutWorkingAccelerator(t *testing.T) {
+	e := startEnv(t, openSQLite(t))
+	bt := e.createHost("node-noaccel")
+	e.startAgent("node-noaccel", bt.Token, agentOpts{runtime: "qemu", probe: fixedAccel(), runtimeDir: t.TempDir()})
+	e.waitHostStatus("node-noaccel", api.HostHealthy, 10*time.Second)
+	tk := e.enqueue("node-noaccel", "diag.health_probe", map[string]any{})
+	if done := e.waitTask(tk.ID, 30*time.Second); done.State != api.TaskSucceeded {
+		t.Fatalf("health probe on a host without accelerators: %s", done.State)
+	}
+}
+
 // TestRealAcceleratorProbe runs the real probe (a KVM guest in a child
 // process of this test binary, and QEMU's accelerator list). Whatever this
 // machine supports, the host record must agree with it.

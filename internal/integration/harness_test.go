@@ -226,6 +226,8 @@ type agentOpts struct {
 	// realProbe runs the real accelerator probe (a KVM guest in a child
 	// process) instead of a fixture where only tcg works.
 	realProbe bool
+	// probe replaces the fixture probe (where only tcg works).
+	probe func(context.Context) (accel.Result, error)
 	// Instances: runtime is NODE_AGENT_RUNTIME ("" = none); rt injects one
 	// (the mock); imageDirs and runtimeDir as the agent's config keys.
 	runtime    string
@@ -267,7 +269,10 @@ func (e *env) startAgent(hostID, token string, o agentOpts) (a *agent.Agent, sto
 		cfg.Runtime = agent.RuntimeNone
 	}
 	opts := []agent.Option{agent.WithLogger(testLogger(e.t).With("agent", hostID))}
-	if !o.realProbe {
+	switch {
+	case o.probe != nil:
+		opts = append(opts, agent.WithAccelProbe(o.probe))
+	case !o.realProbe:
 		opts = append(opts, agent.WithAccelProbe(fixedAccel(accel.TCG)))
 	}
 	if o.handlers != nil {
