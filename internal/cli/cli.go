@@ -22,16 +22,17 @@ var Version = "dev"
 
 // CLI is the root command.
 type CLI struct {
-	Dev       DevCmd       `cmd:"" help:"Run control plane, embedded SQLite and a local agent in one process."`
-	Server    ServerCmd    `cmd:"" help:"Run a control plane replica."`
-	Hosts     HostsCmd     `cmd:"" help:"Manage host records."`
-	Tasks     TasksCmd     `cmd:"" help:"Queue and inspect signed tasks."`
-	Instances InstancesCmd `cmd:"" help:"Declare, inspect and scale VM instances."`
-	Token     TokenCmd     `cmd:"" help:"Manage operator tokens."`
-	Keys      KeysCmd      `cmd:"" help:"Manage task-signing keys."`
-	Audit     AuditCmd     `cmd:"" help:"Read the audit log."`
-	Bench     BenchCmd     `cmd:"" help:"Load harnesses."`
-	Version   VersionCmd   `cmd:"" help:"Print the version."`
+	Dev         DevCmd         `cmd:"" help:"Run control plane, embedded SQLite and a local agent in one process."`
+	Server      ServerCmd      `cmd:"" help:"Run a control plane replica."`
+	Hosts       HostsCmd       `cmd:"" help:"Manage host records."`
+	Tasks       TasksCmd       `cmd:"" help:"Queue and inspect signed tasks."`
+	Instances   InstancesCmd   `cmd:"" help:"Declare, inspect and scale VM instances."`
+	Allocations AllocationsCmd `cmd:"" help:"Bind users to hosts or instances; terminal tokens, sessions and recordings."`
+	Token       TokenCmd       `cmd:"" help:"Manage operator tokens."`
+	Keys        KeysCmd        `cmd:"" help:"Manage task-signing keys."`
+	Audit       AuditCmd       `cmd:"" help:"Read the audit log."`
+	Bench       BenchCmd       `cmd:"" help:"Load harnesses."`
+	Version     VersionCmd     `cmd:"" help:"Print the version."`
 }
 
 // Env is what commands write to.

@@ -89,6 +89,10 @@ func (c *operatorClient) call(ctx context.Context, method, path string, q url.Va
 		}
 		return fmt.Errorf("%s", msg)
 	}
+	if b, ok := out.(*[]byte); ok { // raw bodies (recordings)
+		*b = raw
+		return nil
+	}
 	if out != nil && len(raw) > 0 {
 		return json.Unmarshal(raw, out)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -24,12 +25,19 @@ type ServerFlags struct {
 	HeartbeatInterval time.Duration `name:"heartbeat-interval" default:"5s" help:"Heartbeat interval agents are told to use; stale after 3 missed."`
 	VCPURatio         float64       `name:"vcpu-allocation-ratio" env:"DROVER_VCPU_ALLOCATION_RATIO" default:"4" help:"Instance vCPUs placed per host CPU (memory, disk and GPUs are never overcommitted)."`
 	LogLevel          slog.Level    `name:"log-level" default:"info" help:"debug, info, warn or error."`
+
+	TerminalOrigins     []string      `name:"terminal-allowed-origin" env:"DROVER_TERMINAL_ALLOWED_ORIGINS" help:"Browser origins besides the control plane's own that may open terminals (scheme://host[:port], repeatable)."`
+	TerminalIdle        time.Duration `name:"terminal-idle-timeout" default:"30m" help:"End a terminal session after this long without input."`
+	TerminalMaxLifetime time.Duration `name:"terminal-max-lifetime" default:"12h" help:"End any terminal session after this long."`
+	RecordingDir        string        `name:"recording-dir" env:"DROVER_RECORDING_DIR" help:"Directory for asciicast v2 terminal recordings (default: recordings/ beside a SQLite database, /var/lib/drover/recordings otherwise)."`
+	RecordInput         bool          `name:"record-input" help:"Also record terminal keystrokes (they include passwords typed at prompts that do not echo)."`
 }
 
 func (f ServerFlags) config(allowUnknown bool, log *slog.Logger) server.Config {
 	return server.Config{OperatorAddr: f.Listen, NodeAddr: f.NodeListen, NodeURL: f.NodeURL, TLSHosts: f.TLSSAN,
 		CertTTL: f.CertTTL, HeartbeatInterval: f.HeartbeatInterval, VCPUAllocationRatio: f.VCPURatio, AllowUnknownHostRegistration: allowUnknown,
-		Logger: log}
+		Logger: log, Terminal: server.TerminalConfig{AllowedOrigins: f.TerminalOrigins, IdleTimeout: f.TerminalIdle,
+			MaxLifetime: f.TerminalMaxLifetime, RecordingDir: f.RecordingDir, RecordInput: f.RecordInput}}
 }
 
 func newLogger(level slog.Level) *slog.Logger {
@@ -53,6 +61,12 @@ func (c *ServerCmd) Run(ctx context.Context) error {
 	defer st.Close()
 	if c.AllowUnknownHostRegistration {
 		log.Warn("unknown host registration is enabled: any agent that reaches the node listener can enrol")
+	}
+	if c.RecordingDir == "" {
+		c.RecordingDir = "/var/lib/drover/recordings"
+		if path, ok := strings.CutPrefix(c.Store, "sqlite:"); ok {
+			c.RecordingDir = filepath.Join(filepath.Dir(path), "recordings")
+		}
 	}
 	srv, err := server.New(ctx, c.config(c.AllowUnknownHostRegistration, log), st)
 	if err != nil {

@@ -17,6 +17,11 @@ type metrics struct {
 	tasksExpired   prometheus.Counter
 	nodeAuthFailed *prometheus.CounterVec
 	statusChanges  *prometheus.CounterVec
+
+	terminalMints       *prometheus.CounterVec
+	terminalSessions    *prometheus.CounterVec
+	terminalNodeStreams *prometheus.CounterVec
+	terminalOpenSeconds prometheus.Histogram
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -39,8 +44,20 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "drover_node_auth_failures_total", Help: "Refused node requests by reason."}, []string{"reason"}),
 		statusChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "drover_host_status_changes_total", Help: "Host status transitions by new status."}, []string{"status"}),
+		terminalMints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_terminal_token_mints_total", Help: "Terminal token mints by result (ok or error code)."}, []string{"result"}),
+		terminalSessions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_terminal_sessions_total",
+			Help: "Terminal session outcomes: ready, an error code, or closed_<reason>."}, []string{"result"}),
+		terminalNodeStreams: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_terminal_node_streams_total", Help: "Node terminal stream attempts by result."}, []string{"result"}),
+		terminalOpenSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "drover_terminal_open_seconds",
+			Help:    "Time from the browser's upgrade to the PTY being ready.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
 	}
-	reg.MustRegister(m.heartbeats, m.registrations, m.tasksEnqueued, m.tasksClaimed, m.taskResults,
+	reg.MustRegister(m.terminalMints, m.terminalSessions, m.terminalNodeStreams, m.terminalOpenSeconds,
+		m.heartbeats, m.registrations, m.tasksEnqueued, m.tasksClaimed, m.taskResults,
 		m.tasksRequeued, m.tasksExpired, m.nodeAuthFailed, m.statusChanges,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

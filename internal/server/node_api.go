@@ -34,6 +34,7 @@ func (s *Server) NodeHandler() http.Handler {
 	mux.Handle("POST /internal/v1/nodes/{id}/tasks/{task_id}/result", s.nodeAuth(s.taskResult))
 	mux.Handle("GET /internal/v1/nodes/{id}/instances", s.nodeAuth(s.nodeInstances))
 	mux.Handle("POST /internal/v1/nodes/{id}/instances/{iid}/status", s.nodeAuth(s.instanceStatus))
+	mux.Handle("GET /internal/v1/nodes/{id}/terminal/{session_id}", s.terminalNodeMTLS(s.nodeAuth(s.terminalNodeStream)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -387,6 +388,7 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c nodeCaller, t
 		return fmt.Errorf("sign task %s: %w", t.ID, err)
 	}
 	s.metrics.tasksClaimed.Inc()
+	s.term.taskChanged(t.ID)
 	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "task.claim", target: t.ID, result: "dispatched",
 		cid: t.CorrelationID, detail: fmt.Sprintf("type=%s attempt=%d", t.Type, t.Attempts)})
 	writeJSON(w, http.StatusOK, api.TaskDelivery{TaskID: t.ID, TaskType: t.Type, Envelope: env,
@@ -456,6 +458,7 @@ func (s *Server) taskResult(w http.ResponseWriter, r *http.Request, c nodeCaller
 		return storeErr(err, "task", taskID)
 	}
 	s.metrics.taskResults.WithLabelValues(string(t.State)).Inc()
+	s.taskFinished(ctx, t)
 	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "task.result", target: taskID, result: string(t.State),
 		cid: t.CorrelationID})
 	s.logger(ctx).Info("task result", "task_id", taskID, "node_id", c.id, "state", t.State,

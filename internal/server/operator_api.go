@@ -53,6 +53,17 @@ func (s *Server) OperatorHandler() http.Handler {
 	mux.Handle("POST /api/v1/instances/{id}/start", op(s.setInstanceDesired(api.DesiredRunning)))
 	mux.Handle("DELETE /api/v1/instances/{id}", op(s.deleteInstance))
 	mux.Handle("POST /api/v1/instance-groups/{group}/scale", op(s.scaleGroup))
+	mux.Handle("GET /api/v1/allocations", op(s.listAllocations))
+	mux.Handle("POST /api/v1/allocations", op(s.createAllocation))
+	mux.Handle("GET /api/v1/allocations/{id}", op(s.showAllocation))
+	mux.Handle("DELETE /api/v1/allocations/{id}", op(s.releaseAllocation))
+	mux.Handle("POST /api/v1/allocations/{id}/terminal-token", op(s.mintTerminalToken))
+	mux.Handle("GET /api/v1/allocations/{id}/sessions", op(s.listAllocationSessions))
+	mux.Handle("GET /api/v1/terminal-sessions/{sid}", op(s.showTerminalSession))
+	mux.Handle("GET /api/v1/terminal-sessions/{sid}/recording", op(s.terminalRecording))
+	// The browser's terminal leg: the single-use token (a subprotocol) is
+	// its credential, not an operator bearer token.
+	mux.HandleFunc("GET /api/v1/terminal", s.terminalWS)
 	mux.Handle("GET /api/v1/tasks", op(s.listTasks))
 	mux.Handle("POST /api/v1/tasks", op(s.enqueueTask))
 	mux.Handle("GET /api/v1/tasks/{id}", op(s.showTask))

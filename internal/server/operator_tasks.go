@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -52,7 +53,12 @@ func (s *Server) enqueueTask(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Params) == 0 || string(req.Params) == "null" {
 		req.Params = json.RawMessage("{}")
 	}
-	fields = append(fields, s.cfg.Registry.Validate(req.Type, req.Params)...)
+	if spec, ok := s.cfg.Registry.Lookup(req.Type); ok && spec.Internal {
+		fields = append(fields, api.FieldError{Field: "type",
+			Message: fmt.Sprintf("task type %q is created by the control plane itself (the terminal gateway), not by operators", req.Type)})
+	} else {
+		fields = append(fields, s.cfg.Registry.Validate(req.Type, req.Params)...)
+	}
 	expires := now.Add(defaultTaskTTL)
 	switch {
 	case req.TTL != 0 && req.ExpiresAt != nil:

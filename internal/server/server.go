@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -60,6 +61,8 @@ type Config struct {
 	// (default 5/s, burst 10).
 	RegisterRate  rate.Limit
 	RegisterBurst int
+	// Terminal configures the browser terminal gateway.
+	Terminal TerminalConfig
 	// Registry lists the task types this control plane accepts (default
 	// task.Builtin()).
 	Registry *task.Registry
@@ -69,7 +72,68 @@ type Config struct {
 	Now func() time.Time
 }
 
+// TerminalConfig configures the terminal gateway. Zero values take the
+// defaults documented on each field.
+type TerminalConfig struct {
+	// AllowedOrigins are browser origins besides the gateway's own that may
+	// open terminals, e.g. "https://console.example.com".
+	AllowedOrigins []string
+	// TokenTTL is a terminal token's lifetime (default and maximum 60s).
+	TokenTTL time.Duration
+	// DispatchTimeout bounds the wait for a node to pick up terminal.open
+	// (default 10s): node_offline or dispatch_timeout.
+	DispatchTimeout time.Duration
+	// NodeStreamTimeout bounds the wait for the node's stream once it picked
+	// up terminal.open (default 15s): node_stream_timeout.
+	NodeStreamTimeout time.Duration
+	// PTYTimeout bounds the wait for the node's ready frame once its stream
+	// connected (default 15s): terminal_pty_failed.
+	PTYTimeout time.Duration
+	// IdleTimeout ends a session without user input (default 30m).
+	IdleTimeout time.Duration
+	// MaxLifetime ends any session (default 12h).
+	MaxLifetime time.Duration
+	// KeepAlive is the WebSocket ping interval on both legs (default 15s).
+	KeepAlive time.Duration
+	// RecordingDir holds asciicast v2 recordings, one per session; ""
+	// disables recording (the server logs a warning).
+	RecordingDir string
+	// RecordInput also records keystrokes (off: they include passwords
+	// typed at prompts that do not echo).
+	RecordInput bool
+}
+
+func (t *TerminalConfig) setDefaults() error {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&t.TokenTTL, maxTerminalTokenTTL)
+	def(&t.DispatchTimeout, 10*time.Second)
+	def(&t.NodeStreamTimeout, 15*time.Second)
+	def(&t.PTYTimeout, 15*time.Second)
+	def(&t.IdleTimeout, 30*time.Minute)
+	def(&t.MaxLifetime, 12*time.Hour)
+	def(&t.KeepAlive, 15*time.Second)
+	if t.TokenTTL < 0 || t.TokenTTL > maxTerminalTokenTTL {
+		return fmt.Errorf("terminal token TTL %s: must be at most %s", t.TokenTTL, maxTerminalTokenTTL)
+	}
+	if t.KeepAlive > 20*time.Second {
+		return fmt.Errorf("terminal keepalive %s: must be at most 20s (proxies drop idle WebSockets)", t.KeepAlive)
+	}
+	for _, o := range t.AllowedOrigins {
+		if u, err := url.Parse(o); err != nil || u.Scheme == "" || u.Host == "" || u.Path != "" {
+			return fmt.Errorf("terminal allowed origin %q: must be scheme://host[:port]", o)
+		}
+	}
+	return nil
+}
+
 func (c *Config) setDefaults() error {
+	if err := c.Terminal.setDefaults(); err != nil {
+		return err
+	}
 	if c.OperatorAddr == "" {
 		c.OperatorAddr = "127.0.0.1:8080"
 	}
@@ -132,6 +196,11 @@ type Server struct {
 	// insert); across replicas verifyPlacement settles races.
 	placeMu sync.Mutex
 	limiter *ipLimiter
+	// term holds this replica's live terminal sessions.
+	term *termGateway
+	// baseCtx ends when Serve returns; terminal sessions (hijacked
+	// connections) end with it.
+	baseCtx context.Context
 	metrics *metrics
 	reg     *prometheus.Registry
 
@@ -170,6 +239,12 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	s.waiters = newWaiters()
 	s.instWaiters = newWaiters()
 	s.live = newLiveness(s)
+	s.term = newTermGateway()
+	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "drover_terminal_live_sessions",
+		Help: "Terminal sessions this replica holds a browser for."}, func() float64 { return float64(s.term.count()) }))
+	if cfg.Terminal.RecordingDir == "" {
+		s.log.Warn("terminal sessions are not recorded: no recording directory configured")
+	}
 	s.limiter = newIPLimiter(cfg.RegisterRate, cfg.RegisterBurst, cfg.Now)
 	if s.nodeTLS, err = s.nodeTLSConfig(); err != nil {
 		return nil, err
@@ -218,6 +293,7 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 
 	g, gctx := errgroup.WithContext(ctx)
+	s.baseCtx = gctx
 	g.Go(func() error { s.dispatchEvents(gctx, events); return nil })
 	g.Go(func() error { s.live.run(gctx); return nil })
 	g.Go(func() error { s.reapLoop(gctx); return nil })
@@ -303,9 +379,17 @@ func (s *Server) reapLoop(ctx context.Context) {
 				result: "lease_expired", cid: t.CorrelationID, detail: fmt.Sprintf("node=%s attempts=%d", t.NodeID, t.Attempts)})
 		}
 		for _, t := range expired {
+			s.taskFinished(ctx, t)
 			s.metrics.tasksExpired.Inc()
 			s.audit(ctx, auditEntry{actor: "system", action: "task.expire", target: t.ID,
 				result: "expired", cid: t.CorrelationID, detail: "node=" + t.NodeID})
 		}
 	}
+}
+
+// taskFinished runs what follows a task reaching a final state on this
+// replica: the terminal gateway's wait and the allocation state machine.
+func (s *Server) taskFinished(ctx context.Context, t store.Task) {
+	s.term.taskChanged(t.ID)
+	s.allocationTaskDone(ctx, t)
 }

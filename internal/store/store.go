@@ -160,6 +160,70 @@ type InstanceFilter struct {
 	Group  string
 }
 
+// Allocation binds a user to a host (bare metal) or to an instance on
+// HostID. Spec is the api.CreateAllocationRequest it was created from (SSH
+// keys, shell, sudo), kept so a release can name the user it provisioned.
+type Allocation struct {
+	ID              string
+	Username        string
+	HostID          string
+	InstanceID      string // "" for host allocations
+	State           api.AllocationState
+	StateReason     string
+	Spec            json.RawMessage
+	ProvisionTaskID string
+	ReleaseTaskID   string
+	CreatedBy       string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
+// AllocationFilter narrows ListAllocations. Zero fields do not filter.
+type AllocationFilter struct {
+	HostID     string
+	InstanceID string
+	State      api.AllocationState
+}
+
+// TerminalSession is one browser terminal session, created when its token
+// is minted. Only the token's SHA-256 is stored. States is the JSON array of
+// api.TerminalStateEvent the gateway appends to as the session passes seed
+// 002's readiness hops; State is the last of them.
+type TerminalSession struct {
+	ID             string
+	AllocationID   string
+	NodeID         string
+	Username       string
+	Mode           string // "pty" or "serial"
+	InstanceID     string
+	TokenHash      string
+	TokenExpiresAt time.Time
+	TokenUsedAt    time.Time // zero until redeemed
+	State          string
+	States         json.RawMessage
+	ErrorCode      string
+	ErrorMessage   string
+	TaskID         string
+	CorrelationID  string
+	Cols, Rows     int
+	CreatedBy      string
+	CreatedAt      time.Time
+	ClosedAt       time.Time // zero while open
+	ExitCode       int
+	Exited         bool // ExitCode is meaningful
+	CloseReason    string
+	RecordingPath  string // "" until recording started
+	RecordingBytes int64
+}
+
+// TerminalSessionFilter narrows ListTerminalSessions. Zero fields do not
+// filter. Sessions come newest first.
+type TerminalSessionFilter struct {
+	AllocationID string
+	NodeID       string
+	Limit        int // default 100
+}
+
 // Seen is one coalesced heartbeat observation.
 type Seen struct {
 	HostID string
@@ -288,6 +352,34 @@ type Store interface {
 	// DeleteInstance removes an instance record; ErrNotFound if absent.
 	// Publishes EventInstance for its host.
 	DeleteInstance(ctx context.Context, id string) error
+
+	// CreateAllocation inserts an allocation; ErrConflict if the id exists.
+	CreateAllocation(ctx context.Context, a Allocation) error
+	// GetAllocation returns an allocation or ErrNotFound.
+	GetAllocation(ctx context.Context, id string) (Allocation, error)
+	// ListAllocations returns allocations, oldest first.
+	ListAllocations(ctx context.Context, f AllocationFilter) ([]Allocation, error)
+	// UpdateAllocation applies fn to the allocation in one transaction and
+	// sets UpdatedAt to the value fn leaves; ErrNotFound if it does not
+	// exist. An error from fn aborts the update and is returned.
+	UpdateAllocation(ctx context.Context, id string, fn func(*Allocation) error) (Allocation, error)
+
+	// CreateTerminalSession inserts a session; ErrConflict if the id or the
+	// token hash exists.
+	CreateTerminalSession(ctx context.Context, s TerminalSession) error
+	// GetTerminalSession returns a session or ErrNotFound.
+	GetTerminalSession(ctx context.Context, id string) (TerminalSession, error)
+	// RedeemTerminalToken atomically burns the token with this hash and
+	// returns its session with TokenUsedAt = now: ErrNotFound when no
+	// session has this hash, ErrConflict when it was already redeemed (on
+	// any replica). Expired tokens are burned too; the caller checks
+	// TokenExpiresAt.
+	RedeemTerminalToken(ctx context.Context, tokenHash string, now time.Time) (TerminalSession, error)
+	// UpdateTerminalSession applies fn to the session in one transaction;
+	// ErrNotFound if it does not exist. An error from fn aborts the update.
+	UpdateTerminalSession(ctx context.Context, id string, fn func(*TerminalSession) error) (TerminalSession, error)
+	// ListTerminalSessions returns sessions, newest first.
+	ListTerminalSessions(ctx context.Context, f TerminalSessionFilter) ([]TerminalSession, error)
 
 	// Subscribe delivers change events from every replica until ctx ends.
 	// Delivery is best-effort and may coalesce; consumers re-read the store.

@@ -50,6 +50,7 @@ func Builtin() []Spec {
 		{Type: TypeVMRelease, Validate: validateVMRelease, Timeout: VMReleaseTimeout},
 		{Type: TypeAllocProvisionUser, Validate: validateAllocProvisionUser, Timeout: AllocProvisionUserTimeout},
 		{Type: TypeAllocDeprovisionUser, Validate: validateAllocDeprovisionUser, Timeout: AllocDeprovisionUserTimeout},
+		{Type: TypeTerminalOpen, Validate: validateTerminalOpen, Timeout: TerminalOpenTimeout, Internal: true},
 	}
 }
 

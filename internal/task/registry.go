@@ -33,6 +33,9 @@ type Spec struct {
 	// Timeout bounds the handler on the agent; the server's lease is
 	// Timeout + LeaseGrace (see Lease).
 	Timeout time.Duration
+	// Internal types are created by the control plane itself (the terminal
+	// gateway's terminal.open); the operator task API refuses them.
+	Internal bool
 }
 
 // Lease is how long the server waits for a dispatched task's result before

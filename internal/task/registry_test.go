@@ -46,7 +46,7 @@ func TestRegistryLookupAndTypes(t *testing.T) {
 		t.Fatal(err)
 	}
 	types := r.Types()
-	if strings.Join(types, ",") != "a.first,allocation.deprovision_user,allocation.provision_user,diag.health_probe,slice.topology_discover,slice.vm_provision,slice.vm_release" {
+	if strings.Join(types, ",") != "a.first,allocation.deprovision_user,allocation.provision_user,diag.health_probe,slice.topology_discover,slice.vm_provision,slice.vm_release,terminal.open" {
 		t.Fatalf("Types = %v", types)
 	}
 	types[0] = "mutated"
@@ -100,8 +100,8 @@ func TestRegistryValidate(t *testing.T) {
 		{"invalid json", TypeHealthProbe, `{`, fe("params", "params must be a JSON object")},
 		{"no-params type with params", "a.first", `{"x":1}`, fe("params.x", "unknown parameter")},
 		{"no-params type without params", "a.first", ``, nil},
-		{"unknown type", "x", `{}`, fe("type", `unknown task type "x"; registered: a.first, allocation.deprovision_user, allocation.provision_user, diag.health_probe, slice.topology_discover, slice.vm_provision, slice.vm_release`)},
-		{"empty type", "", `{}`, fe("type", "type is required; registered: a.first, allocation.deprovision_user, allocation.provision_user, diag.health_probe, slice.topology_discover, slice.vm_provision, slice.vm_release")},
+		{"unknown type", "x", `{}`, fe("type", `unknown task type "x"; registered: a.first, allocation.deprovision_user, allocation.provision_user, diag.health_probe, slice.topology_discover, slice.vm_provision, slice.vm_release, terminal.open`)},
+		{"empty type", "", `{}`, fe("type", "type is required; registered: a.first, allocation.deprovision_user, allocation.provision_user, diag.health_probe, slice.topology_discover, slice.vm_provision, slice.vm_release, terminal.open")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

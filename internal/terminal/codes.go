@@ -30,6 +30,17 @@ const (
 	CodeTokenExpired ErrorCode = "token_expired"
 	// CodeTokenReused: the single-use token was already redeemed.
 	CodeTokenReused ErrorCode = "token_reused"
+	// CodeTokenInURL: the token was sent in the URL's query string, where
+	// proxies and access logs keep it. It must travel as a subprotocol.
+	CodeTokenInURL ErrorCode = "token_in_url"
+	// CodeTokenWrongAllocation: the token was minted for another allocation
+	// than the one the browser asked for.
+	CodeTokenWrongAllocation ErrorCode = "token_wrong_allocation"
+	// CodeAllocationInactive: the allocation was released or failed after
+	// the token was minted.
+	CodeAllocationInactive ErrorCode = "allocation_inactive"
+	// CodeGatewayError: the gateway itself failed (store unreachable, ...).
+	CodeGatewayError ErrorCode = "gateway_error"
 	// CodeOriginForbidden: the Origin header is not an allowed origin.
 	CodeOriginForbidden ErrorCode = "origin_forbidden"
 	// CodeProtocolError: a frame or message broke this protocol.
@@ -60,6 +71,8 @@ const (
 	CloseTimeout = 4408
 	// ClosePTYFailed: terminal_pty_failed.
 	ClosePTYFailed = 4500
+	// CloseInternal: gateway_error.
+	CloseInternal = 4501
 	// CloseNodeStream: the node's stream to the gateway is broken
 	// (terminal_node_stream_mtls_failed, terminal_open_without_stream).
 	CloseNodeStream = 4502
@@ -93,6 +106,14 @@ func codeTable() map[ErrorCode]codeInfo {
 			"The terminal link expired before it was used. Open the terminal again to get a fresh one."},
 		CodeTokenReused: {true, CloseUnauthorized,
 			"This terminal link was already used. Open the terminal again to get a fresh one."},
+		CodeTokenInURL: {false, CloseProtocol,
+			"The terminal link put its token in the URL, which is refused because URLs are logged. Open the terminal from the Drover console, which sends the token safely."},
+		CodeTokenWrongAllocation: {false, CloseUnauthorized,
+			"The terminal link belongs to a different allocation. Open the terminal again from the allocation you want."},
+		CodeAllocationInactive: {false, CloseForbidden,
+			"The allocation is no longer active (released or failed). Ask an operator to check the allocation."},
+		CodeGatewayError: {true, CloseInternal,
+			"The terminal gateway hit an internal error. Try again in a moment; if it persists, an operator should check the control plane logs with this correlation id."},
 		CodeOriginForbidden: {false, CloseForbidden,
 			"This page is not allowed to open terminals. Open the terminal from the Drover console itself."},
 		CodeProtocolError: {false, CloseProtocol,
@@ -110,6 +131,7 @@ func ErrorCodes() []ErrorCode {
 		CodeNodeOffline, CodeDispatchTimeout, CodeNodeStreamTimeout,
 		CodePTYFailed, CodeNodeStreamMTLSFailed, CodeOpenWithoutStream,
 		CodeTokenInvalid, CodeTokenExpired, CodeTokenReused,
+		CodeTokenInURL, CodeTokenWrongAllocation, CodeAllocationInactive, CodeGatewayError,
 		CodeOriginForbidden, CodeProtocolError,
 		CodeSessionIdleTimeout, CodeSessionMaxLifetime,
 	}

@@ -75,7 +75,7 @@ func TestDecodeControlRejects(t *testing.T) {
 func TestErrorCodesComplete(t *testing.T) {
 	want := []string{"node_offline", "dispatch_timeout", "node_stream_timeout", "terminal_pty_failed",
 		"terminal_node_stream_mtls_failed", "terminal_open_without_stream", "token_invalid", "token_expired",
-		"token_reused", "origin_forbidden", "protocol_error", "session_idle_timeout", "session_max_lifetime"}
+		"token_reused", "token_in_url", "token_wrong_allocation", "allocation_inactive", "gateway_error", "origin_forbidden", "protocol_error", "session_idle_timeout", "session_max_lifetime"}
 	codes := ErrorCodes()
 	if len(codes) != len(want) || len(codeTable()) != len(want) {
 		t.Fatalf("ErrorCodes has %d, table %d, want %d", len(codes), len(codeTable()), len(want))

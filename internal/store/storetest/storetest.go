@@ -3,8 +3,8 @@
 // which pins down the semantics documented on the interface (not-found and
 // conflict errors, claim ordering and atomicity, leases and reaping, result
 // idempotency, change events, liveness updates, instance records,
-// first-writer-wins secrets, key retirement, audit ordering, UTC millisecond
-// timestamps).
+// allocations, single-use terminal tokens, first-writer-wins secrets, key
+// retirement, audit ordering, UTC millisecond timestamps).
 package storetest
 
 import (
@@ -38,6 +38,8 @@ func Run(t *testing.T, open Opener) {
 	cases = append(cases, miscCases...)
 	cases = append(cases, slotCases...)
 	cases = append(cases, instanceCases...)
+	cases = append(cases, allocationCases...)
+	cases = append(cases, terminalCases...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
