@@ -268,8 +268,13 @@ func (s *Server) nodeOnline(ctx context.Context, id string) bool {
 	return true
 }
 
-// cancelTerminalTask cancels a terminal.open the session no longer needs.
+// cancelTerminalTask cancels a terminal.open the session no longer needs,
+// if no node has picked it up yet. A picked-up one is left to finish: the
+// node's stream is refused (410) and its result recorded as it reports it.
 func (s *Server) cancelTerminalTask(ctx context.Context, id string) {
+	if t, err := s.store.GetTask(context.WithoutCancel(ctx), id); err != nil || t.State != api.TaskQueued {
+		return
+	}
 	if _, err := s.store.CancelTask(context.WithoutCancel(ctx), id, s.cfg.Now().UTC()); err != nil &&
 		!errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
 		s.log.Warn("cancel terminal.open", "task_id", id, "err", err)

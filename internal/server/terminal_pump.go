@@ -76,7 +76,9 @@ func (p *pump) open(ctx context.Context, l *liveSession, taskID string) (termina
 		case api.TaskSucceeded:
 			markDispatched()
 			if p.node == nil && noStreamC == nil {
-				noStreamC = time.After(openWithoutStreamGrace)
+				// The node says it is connected: a missing stream is now
+				// its stale build, not the route (terminal_open_without_stream).
+				streamC, noStreamC = nil, time.After(openWithoutStreamGrace)
 			}
 		case api.TaskFailed:
 			return openFailure(t.Result)
