@@ -21,11 +21,11 @@ const HeaderTerminalNonce = "X-Drover-Terminal-Nonce"
 // for, while it waits for (or splices) the node's stream.
 type liveSession struct {
 	id, nodeID, allocID, nonce, taskID string
-	node     chan *websocket.Conn // the node's stream, handed over once
-	taskCh   chan struct{}        // the terminal.open task changed
-	kill     chan killReq         // ended from outside (release, mTLS failure)
-	done     chan struct{}        // closed when the session ended
-	attached atomic.Bool
+	node                               chan *websocket.Conn // the node's stream, handed over once
+	taskCh                             chan struct{}        // the terminal.open task changed
+	kill                               chan killReq         // ended from outside (release, mTLS failure)
+	done                               chan struct{}        // closed when the session ended
+	attached                           atomic.Bool
 }
 
 type killReq struct {
