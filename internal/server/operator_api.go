@@ -16,6 +16,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/store"
+	"github.com/drover-dev/drover/internal/webui"
 )
 
 const (
@@ -78,6 +79,10 @@ func (s *Server) OperatorHandler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"ca_hash": s.ca.Hash(), "ca_pem": string(s.ca.CertPEM()), "node_url": s.cfg.NodeURL})
 		return nil
 	}))
+	// The web console: its pages call the API above from the browser.
+	ui := webui.Handler()
+	mux.Handle("GET /ui/", ui)
+	mux.Handle("GET /{$}", ui) // "/" redirects to /ui/
 	return withCorrelation(mux)
 }
 
