@@ -3,7 +3,8 @@
 // verifies every envelope before running a registered handler, and posts
 // structured results from a crash-safe on-disk spool. It serves a small
 // local API (/healthz, /v1/capacity, /metrics). It never runs anything that
-// is not a registered handler: there is no remote shell.
+// is not a registered handler: the only shells it starts are the terminal
+// sessions that signed terminal.open tasks ask for (internal/termnode).
 package agent
 
 import (
@@ -168,6 +169,16 @@ func (a *Agent) Run(ctx context.Context) error {
 			for typ, h := range VMHandlers(vms.slices) {
 				a.handlers[typ] = h
 			}
+		}
+	}
+
+	if !a.customHandlers {
+		// Terminal sessions outlive their terminal.open task; they end
+		// when the agent stops.
+		term := a.newTerminalManager()
+		defer term.Close()
+		for typ, h := range TerminalHandlers(term) {
+			a.handlers[typ] = h
 		}
 	}
 

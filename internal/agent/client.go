@@ -53,6 +53,7 @@ func IsStatus(err error, status int) bool {
 type client struct {
 	base   *url.URL
 	http   *http.Client
+	tls    *tls.Config // the transport's; never modified after newClient
 	cert   atomic.Pointer[tls.Certificate]
 	nodeID atomic.Value // string
 }
@@ -89,8 +90,15 @@ func newClient(baseURL string, roots *x509.CertPool, verify func([][]byte, [][]*
 		IdleConnTimeout:     90 * time.Second,
 	}
 	c.http = &http.Client{Transport: tr}
+	c.tls = tlsCfg
 	return c, nil
 }
+
+// tlsConfig returns a clone of the client's TLS configuration for other
+// connections to the control plane (terminal streams). Its
+// GetClientCertificate reads the current certificate, so a clone made
+// before a renewal presents the renewed one.
+func (c *client) tlsConfig() *tls.Config { return c.tls.Clone() }
 
 func (c *client) setCertificate(cert tls.Certificate) { c.cert.Store(&cert) }
 

@@ -23,6 +23,7 @@ import (
 // variables (seed 000's env file), and command-line flags.
 type Config struct {
 	ControlPlaneURL   string        // NODE_AGENT_CONTROL_PLANE_URL: node-facing mTLS URL, e.g. https://cp:8443
+	TerminalURL       string        // NODE_AGENT_TERMINAL_URL: the terminal gateway's node-facing mTLS URL (LoadConfig defaults it to ControlPlaneURL)
 	HostID            string        // NODE_AGENT_HOST_ID / -node-id: generated and persisted when empty
 	BootstrapToken    string        // NODE_AGENT_BOOTSTRAP_TOKEN
 	CAHash            string        // NODE_AGENT_CA_HASH: pin for first contact ("sha256:...")
@@ -68,6 +69,7 @@ func defaultStateDir() string {
 func (c *Config) fields() map[string]*string {
 	return map[string]*string{
 		"NODE_AGENT_CONTROL_PLANE_URL": &c.ControlPlaneURL,
+		"NODE_AGENT_TERMINAL_URL":      &c.TerminalURL,
 		"NODE_AGENT_HOST_ID":           &c.HostID,
 		"NODE_AGENT_BOOTSTRAP_TOKEN":   &c.BootstrapToken,
 		"NODE_AGENT_CA_HASH":           &c.CAHash,
@@ -96,6 +98,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	configFile := fs.String("config", getenv("NODE_AGENT_CONFIG"), "env-style config file (KEY=VALUE lines, NODE_AGENT_* keys)")
 	var f Config
 	fs.StringVar(&f.ControlPlaneURL, "control-plane-url", "", "node-facing control plane URL (https://host:8443)")
+	fs.StringVar(&f.TerminalURL, "terminal-url", "", "terminal gateway's node-facing URL (default: the control plane URL)")
 	fs.StringVar(&f.HostID, "host-id", "", "host id of this node's host record")
 	fs.StringVar(&f.HostID, "node-id", "", "alias of -host-id (generated and persisted when absent)")
 	fs.StringVar(&f.BootstrapToken, "bootstrap-token", "", "one-time bootstrap token")
@@ -155,7 +158,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 		dst *string
 		v   string
 	}{
-		{&c.ControlPlaneURL, f.ControlPlaneURL}, {&c.HostID, f.HostID}, {&c.BootstrapToken, f.BootstrapToken},
+		{&c.ControlPlaneURL, f.ControlPlaneURL}, {&c.TerminalURL, f.TerminalURL}, {&c.HostID, f.HostID}, {&c.BootstrapToken, f.BootstrapToken},
 		{&c.CAHash, f.CAHash}, {&c.CAFile, f.CAFile}, {&c.OSFamily, f.OSFamily}, {&c.QEMUAccel, f.QEMUAccel},
 		{&c.StateDir, f.StateDir}, {&c.ListenAddr, f.ListenAddr}, {&c.Hostname, f.Hostname},
 		{&c.AccelFallback, f.AccelFallback}, {&c.Runtime, f.Runtime}, {&c.RuntimeDir, f.RuntimeDir}, {&c.ImageDirs, f.ImageDirs},
@@ -165,7 +168,19 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 			*p.dst = p.v
 		}
 	}
+	if c.TerminalURL == "" {
+		c.TerminalURL = c.ControlPlaneURL
+	}
 	return c, c.Validate()
+}
+
+// terminalURL is where terminal streams are dialed: TerminalURL, or the
+// control plane URL when it is unset (a Config built by hand).
+func (c Config) terminalURL() string {
+	if c.TerminalURL != "" {
+		return c.TerminalURL
+	}
+	return c.ControlPlaneURL
 }
 
 // loadFile reads KEY=VALUE lines (comments with #, optional quotes).
@@ -238,6 +253,11 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("NODE_AGENT_CONTROL_PLANE_URL (-control-plane-url) is required"))
 	} else if u, err := url.Parse(c.ControlPlaneURL); err != nil || u.Scheme != "https" || u.Host == "" {
 		errs = append(errs, fmt.Errorf("NODE_AGENT_CONTROL_PLANE_URL %q: must be an https:// URL of the node-facing listener", c.ControlPlaneURL))
+	}
+	if c.TerminalURL != "" {
+		if u, err := url.Parse(c.TerminalURL); err != nil || u.Scheme != "https" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("NODE_AGENT_TERMINAL_URL %q: must be an https:// URL of the terminal gateway's node-facing listener", c.TerminalURL))
+		}
 	}
 	if !api.ValidOSFamily(c.OSFamily) {
 		errs = append(errs, fmt.Errorf("NODE_AGENT_OS_FAMILY %q: must be linux, dragonflybsd, windows or darwin", c.OSFamily))

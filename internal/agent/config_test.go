@@ -133,6 +133,7 @@ NODE_AGENT_IMAGE_DIRS=/srv/images,/var/lib/libvirt/images
 NODE_AGENT_QEMU_BINARY=/opt/qemu/bin/qemu-system-x86_64
 NODE_AGENT_SECRETS_DIR=/etc/drover/secrets
 NODE_AGENT_RECONCILE_INTERVAL=2s
+NODE_AGENT_TERMINAL_URL=https://term.example:9443
 `)
 	c, err := agent.LoadConfig([]string{"-config", file}, env(nil))
 	if err != nil {
@@ -143,7 +144,7 @@ NODE_AGENT_RECONCILE_INTERVAL=2s
 		StateDir: "/srv/drover agent", ListenAddr: "127.0.0.1:9100", Hostname: "gpu-01.example",
 		HeartbeatInterval: 250 * time.Millisecond, Runtime: "mock", RuntimeDir: "/srv/rt",
 		ImageDirs: "/srv/images,/var/lib/libvirt/images", QEMUBinary: "/opt/qemu/bin/qemu-system-x86_64",
-		SecretsDir: "/etc/drover/secrets", ReconcileInterval: 2 * time.Second}
+		SecretsDir: "/etc/drover/secrets", ReconcileInterval: 2 * time.Second, TerminalURL: "https://term.example:9443"}
 	if c != want {
 		t.Errorf("config =\n%+v\nwant\n%+v", c, want)
 	}
@@ -238,6 +239,10 @@ func TestLoadConfigValidation(t *testing.T) {
 			[]string{"NODE_AGENT_CONTROL_PLANE_URL", "http://cp.example:8443", "https://"}},
 		{"control plane URL needs a host", nil, map[string]string{"NODE_AGENT_CONTROL_PLANE_URL": "https://"}, "",
 			[]string{"NODE_AGENT_CONTROL_PLANE_URL", "https://"}},
+		{"terminal URL must be https", url, map[string]string{"NODE_AGENT_TERMINAL_URL": "http://cp.example:8443"}, "",
+			[]string{`NODE_AGENT_TERMINAL_URL "http://cp.example:8443"`, "https://"}},
+		{"terminal URL needs a host", append([]string{"-terminal-url", "https://"}, url...), nil, "",
+			[]string{"NODE_AGENT_TERMINAL_URL"}},
 		{"os family", append([]string{"-os-family", "plan9"}, url...), nil, "",
 			[]string{"NODE_AGENT_OS_FAMILY", "plan9"}},
 		{"host id", url, map[string]string{"NODE_AGENT_HOST_ID": "Bad_Host"}, "",
@@ -277,6 +282,37 @@ func TestLoadConfigValidation(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not contain %q", err, w)
 				}
+			}
+		})
+	}
+}
+
+func TestLoadConfigTerminalURL(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"defaults to the control plane URL", []string{"-control-plane-url", "https://cp.example:8443"}, nil,
+			"https://cp.example:8443"},
+		{"defaults to the final control plane URL", []string{"-control-plane-url", "https://flag.example:8443"},
+			map[string]string{"NODE_AGENT_CONTROL_PLANE_URL": "https://env.example:8443"}, "https://flag.example:8443"},
+		{"env", nil, map[string]string{"NODE_AGENT_CONTROL_PLANE_URL": "https://cp.example:8443",
+			"NODE_AGENT_TERMINAL_URL": "https://term.example:9443"}, "https://term.example:9443"},
+		{"flag over env", []string{"-terminal-url", "https://flag-term.example:9443"},
+			map[string]string{"NODE_AGENT_CONTROL_PLANE_URL": "https://cp.example:8443",
+				"NODE_AGENT_TERMINAL_URL": "https://term.example:9443"}, "https://flag-term.example:9443"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := agent.LoadConfig(tc.args, env(tc.env))
+			if err != nil {
+				t.Fatalf("LoadConfig: %v", err)
+			}
+			if c.TerminalURL != tc.want {
+				t.Errorf("TerminalURL = %q, want %q", c.TerminalURL, tc.want)
 			}
 		})
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/server"
 	"github.com/drover-dev/drover/internal/store"
 	"github.com/drover-dev/drover/internal/task"
 	"github.com/drover-dev/drover/internal/terminal"
@@ -369,7 +368,7 @@ func (e *env) dialStream(cert *tls.Certificate, pathNode, sid, nonce string) (*w
 	defer cancel()
 	h := http.Header{}
 	if nonce != "" {
-		h.Set(server.HeaderTerminalNonce, nonce)
+		h.Set(terminal.HeaderNonce, nonce)
 	}
 	c, resp, err := websocket.Dial(ctx, e.nodeURL+nodePath(pathNode, "/terminal/"+sid),
 		&websocket.DialOptions{HTTPClient: cl, HTTPHeader: h, Subprotocols: []string{terminal.Subprotocol}})

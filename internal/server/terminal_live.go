@@ -14,9 +14,6 @@ import (
 	"github.com/drover-dev/drover/internal/terminal"
 )
 
-// HeaderTerminalNonce carries the per-session nonce on the node's stream.
-const HeaderTerminalNonce = "X-Drover-Terminal-Nonce"
-
 // liveSession is a terminal session this replica's gateway holds a browser
 // for, while it waits for (or splices) the node's stream.
 type liveSession struct {
@@ -143,7 +140,7 @@ func (s *Server) terminalNodeStream(w http.ResponseWriter, r *http.Request, c no
 		return refuse(http.StatusForbidden, "terminal_session_wrong_node",
 			"terminal session %q was not sent to node %q", sid, c.id)
 	}
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderTerminalNonce)), []byte(l.nonce)) != 1 {
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get(terminal.HeaderNonce)), []byte(l.nonce)) != 1 {
 		return refuse(http.StatusForbidden, "terminal_nonce_mismatch",
 			"the stream's nonce does not match terminal session %q", sid)
 	}
@@ -179,7 +176,7 @@ func (s *Server) terminalNodeMTLS(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 			if l := s.term.get(r.PathValue("session_id")); l != nil &&
-				subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderTerminalNonce)), []byte(l.nonce)) == 1 {
+				subtle.ConstantTimeCompare([]byte(r.Header.Get(terminal.HeaderNonce)), []byte(l.nonce)) == 1 {
 				l.end(terminal.CodeNodeStreamMTLSFailed,
 					"the node's stream reached the gateway without a client certificate")
 			}

@@ -29,7 +29,7 @@ const (
 	// MaxTerminalCols and MaxTerminalRows bound the initial size (the same
 	// bounds as internal/terminal.Clamp).
 	MaxTerminalCols = 1000
-	MaxTerminalRows = 1000
+	MaxTerminalRows = 500
 )
 
 // TerminalOpenParams are the params of terminal.open.

@@ -60,6 +60,9 @@ const (
 	// TokenSubprotocolPrefix prefixes the second subprotocol the browser
 	// offers, "drover.token.<token>"; it is never echoed.
 	TokenSubprotocolPrefix = "drover.token."
+	// HeaderNonce carries the per-session nonce from terminal.open on the
+	// node's stream request (never in the URL).
+	HeaderNonce = "X-Drover-Terminal-Nonce"
 )
 
 // Encode returns a frame: the channel byte followed by payload. The payload
