@@ -46,6 +46,7 @@ func TestHandlerServesEveryFile(t *testing.T) {
 		".js":   "text/javascript; charset=utf-8",
 		".mjs":  "text/javascript; charset=utf-8",
 		".css":  "text/css; charset=utf-8",
+		".svg":  "image/svg+xml",
 		"":      "text/plain; charset=utf-8",
 	}
 	files := embeddedFiles(t)
