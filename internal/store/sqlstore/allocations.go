@@ -98,20 +98,8 @@ func (s *Store) ListAllocations(ctx context.Context, f store.AllocationFilter) (
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	rows, err := s.db.Query(ctx, q+` ORDER BY created_at, id`, args...)
+	out, err := collect(scanAllocation)(s.db.Query(ctx, q+` ORDER BY created_at, id`, args...))
 	if err != nil {
-		return nil, fmt.Errorf("list allocations: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Allocation
-	for rows.Next() {
-		a, err := scanAllocation(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list allocations: %w", err)
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list allocations: %w", err)
 	}
 	return out, nil

@@ -130,20 +130,8 @@ func (s *Store) ListInstances(ctx context.Context, f store.InstanceFilter) ([]st
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	rows, err := s.db.Query(ctx, q+` ORDER BY name`, args...)
+	out, err := collect(scanInstance)(s.db.Query(ctx, q+` ORDER BY name`, args...))
 	if err != nil {
-		return nil, fmt.Errorf("list instances: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Instance
-	for rows.Next() {
-		in, err := scanInstance(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list instances: %w", err)
-		}
-		out = append(out, in)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
 	return out, nil

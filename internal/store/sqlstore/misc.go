@@ -58,20 +58,8 @@ func (s *Store) GetOperatorTokenByHash(ctx context.Context, hash string) (store.
 
 // ListOperatorTokens implements store.Store.
 func (s *Store) ListOperatorTokens(ctx context.Context) ([]store.OperatorToken, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+tokenCols+` FROM operator_tokens ORDER BY created_at, id`)
+	out, err := collect(scanToken)(s.db.Query(ctx, `SELECT `+tokenCols+` FROM operator_tokens ORDER BY created_at, id`))
 	if err != nil {
-		return nil, fmt.Errorf("list operator tokens: %w", err)
-	}
-	defer rows.Close()
-	var out []store.OperatorToken
-	for rows.Next() {
-		t, err := scanToken(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list operator tokens: %w", err)
-		}
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list operator tokens: %w", err)
 	}
 	return out, nil

@@ -118,20 +118,8 @@ func (s *Store) GetHost(ctx context.Context, id string) (store.Host, error) {
 
 // ListHosts implements store.Store.
 func (s *Store) ListHosts(ctx context.Context) ([]store.Host, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+hostCols+` FROM hosts ORDER BY id`)
+	out, err := collect(scanHost)(s.db.Query(ctx, `SELECT `+hostCols+` FROM hosts ORDER BY id`))
 	if err != nil {
-		return nil, fmt.Errorf("list hosts: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Host
-	for rows.Next() {
-		h, err := scanHost(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list hosts: %w", err)
-		}
-		out = append(out, h)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list hosts: %w", err)
 	}
 	return out, nil
@@ -277,6 +265,27 @@ func (s *Store) MarkStale(ctx context.Context, cutoff time.Time) ([]string, erro
 	}
 	slices.Sort(ids)
 	return ids, nil
+}
+
+// collect returns a function that reads every row of a query with scan and
+// closes the rows. It takes the query's two results as they are, so a
+// caller writes collect(scanX)(db.Query(ctx, q, args...)).
+func collect[T any](scan func(Row) (T, error)) func(Rows, error) ([]T, error) {
+	return func(rows Rows, err error) ([]T, error) {
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []T
+		for rows.Next() {
+			v, err := scan(rows)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, rows.Err()
+	}
 }
 
 func collectStrings(rows Rows) ([]string, error) {

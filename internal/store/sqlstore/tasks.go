@@ -35,21 +35,7 @@ func scanTask(r Row) (store.Task, error) {
 	return t, nil
 }
 
-func collectTasks(rows Rows, err error) ([]store.Task, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Task
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
-}
+func collectTasks(rows Rows, err error) ([]store.Task, error) { return collect(scanTask)(rows, err) }
 
 // EnqueueTask implements store.Store. The task is stored queued with no
 // attempts, dispatch, lease, finish or result whatever t says; a zero

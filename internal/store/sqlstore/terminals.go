@@ -187,20 +187,8 @@ func (s *Store) ListTerminalSessions(ctx context.Context, f store.TerminalSessio
 	}
 	args = append(args, limit(f.Limit))
 	q += ` ORDER BY created_at DESC, id DESC LIMIT $` + strconv.Itoa(len(args))
-	rows, err := s.db.Query(ctx, q, args...)
+	out, err := collect(scanTerminal)(s.db.Query(ctx, q, args...))
 	if err != nil {
-		return nil, fmt.Errorf("list terminal sessions: %w", err)
-	}
-	defer rows.Close()
-	var out []store.TerminalSession
-	for rows.Next() {
-		ts, err := scanTerminal(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list terminal sessions: %w", err)
-		}
-		out = append(out, ts)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list terminal sessions: %w", err)
 	}
 	return out, nil
