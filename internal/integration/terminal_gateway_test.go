@@ -231,6 +231,24 @@ func TestTerminalTokenNegatives(t *testing.T) {
 		}
 		e.dialTerminal(tok, wsOpts{}).expectError(terminal.CodeAllocationInactive, 5*time.Second)
 	})
+	t.Run("allocation requests name the bad field", func(t *testing.T) {
+		for _, tc := range []struct {
+			req   api.CreateAllocationRequest
+			field string
+		}{
+			{api.CreateAllocationRequest{Username: "alice"}, "host_id"},
+			{api.CreateAllocationRequest{Username: "alice", HostID: "node-a", InstanceID: "i-1"}, "instance_id"},
+			{api.CreateAllocationRequest{Username: "alice", HostID: "no-such-host"}, "host_id"},
+			{api.CreateAllocationRequest{Username: "root", HostID: "node-a"}, "username"},
+			{api.CreateAllocationRequest{Username: "Bad Name", HostID: "node-a"}, "username"},
+		} {
+			var eb api.ErrorBody
+			if st := e.op(http.MethodPost, "/api/v1/allocations", tc.req, &eb); st != http.StatusUnprocessableEntity ||
+				len(eb.Error.Fields) == 0 || eb.Error.Fields[0].Field != tc.field {
+				t.Errorf("%+v: HTTP %d %+v, want 422 on %s", tc.req, st, eb.Error, tc.field)
+			}
+		}
+	})
 	t.Run("operators cannot enqueue terminal.open", func(t *testing.T) {
 		var eb api.ErrorBody
 		if st := e.op(http.MethodPost, "/api/v1/tasks", api.EnqueueTaskRequest{NodeID: "node-a", Type: "terminal.open",

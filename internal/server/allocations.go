@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/drover-dev/drover/internal/api"
@@ -92,9 +93,11 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error 
 // validateConsoleUser checks an instance allocation's request: the user
 // names the person, and there is no OS user to provision on the host.
 func validateConsoleUser(req api.CreateAllocationRequest) []api.FieldError {
-	params, _ := json.Marshal(task.AllocDeprovisionUserParams{AllocationID: "alc_check", Username: req.Username})
-	if _, fe := task.DecodeAllocDeprovisionUserParams(params); fe != nil {
-		return paramsToFields(fe)
+	if req.Username == "" {
+		return []api.FieldError{{Field: "username", Message: "is required"}}
+	}
+	if msg := task.UsernameProblem(req.Username); msg != "" {
+		return []api.FieldError{{Field: "username", Message: msg}}
 	}
 	if len(req.SSHAuthorizedKeys) > 0 || req.Shell != "" || req.Sudo {
 		return []api.FieldError{{Field: "ssh_authorized_keys",
@@ -108,9 +111,7 @@ func validateConsoleUser(req api.CreateAllocationRequest) []api.FieldError {
 func paramsToFields(fe []api.FieldError) []api.FieldError {
 	out := make([]api.FieldError, len(fe))
 	for i, f := range fe {
-		if len(f.Field) > len("params.") && f.Field[:len("params.")] == "params." {
-			f.Field = f.Field[len("params."):]
-		}
+		f.Field, _ = strings.CutPrefix(f.Field, "params.")
 		out[i] = f
 	}
 	return out

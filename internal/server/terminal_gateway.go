@@ -207,7 +207,7 @@ func (s *Server) runTerminal(ctx context.Context, br *websocket.Conn, sess store
 	// Queue terminal.open. It expires with the dispatch deadline, so an agent
 	// that reconnects later never opens a session nobody waits for.
 	l := &liveSession{id: sess.ID, nodeID: sess.NodeID, allocID: sess.AllocationID, nonce: newNonce(),
-		node: make(chan *websocket.Conn, 1), taskCh: make(chan struct{}, 1), kill: make(chan killReq, 1),
+		node: make(chan *websocket.Conn), taskCh: make(chan struct{}, 1), kill: make(chan killReq, 1),
 		done: make(chan struct{})}
 	params := task.TerminalOpenParams{SessionID: sess.ID, AllocationID: sess.AllocationID, Nonce: l.nonce,
 		Mode: sess.Mode, Cols: sess.Cols, Rows: sess.Rows, MaxLifetime: api.Duration(cfg.MaxLifetime)}

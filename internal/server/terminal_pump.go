@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -153,7 +154,7 @@ func (p *pump) open(ctx context.Context, l *liveSession, taskID string) (termina
 // (bounded), the latest size is held, pings are answered.
 func (p *pump) holdBrowser(ctx context.Context, f frame) (terminal.ErrorCode, string) {
 	if f.err != nil {
-		if websocket.CloseStatus(f.err) == -1 && ctx.Err() == nil && !isClosed(f.err) {
+		if errors.Is(f.err, terminal.ErrProtocol) {
 			return terminal.CodeProtocolError, f.err.Error()
 		}
 		return codeBrowserGone, "the browser closed the terminal"
@@ -179,12 +180,6 @@ func (p *pump) holdBrowser(ctx context.Context, f frame) (terminal.ErrorCode, st
 		return terminal.CodeProtocolError, fmt.Sprintf("the browser may not send on %s", f.ch)
 	}
 	return "", ""
-}
-
-// isClosed reports a read error that only means the connection ended.
-func isClosed(err error) bool {
-	return websocket.CloseStatus(err) != -1 || err.Error() == "failed to get reader: EOF" ||
-		err.Error() == "failed to read frame header: EOF"
 }
 
 // dispatchFailure names why terminal.open was not picked up in time.
@@ -290,6 +285,10 @@ func (p *pump) splice(ctx context.Context, l *liveSession) {
 	go func() { // browser → node
 		defer wg.Done()
 		for f := range p.brIn {
+			if errors.Is(f.err, terminal.ErrProtocol) {
+				finish(end{reason: string(terminal.CodeProtocolError), code: terminal.CodeProtocolError, msg: f.err.Error()})
+				return
+			}
 			if f.err != nil {
 				finish(end{reason: "browser_closed"})
 				return

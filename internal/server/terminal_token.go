@@ -36,7 +36,11 @@ func (s *Server) mintTerminalToken(w http.ResponseWriter, r *http.Request) error
 	var req api.TerminalTokenRequest
 	if r.ContentLength != 0 {
 		if err := decodeJSON(r, &req); err != nil {
-			return refuse(err.(*httpError))
+			var he *httpError
+			if errors.As(err, &he) {
+				return refuse(he)
+			}
+			return err
 		}
 	}
 	size, fields := terminalSize(req)

@@ -91,6 +91,11 @@ func checkToken(s string) string {
 	return ""
 }
 
+// UsernameProblem says what is wrong with a Linux user name for an
+// allocation ("" when it is acceptable); the server checks names the node
+// never sees (instance console users) with it.
+func UsernameProblem(s string) string { return checkUsername(s) }
+
 func checkUsername(s string) string {
 	if s == "root" {
 		return "must not be root"
