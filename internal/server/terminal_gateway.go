@@ -241,6 +241,9 @@ func (s *Server) runTerminal(ctx context.Context, br *websocket.Conn, sess store
 	p := &pump{s: s, log: log, sess: sess, br: br, brIn: brIn, started: started}
 	code, msg := p.open(ctx, l, t.ID)
 	if code != "" {
+		// Cancel first, so that once the browser has its answer no node can
+		// still pick up this terminal.open.
+		s.cancelTerminalTask(ctx, t.ID)
 		if code != codeBrowserGone {
 			fail(code, msg)
 		} else {
@@ -249,7 +252,6 @@ func (s *Server) runTerminal(ctx context.Context, br *websocket.Conn, sess store
 		if p.node != nil {
 			p.node.Close(websocket.StatusGoingAway, string(code))
 		}
-		s.cancelTerminalTask(ctx, t.ID)
 		return
 	}
 	p.splice(ctx, l)
