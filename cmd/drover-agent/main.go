@@ -21,6 +21,11 @@ func main() {
 		return
 	}
 	cfg, err := agent.LoadConfig(os.Args[1:], os.Getenv)
+	var help *agent.HelpError
+	if errors.As(err, &help) {
+		fmt.Print(help.Usage)
+		return
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "drover-agent: configuration:", err)
 		os.Exit(2)

@@ -100,7 +100,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.StringVar(&f.ControlPlaneURL, "control-plane-url", "", "node-facing control plane URL (https://host:8443)")
 	fs.StringVar(&f.TerminalURL, "terminal-url", "", "terminal gateway's node-facing URL (default: the control plane URL)")
 	fs.StringVar(&f.HostID, "host-id", "", "host id of this node's host record")
-	fs.StringVar(&f.HostID, "node-id", "", "alias of -host-id (generated and persisted when absent)")
+	fs.StringVar(&f.HostID, "node-id", "", "alias of -host-id")
 	fs.StringVar(&f.BootstrapToken, "bootstrap-token", "", "one-time bootstrap token")
 	fs.StringVar(&f.CAHash, "ca-hash", "", "pinned control plane CA hash (sha256:...)")
 	fs.StringVar(&f.CAFile, "ca-file", "", "control plane CA bundle (instead of -ca-hash)")
@@ -120,6 +120,9 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.StringVar(&f.SecretsDir, "secrets-dir", "", "directory with one file per instance secret")
 	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Config{}, &HelpError{Usage: usage(fs, c)}
+		}
 		return Config{}, fmt.Errorf("flags: %w", err)
 	}
 	if fs.NArg() > 0 {

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -352,5 +353,33 @@ func TestLoadConfigReservedCapacity(t *testing.T) {
 	env["NODE_AGENT_RESERVED_VCPUS"] = "-1"
 	if _, err := agent.LoadConfig(nil, func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "NODE_AGENT_RESERVED_VCPUS") {
 		t.Fatalf("negative reserve: err = %v, want it to name NODE_AGENT_RESERVED_VCPUS", err)
+	}
+}
+
+// TestHelp: -h, -help and --help print every flag with its environment
+// variable and default instead of running (or failing on missing settings).
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "-help", "--help"} {
+		_, err := agent.LoadConfig([]string{arg}, env(nil))
+		var help *agent.HelpError
+		if !errors.As(err, &help) {
+			t.Fatalf("%s: err = %v, want *HelpError", arg, err)
+		}
+		for _, want := range []string{
+			"-control-plane-url", "NODE_AGENT_CONTROL_PLANE_URL",
+			"-node-id", "NODE_AGENT_HOST_ID",
+			"-reserved-memory-mib", "NODE_AGENT_RESERVED_MEMORY_MIB",
+			"-config", "NODE_AGENT_CONFIG",
+			"(default /var/lib/drover/images)", "(default qemu)",
+		} {
+			if !strings.Contains(help.Usage, want) {
+				t.Errorf("%s: usage lacks %q:\n%s", arg, want, help.Usage)
+			}
+		}
+		for _, line := range strings.Split(help.Usage, "\n") {
+			if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[0], "-") && f[1] == "-" {
+				t.Errorf("flag %s has no environment variable LoadConfig reads", f[0])
+			}
+		}
 	}
 }

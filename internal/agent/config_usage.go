@@ -1,0 +1,110 @@
+package agent
+
+import (
+	"flag"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// HelpError is what LoadConfig returns for -h / -help / --help: not a
+// failure, the usage text to print (on stdout, exit 0) instead of running.
+type HelpError struct{ Usage string }
+
+func (e *HelpError) Error() string { return "help requested" }
+
+// flagAliases are flags that set another flag's key rather than a key of
+// their own.
+var flagAliases = map[string]string{"node-id": "host-id"}
+
+// envKeyOf is the NODE_AGENT_* key a flag overrides: the flag's name in
+// upper case with dashes as underscores, after following an alias.
+func envKeyOf(name string) string {
+	if to, ok := flagAliases[name]; ok {
+		name = to
+	}
+	return "NODE_AGENT_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// knownKey reports whether key is a configuration key LoadConfig reads.
+func knownKey(key string) bool {
+	var c Config
+	_, ok := c.fields()[key]
+	return ok || slices.Contains(numericKeys, key) || key == "NODE_AGENT_CONFIG"
+}
+
+// flagDefault is the value a flag has when neither it, its environment
+// variable nor the config file sets it.
+func flagDefault(name string, d Config) string {
+	switch name {
+	case "os-family":
+		return d.OSFamily
+	case "state-dir":
+		return d.StateDir
+	case "listen":
+		return d.ListenAddr
+	case "runtime":
+		return d.Runtime
+	case "image-dirs":
+		return d.ImageDirs
+	case "host-id", "node-id":
+		return "generated and persisted in the state dir"
+	case "terminal-url":
+		return "the control plane URL"
+	case "hostname":
+		return "the system's hostname"
+	case "heartbeat-interval":
+		return "the server's (5s)"
+	case "reconcile-interval":
+		return "5s"
+	case "runtime-dir":
+		return "<state dir>/runtime"
+	case "qemu-binary":
+		return "qemu-system-" + qemuArch(runtime.GOARCH)
+	case "reserved-vcpus", "reserved-memory-mib":
+		return "0"
+	}
+	return ""
+}
+
+// qemuArch is QEMU's name for a Go architecture.
+func qemuArch(goarch string) string {
+	switch goarch {
+	case "amd64":
+		return "x86_64"
+	case "arm64":
+		return "aarch64"
+	}
+	return goarch
+}
+
+// usage lists every flag with its environment variable and default.
+func usage(fs *flag.FlagSet, d Config) string {
+	var b strings.Builder
+	b.WriteString(`Usage: drover-agent [flags]
+       drover-agent version
+
+The Drover node agent. It enrols with the control plane, then heartbeats,
+runs signed tasks and keeps this host's instances. Each setting comes from,
+highest first: a flag, its NODE_AGENT_* environment variable, the -config
+file (KEY=VALUE lines with the same keys), the default.
+
+Flags:
+`)
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fs.VisitAll(func(f *flag.Flag) {
+		env := envKeyOf(f.Name)
+		if !knownKey(env) {
+			env = "-"
+		}
+		line := f.Usage
+		if def := flagDefault(f.Name, d); def != "" && !strings.Contains(line, "(default ") && !strings.Contains(line, "(default:") {
+			line += " (default " + def + ")"
+		}
+		fmt.Fprintf(tw, "  -%s\t%s\t%s\n", f.Name, env, line)
+	})
+	_ = tw.Flush()
+	return b.String()
+}
