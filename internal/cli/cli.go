@@ -35,30 +35,60 @@ type CLI struct {
 	Version     VersionCmd     `cmd:"" help:"Print the version."`
 }
 
-// Env is what commands write to.
+// Env is what commands read from and write to.
 type Env struct {
+	Stdin  io.Reader // answers to confirmation prompts; nil reads nothing
 	Stdout io.Writer
 	Stderr io.Writer
+	// Interactive reports whether Stdin is a terminal a person can answer
+	// prompts on; without one, destructive commands need --yes.
+	Interactive bool
 }
 
 // Main runs the CLI on the process's arguments and streams.
 func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return Run(ctx, args, &Env{Stdout: os.Stdout, Stderr: os.Stderr})
+	return Run(ctx, args, &Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Interactive: isTerminal(os.Stdin)})
 }
 
-// Run runs the CLI with args and returns the exit code.
-func Run(ctx context.Context, args []string, env *Env) int {
-	var root CLI
-	parser, err := kong.New(&root, kong.Name("drover"),
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// exitRequest is how kong's exit hook (help, version) unwinds Parse: the
+// command must not run after its usage was printed.
+type exitRequest struct{ code int }
+
+// newParser builds the command tree; exits panic with an exitRequest.
+func newParser(root *CLI, env *Env) (*kong.Kong, error) {
+	return kong.New(root, kong.Name("drover"),
 		kong.Description("Drover: control plane and operator CLI for fleets of bare-metal, GPU and VM hosts."),
 		kong.UsageOnError(), kong.Bind(env), kong.Writers(env.Stdout, env.Stderr),
-		kong.Exit(func(int) {}))
+		kong.Exit(func(code int) { panic(exitRequest{code}) }))
+}
+
+// Run runs the CLI with args and returns the exit code. --help (or -h) on
+// any command prints its usage and returns 0 without running it.
+func Run(ctx context.Context, args []string, env *Env) (code int) {
+	var root CLI
+	parser, err := newParser(&root, env)
 	if err != nil {
 		fmt.Fprintln(env.Stderr, err)
 		return 2
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			ex, ok := r.(exitRequest)
+			if !ok {
+				panic(r)
+			}
+			code = ex.code
+		}
+	}()
 	kctx, err := parser.Parse(args)
 	if err != nil {
 		fmt.Fprintln(env.Stderr, "drover:", err)

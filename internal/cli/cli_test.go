@@ -17,8 +17,14 @@ import (
 // URL and a token. seed, when given, fills the store before it starts.
 func startServer(t *testing.T, seed ...func(context.Context, store.Store) error) (apiURL, token string) {
 	t.Helper()
+	return startServerAt(t, filepath.Join(t.TempDir(), "d.db"), seed...)
+}
+
+// startServerAt is startServer with its SQLite database at dbPath.
+func startServerAt(t *testing.T, dbPath string, seed ...func(context.Context, store.Store) error) (apiURL, token string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "d.db"))
+	st, err := sqlite.Open(ctx, dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +79,7 @@ func TestCommands(t *testing.T) {
 		{"placement: nothing schedulable", []string{"hosts", "place", "--vcpus", "2"}, 1, "insufficient_capacity"},
 		{"token list", []string{"token", "list"}, 0, "cli-test"},
 		{"audit", []string{"audit", "--target", "web-1"}, 0, "host.create"},
-		{"keys rotate", []string{"keys", "rotate"}, 0, "active signing key"},
+		{"keys rotate", []string{"keys", "rotate", "--yes"}, 0, "active signing key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

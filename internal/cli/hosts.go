@@ -21,7 +21,7 @@ type HostsCmd struct {
 	Enable      HostIDCmd      `cmd:"" help:"Enable a host (schedulable when healthy)."`
 	Disable     HostIDCmd      `cmd:"" help:"Disable a host."`
 	RotateToken HostIDCmd      `cmd:"" name:"rotate-token" help:"Issue a new bootstrap token; the old one stops working."`
-	Revoke      HostIDCmd      `cmd:"" help:"Revoke a host: its certificates are refused from now on."`
+	Revoke      HostRevokeCmd  `cmd:"" help:"Revoke a host: its certificates are refused from now on (irreversible; asks, or --yes)."`
 	Drain       HostIDCmd      `cmd:"" help:"Drain a host: no new instances are placed on it, and its agent learns it is draining."`
 	Undrain     HostIDCmd      `cmd:"" help:"Undrain a host: it takes new instances again."`
 	Slots       HostSlotsCmd   `cmd:"" help:"List a host's approved resource slots."`
@@ -182,8 +182,7 @@ type HostIDCmd struct {
 	HostID string `arg:"" name:"host-id"`
 }
 
-// Run implements show, enable, disable, rotate-token, revoke, drain and
-// undrain.
+// Run implements show, enable, disable, rotate-token, drain and undrain.
 func (c *HostIDCmd) Run(ctx context.Context, env *Env, kctx *kong.Context) error {
 	cl, err := c.client()
 	if err != nil {
@@ -212,6 +211,29 @@ func (c *HostIDCmd) Run(ctx context.Context, env *Env, kctx *kong.Context) error
 		}
 		return printHost(env, c.JSON, h)
 	}
+}
+
+// HostRevokeCmd revokes a host after confirmation.
+type HostRevokeCmd struct {
+	APIFlags
+	Yes
+	HostID string `arg:"" name:"host-id"`
+}
+
+// Run implements the command.
+func (c *HostRevokeCmd) Run(ctx context.Context, env *Env) error {
+	if err := c.confirm(env, fmt.Sprintf("Revoking host %s", c.HostID), c.HostID); err != nil {
+		return err
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	var h api.Host
+	if err := cl.call(ctx, http.MethodPost, "/api/v1/hosts/"+url.PathEscape(c.HostID)+"/revoke", nil, nil, &h); err != nil {
+		return err
+	}
+	return printHost(env, c.JSON, h)
 }
 
 func printHost(env *Env, asJSON bool, h api.Host) error {

@@ -16,7 +16,7 @@ import (
 type TokenCmd struct {
 	Create TokenCreateCmd `cmd:"" help:"Create an operator token (printed once)."`
 	List   TokenListCmd   `cmd:"" help:"List operator tokens."`
-	Revoke TokenRevokeCmd `cmd:"" help:"Revoke an operator token."`
+	Revoke TokenRevokeCmd `cmd:"" help:"Revoke an operator token (irreversible; asks, or --yes)."`
 }
 
 // TokenCreateCmd creates an operator token, through the API or, with
@@ -92,11 +92,15 @@ func (c *TokenListCmd) Run(ctx context.Context, env *Env) error {
 // TokenRevokeCmd revokes a token.
 type TokenRevokeCmd struct {
 	APIFlags
+	Yes
 	ID string `arg:"" name:"token-id"`
 }
 
 // Run implements the command.
 func (c *TokenRevokeCmd) Run(ctx context.Context, env *Env) error {
+	if err := c.confirm(env, fmt.Sprintf("Revoking operator token %s", c.ID), c.ID); err != nil {
+		return err
+	}
 	cl, err := c.client()
 	if err != nil {
 		return err
@@ -110,14 +114,20 @@ func (c *TokenRevokeCmd) Run(ctx context.Context, env *Env) error {
 
 // KeysCmd groups signing key commands.
 type KeysCmd struct {
-	Rotate KeysRotateCmd `cmd:"" help:"Rotate the task-signing key (old keys stay in the JWKS for 48h)."`
+	Rotate KeysRotateCmd `cmd:"" help:"Rotate the task-signing key (old keys stay in the JWKS for 48h; asks, or --yes)."`
 }
 
 // KeysRotateCmd rotates the signing key.
-type KeysRotateCmd struct{ APIFlags }
+type KeysRotateCmd struct {
+	APIFlags
+	Yes
+}
 
 // Run implements the command.
 func (c *KeysRotateCmd) Run(ctx context.Context, env *Env) error {
+	if err := c.confirm(env, "Rotating the task-signing key", "rotate"); err != nil {
+		return err
+	}
 	cl, err := c.client()
 	if err != nil {
 		return err
