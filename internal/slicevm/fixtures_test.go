@@ -47,8 +47,11 @@ func gpu(addr, driver, group string) hostinfotest.PCI {
 // (nvme8n1, mounted), KVM, and the br-slice OVS bridge.
 func sliceHost() hostinfotest.Host {
 	h := hostinfotest.Host{
-		KVM:    true,
-		Mounts: "/dev/nvme8n1p2 / ext4 rw 0 0\n",
+		KVM:     true,
+		CPUInfo: "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu vmx ept\n",
+		Cmdline: "BOOT_IMAGE=/vmlinuz root=/dev/nvme8n1p2 intel_iommu=on iommu=pt",
+		Modules: hostinfotest.Ptr("vfio_pci 16384 0 - Live 0x0\nvfio_iommu_type1 16384 0 - Live 0x0\nvfio 16384 0 - Live 0x0\n"),
+		Mounts:  "/dev/nvme8n1p2 / ext4 rw 0 0\n",
 		Virtual: []hostinfotest.Net{
 			{Name: "br-slice", OperState: "unknown", Address: "02:00:00:00:00:01", MTU: "1500"},
 			{Name: "ovs-system", OperState: "down", Address: "02:00:00:00:00:02", MTU: "1500"},
@@ -77,6 +80,16 @@ func sliceHost() hostinfotest.Host {
 			Partitions: parts, ByID: []string{"nvme-SAMSUNG_MZWLR3T8HBLS-00007_" + serial}}
 	}
 	h.Block = []hostinfotest.Block{ns(0, "0000:19:00.0"), ns(8, "0000:05:00.0", "nvme8n1p1", "nvme8n1p2")}
+	return h
+}
+
+// gpu2Addr is the second GPU of twoGPUHost.
+const gpu2Addr = "0000:2a:00.0"
+
+// twoGPUHost is sliceHost with a second GPU (slot 1: no NVMe or VF left).
+func twoGPUHost() hostinfotest.Host {
+	h := sliceHost()
+	h.PCI = append(h.PCI, gpu(gpu2Addr, "vfio-pci", "21"))
 	return h
 }
 

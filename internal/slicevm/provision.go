@@ -151,6 +151,11 @@ func (p *Provisioner) Provision(ctx context.Context, params task.VMProvisionPara
 	out.Image = ImageInfo{Source: imageSource(params), SHA256: params.ImageSHA256}
 	out.Readiness.SerialMarker = params.ReadinessMarker
 	out.Notes = notes(params, pr.network)
+	if err := p.checkDevices(ctx, provisionRefs(params.Slots)); err != nil {
+		out.FailedPhase = PhaseDeviceCheck
+		p.opts.Log.Warn("slicevm: provision refused", "vm_name", params.VMName, "err", err)
+		return out, t.timings, err
+	}
 	err = pr.run(ctx)
 	out.Phases = append(out.Phases, t.results...)
 	if err != nil {
@@ -312,6 +317,17 @@ func (pr *provision) run(ctx context.Context) error {
 func (pr *provision) leaseAcquire(context.Context) (step, error) {
 	if len(pr.params.Slots) == 0 {
 		return skipped("no slots"), nil
+	}
+	// Under leaseMu no other provision takes a lease between the check
+	// and the last lease taken here.
+	pr.p.leaseMu.Lock()
+	defer pr.p.leaseMu.Unlock()
+	fe, err := pr.p.leaseConflicts(pr.params.VMName, provisionRefs(pr.params.Slots))
+	if err != nil {
+		return step{}, failf(CodeLeaseFailed, "read leases: %w", err)
+	}
+	if err := deviceErr(CodeLeaseConflict, PhaseLeaseAcquire, fe); err != nil {
+		return step{}, err
 	}
 	var kept []string
 	for _, s := range pr.params.Slots {

@@ -325,29 +325,53 @@ func TestVFIOBindFailure(t *testing.T) {
 	}
 }
 
-// TestLeaseConflict: a slot leased to another VM fails lease_acquire; the
-// cleanup releases only the lease this provision took.
+// TestLeaseConflict: a slot, or a device, leased to another VM fails
+// lease_acquire; the cleanup releases only the leases this provision took
+// (none, when a device is leased under another slot id: that is checked
+// before any lease is taken).
 func TestLeaseConflict(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	other := task.VMSlot{SlotID: "slot-1", PCIAddress: "0000:2a:00.0"}
-	if created, err := e.p.acquireLease("vm-a", "alloc-a", other); err != nil || !created {
-		t.Fatalf("acquire = %v, %v", created, err)
+	tests := []struct {
+		name     string
+		held     task.VMSlot // vm-a's lease
+		slot1    task.VMSlot // params' second slot
+		msg      string
+		fields   []string
+		released string
+	}{
+		{"slot id leased (stale lease of a device since gone)", task.VMSlot{SlotID: "slot-1", PCIAddress: "0000:77:00.0"},
+			task.VMSlot{SlotID: "slot-1", SlotIndex: 1, PCIAddress: gpu2Addr},
+			"slot slot-1 is leased to vm vm-a (allocation alloc-a)", nil, "released slot-0"},
+		{"device leased under another slot id", task.VMSlot{SlotID: "slot-1", PCIAddress: gpu2Addr},
+			task.VMSlot{SlotID: "slot-x", SlotIndex: 1, PCIAddress: gpu2Addr},
+			"params.slots[1].pci_address: 0000:2a:00.0 is leased to vm vm-a (slot slot-1, allocation alloc-a)",
+			[]string{"params.slots[1].pci_address"}, "skipped: no lease taken by this provision"},
 	}
-	params := e.failureParams()
-	params.Slots = append(params.Slots, task.VMSlot{SlotID: "slot-1", SlotIndex: 1, PCIAddress: "0000:2a:00.0"})
-	out, _, err := e.p.Provision(context.Background(), params, nil)
-	fe := asError(t, err)
-	if fe.Phase != PhaseLeaseAcquire || fe.Code != CodeLeaseConflict || !strings.Contains(fe.Message, "slot slot-1 is leased to vm vm-a (allocation alloc-a)") {
-		t.Fatalf("err = %+v", fe)
-	}
-	if phaseResult(t, out.Cleanup, CleanupLeases).Detail != "released slot-0" {
-		t.Errorf("cleanup = %+v", out.Cleanup)
-	}
-	if l, err := e.p.readLease("slot-1"); err != nil || l.VMName != "vm-a" {
-		t.Errorf("vm-a's lease = %+v, %v", l, err)
-	}
-	if exists(e.p.leasePath("slot-0")) {
-		t.Error("slot-0's lease was not released")
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOpts{host: twoGPUHost()})
+			if created, err := e.p.acquireLease("vm-a", "alloc-a", tc.held); err != nil || !created {
+				t.Fatalf("acquire = %v, %v", created, err)
+			}
+			params := e.failureParams()
+			params.Slots = append(params.Slots, tc.slot1)
+			out, _, err := e.p.Provision(context.Background(), params, nil)
+			fe := asError(t, err)
+			if fe.Phase != PhaseLeaseAcquire || fe.Code != CodeLeaseConflict || !strings.Contains(fe.Message, tc.msg) ||
+				!reflect.DeepEqual(fieldNames(fe.Fields), tc.fields) {
+				t.Fatalf("err = %+v", fe)
+			}
+			if d := phaseResult(t, out.Cleanup, CleanupLeases).Detail; d != tc.released {
+				t.Errorf("cleanup = %+v", out.Cleanup)
+			}
+			if l, err := e.p.readLease("slot-1"); err != nil || l.VMName != "vm-a" {
+				t.Errorf("vm-a's lease = %+v, %v", l, err)
+			}
+			for _, id := range []string{"slot-0", "slot-x"} {
+				if exists(e.p.leasePath(id)) {
+					t.Errorf("%s's lease was left behind", id)
+				}
+			}
+		})
 	}
 }
 
@@ -492,8 +516,6 @@ func TestRuntimeValidate(t *testing.T) {
 	mounted := sliceHost()
 	mounted.Files["proc/self/mountinfo"] += "40 22 259:5 / /data rw - ext4 /dev/nvme0n1p1 rw\n"
 	mounted.Block[0].Partitions = []string{"nvme0n1p1"}
-	held := sliceHost()
-	held.Block[0].Holders = []string{"dm-0"}
 	noBridge := sliceHost()
 	noBridge.Virtual = nil
 	tests := []struct {
@@ -505,15 +527,7 @@ func TestRuntimeValidate(t *testing.T) {
 		msg     string
 	}{
 		{"mounted", mounted, nil, CodeRuntimeInvalid, "nvme_busy:", "/dev/nvme0n1p1 is mounted at /data"},
-		{"held", held, nil, CodeRuntimeInvalid, "nvme_busy:", "held by dm-0"},
 		{"no bridge", noBridge, nil, CodeRuntimeInvalid, "ovs_bridge_missing:br-slice", "bridge br-slice does not exist"},
-		{"outside device dirs", sliceHost(), func(e *env, p *task.VMProvisionParams) {
-			p.Slots[0].NVMeDevice = filepath.Join(e.roots.Root, "disk.img")
-			writeFile(t, p.Slots[0].NVMeDevice, nil)
-		}, CodeRuntimeInvalid, "nvme_not_allowed:", "not under the allowed device directories"},
-		{"missing device", sliceHost(), func(e *env, p *task.VMProvisionParams) {
-			p.Slots[0].NVMeDevice = filepath.Join(e.roots.Dev, "nvme7n1")
-		}, CodeRuntimeInvalid, "nvme_missing:", "no such file"},
 		{"name owned by the reconciler", sliceHost(), func(e *env, p *task.VMProvisionParams) {
 			if _, err := e.rt.Create(context.Background(), runtime.Spec{ID: "vm-1", Owner: "reconciler"}); err != nil {
 				t.Fatal(err)

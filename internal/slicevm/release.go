@@ -93,6 +93,17 @@ func (r *release) run(ctx context.Context) error {
 		return &Error{Code: CodeLeaseFailed, Phase: ReleaseShutdown, Message: "read leases: " + err.Error(), Err: err}
 	}
 	r.slots = mergeSlots(r.params.Slots, leases)
+	refs := releaseRefs(r.params.Slots, r.slots, r.params.Wipe)
+	if err := p.checkDevices(ctx, refs); err != nil {
+		return err
+	}
+	fe, err := p.leaseConflicts(vm, refs)
+	if err != nil {
+		return &Error{Code: CodeLeaseFailed, Phase: PhaseDeviceCheck, Message: "read leases: " + err.Error(), Err: err}
+	}
+	if err := deviceErr(CodeLeaseConflict, PhaseDeviceCheck, fe); err != nil {
+		return err
+	}
 	phases := []phase{
 		{ReleaseShutdown, r.shutdown},
 		{ReleaseUndefine, r.undefine},

@@ -63,13 +63,18 @@ func TestReleaseKeepsLeaseOnFailure(t *testing.T) {
 	if _, _, err := e.p.Provision(context.Background(), e.failureParams(), nil); err != nil {
 		t.Fatal(err)
 	}
-	// The GPU disappears from the bus while the VM runs.
-	if err := os.Remove(e.p.pciDev(gpuAddr)); err != nil {
+	// The GPU falls back to a host driver while the VM runs, and the host
+	// has no driver_override to bind it back with.
+	drv := e.p.pciDev(gpuAddr, "driver")
+	if err := os.Remove(drv); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(e.p.root("sys", "bus", "pci", "drivers", "nvidia"), drv); err != nil {
 		t.Fatal(err)
 	}
 	out, _, err := e.p.Release(context.Background(), task.VMReleaseParams{VMName: "vm-1"}, nil)
 	fe := asError(t, err)
-	if fe.Phase != ReleaseVFIORebind || fe.Blocker != "pci_device_missing:"+gpuAddr || out.FailedPhase != ReleaseVFIORebind {
+	if fe.Phase != ReleaseVFIORebind || fe.Blocker != "vfio_not_bound:"+gpuAddr || out.FailedPhase != ReleaseVFIORebind {
 		t.Fatalf("err = %+v", fe)
 	}
 	if l, err := e.p.readLease("slot-0"); err != nil || l.VMName != "vm-1" {

@@ -14,6 +14,32 @@
 // loads kernel modules: what is missing is a blocker in the error. It reads
 // and writes sysfs, procfs and devfs only below Options.SysfsRoot, and its
 // own files only below StateDir and CloudInitDir.
+//
+// The device rule. Only the control plane knows which slots an operator
+// approved (the agent gets no approval list; a task carries slot params
+// as submitted), so the agent checks what it can know itself, even for a
+// validly signed task:
+// every device a task would touch must be, in the role the task gives it,
+// a device of a candidate slot of this host's slice topology, discovered
+// afresh (internal/slice) when the task starts. A slot's pci_address must
+// be some candidate slot's GPU; its fabric_device some candidate slot's
+// fabric VF; its nvme_device a clean absolute path (no "..", no "//")
+// that resolves, symlinks followed, to the same path as some candidate
+// slot's NVMe namespace (a namespace that is mounted, swap or held is
+// never a candidate). Schedulability is not required, so that a host
+// with a blocker can still release. The devices checked are those a task
+// touches: for slice.vm_provision every slot's GPU, fabric VF and NVMe
+// namespace (bound, written, or leased for a later wipe); for
+// slice.vm_release the GPUs and VFs it rebinds and, with wipe, the NVMe
+// namespaces it zeroes, whether params name them or the VM's leases fill
+// them in. A device named as a GPU's IOMMU-group companion is not accepted
+// (tasks never name one; they are only checked to be unbound or on
+// vfio-pci). Besides, a device another VM's lease holds is refused, even
+// under another slot id. A refusal comes before anything is touched: an
+// *Error with Code CodeDeviceNotAllowed (or CodeLeaseConflict), Phase
+// PhaseDeviceCheck, and Fields naming each param, e.g.
+// "params.slots[0].pci_address: 0000:3b:00.0 is not a device of an
+// approved slot on this host".
 package slicevm
 
 import (
@@ -27,8 +53,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/image"
 	"github.com/drover-dev/drover/internal/runtime"
+	"github.com/drover-dev/drover/internal/slice"
 )
 
 // Provision phases, in the order Provision runs them (seed 004). Timings
@@ -108,6 +136,12 @@ const (
 	CodeCleanupFailed      = "cleanup_failed"
 	CodeWipeFailed         = "wipe_failed"
 	CodeCanceled           = "canceled"
+	// CodeDeviceNotAllowed: the task names a device outside the device
+	// rule (Error.Fields name each one; errors.Is ErrDeviceNotAllowed).
+	CodeDeviceNotAllowed = "device_not_allowed"
+	// CodeTopologyFailed: the host's slots could not be discovered, so
+	// no device could be checked.
+	CodeTopologyFailed = "topology_discover_failed"
 )
 
 // Error is a failed phase. Code is stable (Code* constants); Blocker, when
@@ -119,7 +153,9 @@ type Error struct {
 	Phase   string
 	Message string
 	Blocker string
-	Err     error // the underlying cause, if any
+	// Fields name the params (or leases) refused by the device rule.
+	Fields []api.FieldError
+	Err    error // the underlying cause, if any
 }
 
 func (e *Error) Error() string {
@@ -171,6 +207,10 @@ type Options struct {
 	// backs it with internal/accel's verdict. Without it
 	// host_passthrough_check reports the accelerator as not checked.
 	CheckAccel func(ctx context.Context, accel string) error
+	// Topology discovers this host's slots for the device rule (default:
+	// internal/slice's discovery below SysfsRoot, run afresh for each
+	// task that names devices).
+	Topology func(ctx context.Context) (slice.Topology, error)
 	// GOARCH picks qemu-system-<arch> (default the agent's own).
 	GOARCH string
 	Log    *slog.Logger
@@ -183,6 +223,9 @@ type Provisioner struct {
 	opts  Options
 	mu    sync.Mutex
 	locks map[string]*vmLock
+	// leaseMu serialises taking leases across VMs, so that two VMs cannot
+	// both lease one device under different slot ids.
+	leaseMu sync.Mutex
 }
 
 type vmLock struct {
@@ -222,6 +265,9 @@ func New(opts Options) (*Provisioner, error) {
 	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
+	}
+	if opts.Topology == nil {
+		opts.Topology = defaultTopology(opts)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -98,6 +98,22 @@ func (p *Provisioner) readLease(slotID string) (Lease, error) {
 
 // leasesOf returns the leases vm holds, by slot id.
 func (p *Provisioner) leasesOf(vm string) ([]Lease, error) {
+	all, err := p.allLeases()
+	if err != nil {
+		return nil, err
+	}
+	var out []Lease
+	for _, l := range all {
+		if l.VMName == vm {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// allLeases returns every readable lease, by slot id (an unreadable one
+// is logged and left out).
+func (p *Provisioner) allLeases() ([]Lease, error) {
 	ents, err := os.ReadDir(p.leaseDir())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -116,9 +132,7 @@ func (p *Provisioner) leasesOf(vm string) ([]Lease, error) {
 			p.opts.Log.Warn("slicevm: skipping unreadable lease", "slot_id", id, "err", err)
 			continue
 		}
-		if l.VMName == vm {
-			out = append(out, l)
-		}
+		out = append(out, l)
 	}
 	return out, nil
 }
