@@ -11,17 +11,25 @@ import (
 	"github.com/drover-dev/drover/internal/runtime"
 )
 
-// Hard-stop timing.
+// Stop timing.
 const (
-	quitWait = 3 * time.Second  // after QMP quit, before SIGKILL
-	killWait = 30 * time.Second // after SIGKILL, before giving up
+	// A press of the power button is lost when the guest is not listening
+	// yet (still booting, ACPI button driver or acpid not up): the graceful
+	// stop presses it again, first after powerdownFirst, then at intervals
+	// growing to powerdownMax, until its deadline.
+	powerdownFirst = time.Second
+	powerdownMax   = 2 * time.Second
+	quitWait       = 3 * time.Second  // after QMP quit, before SIGKILL
+	killWait       = 30 * time.Second // after SIGKILL, before giving up
 )
 
 // Stop asks the guest to power off (QMP system_powerdown, the ACPI power
-// button) and waits up to graceful for QEMU to exit; then it sends QMP quit
-// and, a few seconds later, SIGKILL, and reports HardStopped. It returns
-// only once the process is gone. graceful 0 skips the powerdown; a ctx that
-// ends cuts the graceful wait short. Stopping a stopped instance is a no-op.
+// button), pressing the button again every second or two, as `virsh
+// shutdown` in a loop does, and waits up to graceful for QEMU to exit; then
+// it sends QMP quit and, a few seconds later, SIGKILL, and reports
+// HardStopped. It returns only once the process is gone. graceful 0 skips
+// the powerdown; a ctx that ends cuts the graceful wait short. Stopping a
+// stopped instance is a no-op.
 func (r *Runtime) Stop(ctx context.Context, id string, graceful time.Duration) (runtime.StopResult, error) {
 	unlock := r.lockID(id)
 	defer unlock()
@@ -48,18 +56,14 @@ func (r *Runtime) stopLocked(ctx context.Context, in *instance, graceful time.Du
 	t0 := time.Now()
 	p.stopRequested.Store(true)
 	if graceful > 0 {
-		if err := p.execute(ctx, 5*time.Second, "system_powerdown", nil, nil); err != nil {
-			p.log.Warn("system_powerdown failed; stopping hard", "err", err)
-		} else {
-			gone, err := p.wait(ctx, graceful)
-			if err != nil {
-				return runtime.StopResult{}, fmt.Errorf("stop %s: %w", in.id, err)
-			}
-			if gone {
-				return runtime.StopResult{Took: time.Since(t0)}, nil
-			}
-			p.log.Warn("guest did not power off in time; stopping hard", "graceful", graceful)
+		gone, err := p.powerdown(ctx, t0.Add(graceful))
+		if err != nil {
+			return runtime.StopResult{}, fmt.Errorf("stop %s: %w", in.id, err)
 		}
+		if gone {
+			return runtime.StopResult{Took: time.Since(t0)}, nil
+		}
+		p.log.Warn("guest did not power off in time; stopping hard", "graceful", graceful)
 	}
 	p.hard.Store(true)
 	bg := context.Background()
@@ -83,6 +87,36 @@ func (r *Runtime) stopLocked(ctx context.Context, in *instance, graceful time.Du
 		}
 	}
 	return runtime.StopResult{HardStopped: true, Took: time.Since(t0)}, nil
+}
+
+// powerdown presses the ACPI power button (QMP system_powerdown) until the
+// process is gone or deadline passes, pressing again after powerdownFirst
+// and then at intervals doubling up to powerdownMax. A press that fails
+// (QMP reconnecting, QEMU exiting) is logged and retried at the next
+// interval. It reports whether the process is gone; a ctx that ends makes
+// it return false at once.
+func (p *vmProc) powerdown(ctx context.Context, deadline time.Time) (bool, error) {
+	interval := powerdownFirst
+	for presses := 1; ; presses++ {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false, nil
+		}
+		if err := p.execute(ctx, min(5*time.Second, left), "system_powerdown", nil, nil); err != nil {
+			if ctx.Err() != nil {
+				return false, nil
+			}
+			p.log.Warn("system_powerdown failed", "press", presses, "err", err)
+		} else if presses > 1 {
+			p.log.Debug("power button pressed again", "press", presses)
+		}
+		next := min(interval, time.Until(deadline))
+		gone, err := p.wait(ctx, next)
+		if gone || err != nil || ctx.Err() != nil {
+			return gone, err
+		}
+		interval = min(2*interval, powerdownMax)
+	}
 }
 
 // Destroy kills the instance if it runs and removes its overlay, seed,

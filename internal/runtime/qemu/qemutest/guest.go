@@ -321,6 +321,14 @@ if [ "$nobutton" != 1 ]; then
 		done
 		[ -n "$ev" ] || { sleep 0.05; i=$((i+1)); }
 	done
+	if [ -z "$ev" ]; then
+		echo "drover-guest: no Power Button input device; not announcing readiness" > /dev/ttyS0
+		while :; do sleep 3600; done
+	fi
+	# Listen before announcing readiness: evdev queues events only for
+	# readers that hold the device open, so a press right after the marker
+	# waits in fd 3 instead of being dropped while head is still starting.
+	exec 3< "/dev/input/$ev"
 fi
 echo "$marker" > /dev/ttyS0
 if [ "$crash" = 1 ]; then
@@ -339,10 +347,10 @@ if [ -n "$listen" ]; then
 	mkdir -p /www
 	echo ok > /www/index.html
 	echo ` + ListeningMarker + ` > /dev/ttyS0
-	httpd -p "$listen" -h /www
+	httpd -p "$listen" -h /www 3<&-
 fi
 if [ -n "$ev" ]; then
-	head -c 1 "/dev/input/$ev" > /dev/null
+	head -c 1 <&3 > /dev/null
 	echo ` + PoweroffMarker + ` > /dev/ttyS0
 	poweroff -f
 fi

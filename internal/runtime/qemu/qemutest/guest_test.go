@@ -176,6 +176,22 @@ func TestInitramfsContents(t *testing.T) {
 	}
 }
 
+// The guest must hold the power button's event device open before it
+// prints the marker: evdev drops events nobody has open, so a
+// system_powerdown sent as soon as the marker shows would otherwise be lost
+// while the listener is still starting (TestGuestBootsAndPowersOff failed
+// that way under load).
+func TestInitListensBeforeMarker(t *testing.T) {
+	s := initScript()
+	open := strings.Index(s, `exec 3< "/dev/input/$ev"`)
+	marker := strings.Index(s, `echo "$marker" > /dev/ttyS0`)
+	read := strings.Index(s, "head -c 1 <&3")
+	if open < 0 || marker < 0 || read < 0 || open > marker || read < marker {
+		t.Errorf("init opens the button at %d, prints the marker at %d, reads the press at %d; "+
+			"want open < marker < read:\n%s", open, marker, read, s)
+	}
+}
+
 // bootResult is what a raw boot of the guest showed.
 type bootResult struct {
 	serial   string
