@@ -20,45 +20,67 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
+// keysSnapshot is what writeAuthorizedKeys found before it changed
+// anything, so that a failed provision can put it back.
+type keysSnapshot struct {
+	// Changed: .ssh or authorized_keys may have been changed.
+	Changed bool
+	// SSHDir: .ssh existed; File: authorized_keys existed, holding Content.
+	SSHDir, File bool
+	Content      []byte
+}
+
 // writeAuthorizedKeys replaces Drover's block of home/.ssh/authorized_keys
 // with keys (lines outside the block are kept) and makes .ssh 0700 and the
-// file 0600, both owned by uid:gid.
-func writeAuthorizedKeys(home string, uid, gid int, allocationID string, keys []string) error {
+// file 0600, both owned by uid:gid. It returns what was there before,
+// also on failure.
+func writeAuthorizedKeys(home string, uid, gid int, allocationID string, keys []string) (keysSnapshot, error) {
+	var snap keysSnapshot
 	root, err := os.OpenRoot(home)
 	if err != nil {
-		return err
+		return snap, err
 	}
 	defer root.Close()
 	fi, err := root.Lstat(".ssh")
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		snap.Changed = true
 		if err := root.Mkdir(".ssh", 0o700); err != nil {
-			return err
+			return snap, err
 		}
 	case err != nil:
-		return err
+		return snap, err
 	case !fi.IsDir():
-		return fmt.Errorf("%s/.ssh is not a directory (%s)", home, fi.Mode().Type())
+		return snap, fmt.Errorf("%s/.ssh is not a directory (%s)", home, fi.Mode().Type())
+	default:
+		snap.SSHDir = true
 	}
-	if err := root.Chmod(".ssh", 0o700); err != nil {
-		return err
-	}
-	if err := root.Lchown(".ssh", uid, gid); err != nil {
-		return err
-	}
-	var old []byte
 	fi, err = root.Lstat(authorizedKeysPath)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
-		return err
+		return snap, err
 	case !fi.Mode().IsRegular():
-		return fmt.Errorf("%s/%s is not a regular file (%s)", home, authorizedKeysPath, fi.Mode().Type())
+		return snap, fmt.Errorf("%s/%s is not a regular file (%s)", home, authorizedKeysPath, fi.Mode().Type())
 	default:
-		if old, err = root.ReadFile(authorizedKeysPath); err != nil {
-			return err
+		if snap.Content, err = root.ReadFile(authorizedKeysPath); err != nil {
+			return snap, err
 		}
+		snap.File = true
 	}
+	snap.Changed = true
+	if err := root.Chmod(".ssh", 0o700); err != nil {
+		return snap, err
+	}
+	if err := root.Lchown(".ssh", uid, gid); err != nil {
+		return snap, err
+	}
+	return snap, replaceKeysFile(root, uid, gid, mergeKeys(snap.Content, allocationID, keys))
+}
+
+// replaceKeysFile replaces .ssh/authorized_keys below root with content
+// (0600, uid:gid), through a temporary file renamed into place.
+func replaceKeysFile(root *os.Root, uid, gid int, content []byte) error {
 	if err := root.Remove(authorizedKeysTmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -73,7 +95,7 @@ func writeAuthorizedKeys(home string, uid, gid int, allocationID string, keys []
 		if err := f.Chown(uid, gid); err != nil {
 			return err
 		}
-		if _, err := f.Write(mergeKeys(old, allocationID, keys)); err != nil {
+		if _, err := f.Write(content); err != nil {
 			return err
 		}
 		return f.Sync()

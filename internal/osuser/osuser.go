@@ -59,6 +59,7 @@ const (
 	userdelRetryDelay  = 300 * time.Millisecond
 	pkillNoProcess     = 1 // pkill: nothing matched
 	userdelNoSuchUser  = 6 // userdel: the user does not exist
+	useraddUserExists  = 9 // useradd: the user name is taken
 	defaultBash        = "/bin/bash"
 	defaultSh          = "/bin/sh"
 	authorizedKeysPath = ".ssh/authorized_keys"

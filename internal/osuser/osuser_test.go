@@ -40,6 +40,11 @@ type fakeHost struct {
 	fail     map[string]error // tool → error to return
 	missing  map[string]bool  // tools LookPath does not find
 	keepHome bool             // userdel --remove leaves the home behind
+	// failAfter: tool → error returned after the tool did its work (a
+	// useradd that creates the user, then fails on the home).
+	failAfter map[string]error
+	// beforeRun runs (with mu held) before each tool.
+	beforeRun func(h *fakeHost, tool string)
 }
 
 func newFakeHost(t *testing.T) *fakeHost {
@@ -70,6 +75,9 @@ func (h *fakeHost) run(_ context.Context, path string, args ...string) ([]byte, 
 	defer h.mu.Unlock()
 	tool := filepath.Base(path)
 	h.calls = append(h.calls, tool+" "+strings.Join(args, " "))
+	if h.beforeRun != nil {
+		h.beforeRun(h, tool)
+	}
 	if err := h.fail[tool]; err != nil {
 		return []byte(tool + ": simulated failure"), err
 	}
@@ -96,6 +104,9 @@ func (h *fakeHost) run(_ context.Context, path string, args ...string) ([]byte, 
 		}
 	case "pkill":
 		return nil, exitErr(1) // no process
+	}
+	if err := h.failAfter[tool]; err != nil {
+		return []byte(tool + ": simulated failure after the change"), err
 	}
 	return nil, nil
 }

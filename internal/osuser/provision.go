@@ -58,6 +58,10 @@ type ProvisionResult struct {
 	// allocation) and was only updated.
 	Created  bool     `json:"created"`
 	Verified Verified `json:"verified"`
+	// RolledBack: the provision failed and everything it changed was
+	// undone (a user it created deleted with its home; an existing user's
+	// keys, sudoers drop-in and record put back).
+	RolledBack bool `json:"rolled_back,omitempty"`
 }
 
 var usernameRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
@@ -88,9 +92,14 @@ func owns(rec record, u *user.User) bool {
 
 // Provision creates the allocation's user (or updates it when Drover
 // created it for this allocation before), writes its authorized keys and
-// sudoers drop-in, and verifies the result. Timings are "<phase>_ms" for
-// validate, create_user, authorized_keys, sudoers and verify; progress,
-// when not nil, is called after each phase. Errors are *Error.
+// sudoers drop-in, and verifies the result. A new user's home is 0700.
+// Timings are "<phase>_ms" for validate, create_user, authorized_keys,
+// sudoers and verify; progress, when not nil, is called after each phase.
+// Errors are *Error. When a phase after validate fails, Provision undoes
+// what it changed (phase "rollback"; see undoProvision): a user it
+// created is deleted again with its home, sudoers drop-in and record, and
+// a user that existed keeps its account but gets its previous keys,
+// drop-in and record back; the error's message says what was undone.
 func (m *Manager) Provision(ctx context.Context, req ProvisionRequest, progress func(phase string, d time.Duration, err error)) (ProvisionResult, map[string]int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -99,6 +108,7 @@ func (m *Manager) Provision(ctx context.Context, req ProvisionRequest, progress 
 	var (
 		st       state
 		existing *user.User
+		undo     provisionUndo
 	)
 	err := ph.run("validate", func() error {
 		shell, err := m.validateProvision(req)
@@ -123,47 +133,61 @@ func (m *Manager) Provision(ctx context.Context, req ProvisionRequest, progress 
 				"user %q (uid %s) exists and was not created by Drover for this allocation", req.Username, u.Uid)
 		}
 		existing = u
+		undo.prevRec, undo.prevKnown = rec, known
 		return nil
 	})
 	if err != nil {
+		return res, ph.timings, err // nothing changed yet
+	}
+	failed := func(err error) (ProvisionResult, map[string]int64, error) {
+		res.RolledBack = m.undoProvision(ctx, ph, &undo, &st, req, err)
 		return res, ph.timings, err
 	}
 	var u *user.User
 	err = ph.run("create_user", func() error {
 		var err error
-		u, err = m.createOrUpdate(ctx, &st, req, res.Shell, existing)
+		u, err = m.createOrUpdate(ctx, &st, req, res.Shell, existing, &undo)
 		return err
 	})
 	if err != nil {
-		return res, ph.timings, err
+		return failed(err)
 	}
 	res.Created = existing == nil
 	res.Home = u.HomeDir
 	uid, gid, err := ids(u)
 	if err != nil {
-		return res, ph.timings, fail(CodeVerifyFailed, "create_user", err, "user %q", req.Username)
+		return failed(fail(CodeVerifyFailed, "create_user", err, "user %q", req.Username))
 	}
 	res.UID, res.GID = uid, gid
+	undo.home, undo.uid, undo.gid = u.HomeDir, uid, gid
 	err = ph.run("authorized_keys", func() error {
-		if err := writeAuthorizedKeys(u.HomeDir, uid, gid, req.AllocationID, req.SSHAuthorizedKeys); err != nil {
+		var err error
+		if undo.keys, err = writeAuthorizedKeys(u.HomeDir, uid, gid, req.AllocationID, req.SSHAuthorizedKeys); err != nil {
 			return fail(CodeAuthorizedKeysFailed, "authorized_keys", err, "write %s/%s", u.HomeDir, authorizedKeysPath)
 		}
 		return nil
 	})
 	if err != nil {
-		return res, ph.timings, err
+		return failed(err)
 	}
-	err = ph.run("sudoers", func() error { return m.applySudoers(ctx, req.Username, req.Sudo) })
+	err = ph.run("sudoers", func() error {
+		var err error
+		if undo.sudoers, err = snapshotFile(m.sudoersPath(req.Username)); err != nil {
+			return fail(CodeSudoersInvalid, "sudoers", err, "read %s", m.sudoersPath(req.Username))
+		}
+		undo.sudoersTaken = true
+		return m.applySudoers(ctx, req.Username, req.Sudo)
+	})
 	if err != nil {
-		return res, ph.timings, err
+		return failed(err)
 	}
 	err = ph.run("verify", func() error {
 		var err error
-		res.Verified, err = m.verifyProvision(req, u)
+		res.Verified, err = m.verifyProvision(req, u, undo.created && !undo.homePreexisted)
 		return err
 	})
 	if err != nil {
-		return res, ph.timings, err
+		return failed(err)
 	}
 	m.opts.Log.Info("allocation user provisioned", "user", req.Username, "uid", uid,
 		"allocation_id", req.AllocationID, "created", res.Created, "keys", res.Keys, "sudo", req.Sudo)
@@ -233,10 +257,11 @@ func isExecutable(path string) bool {
 }
 
 // createOrUpdate runs useradd (recording the user as pending first, so
-// that a crash in between leaves a user Drover can still recognise) or,
-// for an existing user, usermod --shell; it records the user and returns
-// it as resolved afterwards.
-func (m *Manager) createOrUpdate(ctx context.Context, st *state, req ProvisionRequest, shell string, existing *user.User) (*user.User, error) {
+// that a crash in between leaves a user Drover can still recognise) and
+// makes the new home 0700 or, for an existing user, usermod --shell; it
+// records the user and returns it as resolved afterwards. undo learns
+// whether useradd ran and whether the home was already there.
+func (m *Manager) createOrUpdate(ctx context.Context, st *state, req ProvisionRequest, shell string, existing *user.User, undo *provisionUndo) (*user.User, error) {
 	const phase = "create_user"
 	now := m.opts.Now().UTC()
 	rec := st.Users[req.Username]
@@ -252,8 +277,13 @@ func (m *Manager) createOrUpdate(ctx context.Context, st *state, req ProvisionRe
 		if err := m.saveState(*st); err != nil {
 			return nil, fail(CodeStateFailed, phase, err, "record user %q", req.Username)
 		}
+		undo.created = true
 		out, err := m.opts.Run(ctx, useradd, useraddArgs(req.Username, shell, req.AllocationID)...)
+		undo.homePreexisted = strings.Contains(string(out), homeExistsWarning)
 		if err != nil {
+			if exitCode(err) == useraddUserExists {
+				undo.created = false // someone else's user, made since validate
+			}
 			delete(st.Users, req.Username)
 			if serr := m.saveState(*st); serr != nil {
 				m.opts.Log.Error("cannot drop the pending user record", "user", req.Username, "err", serr)
@@ -272,6 +302,15 @@ func (m *Manager) createOrUpdate(ctx context.Context, st *state, req ProvisionRe
 	u, ok, err := m.resolveUser(req.Username)
 	if err != nil || !ok {
 		return nil, fail(CodeUseraddFailed, phase, err, "user %q does not resolve after useradd", req.Username)
+	}
+	if existing == nil && !undo.homePreexisted {
+		uid, _, err := ids(u)
+		if err == nil {
+			err = secureHome(u.HomeDir, uid)
+		}
+		if err != nil {
+			return nil, fail(CodeUseraddFailed, phase, err, "make the home of %q private", req.Username)
+		}
 	}
 	rec.AllocationID, rec.Pending, rec.UID, rec.Home, rec.Sudo, rec.UpdatedAt = req.AllocationID, false, u.Uid, u.HomeDir, req.Sudo, now
 	st.Users[req.Username] = rec
@@ -297,9 +336,10 @@ func ids(u *user.User) (uid, gid int, err error) {
 }
 
 // verifyProvision re-reads what Provision did: the user resolves with the
-// same uid, the home is a directory owned by it, authorized_keys holds
-// each key, and the sudoers drop-in is there exactly when asked for.
-func (m *Manager) verifyProvision(req ProvisionRequest, want *user.User) (Verified, error) {
+// same uid, the home is a directory owned by it (0700 when privateHome),
+// authorized_keys holds each key, and the sudoers drop-in is there exactly
+// when asked for.
+func (m *Manager) verifyProvision(req ProvisionRequest, want *user.User, privateHome bool) (Verified, error) {
 	var v Verified
 	var problems []string
 	u, ok, err := m.resolveUser(req.Username)
@@ -318,6 +358,8 @@ func (m *Manager) verifyProvision(req ProvisionRequest, want *user.User) (Verifi
 		problems = append(problems, "home: "+err.Error())
 	} else if owner, ok := fileOwner(fi); !fi.IsDir() || !ok || owner != uid {
 		problems = append(problems, fmt.Sprintf("home %s is not a directory owned by uid %d", want.HomeDir, uid))
+	} else if privateHome && fi.Mode().Perm() != 0o700 {
+		problems = append(problems, fmt.Sprintf("home %s has mode %s, want 0700", want.HomeDir, fi.Mode().Perm()))
 	} else {
 		v.Home = true
 	}

@@ -100,7 +100,7 @@ func TestRealUserLifecycle(t *testing.T) {
 	if want := "/bin/bash"; isExecutable(want) && res.Shell != want {
 		t.Errorf("shell = %q, want %q", res.Shell, want)
 	}
-	for path, mode := range map[string]os.FileMode{u.HomeDir: 0, filepath.Join(u.HomeDir, ".ssh"): 0o700 | os.ModeDir,
+	for path, mode := range map[string]os.FileMode{u.HomeDir: 0o700 | os.ModeDir, filepath.Join(u.HomeDir, ".ssh"): 0o700 | os.ModeDir,
 		filepath.Join(u.HomeDir, ".ssh/authorized_keys"): 0o600} {
 		fi, err := os.Lstat(path)
 		if err != nil {
