@@ -4,6 +4,9 @@
 // them as read-only blobs at Dir/sha256/<hex>. The cache never holds a blob
 // whose bytes do not match its name.
 //
+// Inspect (inspect.go) is the one safety check of a disk image before a
+// runtime uses it: qcow2 or raw only, no backing file, no external data file.
+//
 // It must not create overlays, convert formats or know about instances:
 // runtimes take the verified blob path and build on top of it.
 package image

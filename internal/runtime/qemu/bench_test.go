@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/image"
 	"github.com/drover-dev/drover/internal/runtime"
 	"github.com/drover-dev/drover/internal/runtime/qemu/qemutest"
 )
@@ -28,12 +29,12 @@ func BenchmarkOverlayCreate(b *testing.B) {
 	g, dir := overlayBase(b)
 	r := newTestRuntime(b, shortDir(b), nil, func(o *Options) { o.QEMUImg = g.QEMUImg })
 	ctx := context.Background()
-	if _, err := r.imageInfo(ctx, g.Disk); err != nil {
+	if _, err := r.inspect(ctx, g.Disk); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for i := range b.N {
-		info, err := r.imageInfo(ctx, g.Disk)
+		info, err := r.inspect(ctx, g.Disk)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -44,13 +45,13 @@ func BenchmarkOverlayCreate(b *testing.B) {
 }
 
 // BenchmarkOverlayCreateFirst is the first Create over a base: qemu-img
-// info, then qemu-img create.
+// info (image.Inspect), then qemu-img create.
 func BenchmarkOverlayCreateFirst(b *testing.B) {
 	g, dir := overlayBase(b)
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := range b.N {
-		info, err := QEMUImageInfo(ctx, g.QEMUImg, g.Disk)
+		info, err := image.Inspect(ctx, g.QEMUImg, g.Disk, "")
 		if err != nil {
 			b.Fatal(err)
 		}

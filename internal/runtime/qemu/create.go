@@ -17,6 +17,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/cloudinit"
+	"github.com/drover-dev/drover/internal/image"
 	"github.com/drover-dev/drover/internal/runtime"
 )
 
@@ -103,12 +104,12 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 		if err != nil {
 			return nil, runtime.Errorf(api.ReasonImagePullFailed, "create", id, "%w", err)
 		}
-		overlay := filepath.Join(r.overlayDir, id+".qcow2")
-		info, err := r.imageInfo(ctx, base)
-		if err == nil {
-			err = CreateOverlay(ctx, r.opts.QEMUImg, base, info, overlay, spec.DiskGiB)
-		}
+		info, err := r.inspect(ctx, base)
 		if err != nil {
+			return nil, runtime.Errorf(api.ReasonImagePullFailed, "create", id, "spec.image: %w", err)
+		}
+		overlay := filepath.Join(r.overlayDir, id+".qcow2")
+		if err := CreateOverlay(ctx, r.opts.QEMUImg, base, info, overlay, spec.DiskGiB); err != nil {
 			return nil, runtime.Errorf(api.ReasonRootfsBuildFailed, "create", id, "%w", err)
 		}
 		in.st.Disk, in.st.DiskFormat, in.st.Overlay = overlay, "qcow2", overlay
@@ -157,36 +158,15 @@ func (r *Runtime) fetch(ctx context.Context, what string, a api.Artifact) (strin
 	return res.Path, nil
 }
 
-// ImageInfo is what `qemu-img info --output=json` says about a file.
-type ImageInfo struct {
-	Format          string `json:"format"`
-	VirtualSize     int64  `json:"virtual-size"`
-	BackingFilename string `json:"backing-filename,omitempty"`
-}
-
-// QEMUImageInfo runs `qemu-img info` on path.
-func QEMUImageInfo(ctx context.Context, qemuImg, path string) (ImageInfo, error) {
-	out, err := runTool(ctx, qemuImg, "info", "--output=json", path)
-	if err != nil {
-		return ImageInfo{}, err
-	}
-	var info ImageInfo
-	if err := json.Unmarshal(out, &info); err != nil {
-		return ImageInfo{}, fmt.Errorf("qemu-img info %s: %w", path, err)
-	}
-	if info.Format == "" {
-		return ImageInfo{}, fmt.Errorf("qemu-img info %s: no format", path)
-	}
-	return info, nil
-}
-
-// imageInfo returns qemu-img's view of a cached base image, remembered per
-// blob: cache blobs are immutable and named by their digest, and running
-// qemu-img info costs a process start (~4 ms here) on every Create.
-func (r *Runtime) imageInfo(ctx context.Context, base string) (ImageInfo, error) {
+// inspect checks a cached base image (image.Inspect: qcow2 or raw, no
+// backing file, no external data file) and remembers the answer per blob:
+// cache blobs are immutable and named by their digest, and running qemu-img
+// info costs a process start (~4 ms here) on every Create. Only accepted
+// images are remembered.
+func (r *Runtime) inspect(ctx context.Context, base string) (image.Info, error) {
 	fi, err := os.Stat(base)
 	if err != nil {
-		return ImageInfo{}, err
+		return image.Info{}, err
 	}
 	key := infoKey{path: base, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
 	r.infoMu.Lock()
@@ -195,8 +175,8 @@ func (r *Runtime) imageInfo(ctx context.Context, base string) (ImageInfo, error)
 	if ok {
 		return info, nil
 	}
-	if info, err = QEMUImageInfo(ctx, r.opts.QEMUImg, base); err != nil {
-		return ImageInfo{}, err
+	if info, err = image.Inspect(ctx, r.opts.QEMUImg, base, ""); err != nil {
+		return image.Info{}, err
 	}
 	r.infoMu.Lock()
 	if len(r.infos) >= 256 {
@@ -213,17 +193,13 @@ type infoKey struct {
 	size, mtime int64
 }
 
-// CreateOverlay creates a qcow2 overlay over base, whose format and
-// backing file info gives (QEMUImageInfo), sized diskGiB (0: the base's
-// size). A base that itself has a backing file is refused: a crafted image
-// could otherwise name a host file as its backing store and hand it to the
-// guest.
-func CreateOverlay(ctx context.Context, qemuImg, base string, info ImageInfo, overlay string, diskGiB int) error {
-	if info.BackingFilename != "" {
-		return fmt.Errorf("base image %s has a backing file (%s): refusing it", base, info.BackingFilename)
-	}
-	if info.Format == "" {
-		return fmt.Errorf("base image %s: unknown format", base)
+// CreateOverlay creates a qcow2 overlay over base, sized diskGiB (0: the
+// base's size). info must be image.Inspect's answer for base: the overlay
+// names base's format explicitly (-F), so QEMU never probes it, and
+// Inspect refused a base that names other host files.
+func CreateOverlay(ctx context.Context, qemuImg, base string, info image.Info, overlay string, diskGiB int) error {
+	if info.Format != image.FormatQCOW2 && info.Format != image.FormatRaw {
+		return fmt.Errorf("base image %s: format %q: want image.Inspect's qcow2 or raw", base, info.Format)
 	}
 	if size := int64(diskGiB) << 30; diskGiB > 0 && size < info.VirtualSize {
 		return fmt.Errorf("disk_gib %d is smaller than the image (%d bytes): overlays only grow", diskGiB, info.VirtualSize)

@@ -99,7 +99,7 @@ type Runtime struct {
 	subs  map[chan runtime.Event]struct{}
 
 	infoMu sync.Mutex
-	infos  map[infoKey]ImageInfo // qemu-img info of base images
+	infos  map[infoKey]image.Info // accepted base images (Inspect)
 
 	wg sync.WaitGroup // monitor and readiness goroutines
 }
@@ -160,7 +160,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		locks:      map[string]*idLock{},
 		insts:      map[string]*instance{},
 		subs:       map[chan runtime.Event]struct{}{},
-		infos:      map[infoKey]ImageInfo{},
+		infos:      map[infoKey]image.Info{},
 	}
 	for _, d := range []string{root, r.instDir, r.overlayDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
