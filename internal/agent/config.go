@@ -45,6 +45,11 @@ type Config struct {
 	QEMUBinary        string        // NODE_AGENT_QEMU_BINARY: default qemu-system-<arch>
 	SecretsDir        string        // NODE_AGENT_SECRETS_DIR: one file per secret an instance may name
 	ReconcileInterval time.Duration // NODE_AGENT_RECONCILE_INTERVAL: resync period (default 5s)
+
+	// NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS: let http(s) image URLs point at
+	// loopback, link-local (cloud metadata) and unspecified addresses
+	// (default false: refused; for rigs serving images on 127.0.0.1).
+	ImageAllowLocalURLs bool
 }
 
 // Runtimes the agent can run instances with.
@@ -116,6 +121,8 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	fs.StringVar(&f.Runtime, "runtime", "", "instance runtime: qemu (default) | mock | none")
 	fs.StringVar(&f.RuntimeDir, "runtime-dir", "", "instances, overlays and image cache (default <state dir>/runtime)")
 	fs.StringVar(&f.ImageDirs, "image-dirs", "", "comma-separated dirs local images may come from")
+	fs.BoolVar(&f.ImageAllowLocalURLs, "image-allow-local-urls", false,
+		"let http(s) image URLs point at loopback, link-local (cloud metadata) and unspecified addresses (default false)")
 	fs.StringVar(&f.QEMUBinary, "qemu-binary", "", "QEMU system emulator (default qemu-system-<arch>)")
 	fs.StringVar(&f.SecretsDir, "secrets-dir", "", "directory with one file per instance secret")
 	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
@@ -155,6 +162,8 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 			c.ReservedMemoryMiB = f.ReservedMemoryMiB
 		case "reconcile-interval":
 			c.ReconcileInterval = f.ReconcileInterval
+		case "image-allow-local-urls":
+			c.ImageAllowLocalURLs = f.ImageAllowLocalURLs
 		}
 	})
 	for _, p := range []struct {
@@ -219,12 +228,21 @@ func (c *Config) loadFile(path string) error {
 	return sc.Err()
 }
 
-// numericKeys are the configuration keys that are not plain strings.
+// numericKeys are the configuration keys that are not plain strings
+// (durations, counts, booleans).
 var numericKeys = []string{"NODE_AGENT_HEARTBEAT_INTERVAL", "NODE_AGENT_RESERVED_VCPUS",
-	"NODE_AGENT_RESERVED_MEMORY_MIB", "NODE_AGENT_RECONCILE_INTERVAL"}
+	"NODE_AGENT_RESERVED_MEMORY_MIB", "NODE_AGENT_RECONCILE_INTERVAL", "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS"}
 
 // setNumeric sets one of the non-string keys.
 func (c *Config) setNumeric(key, val string) error {
+	if key == "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS" {
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return fmt.Errorf("%s %q: must be true or false", key, val)
+		}
+		c.ImageAllowLocalURLs = b
+		return nil
+	}
 	if key == "NODE_AGENT_HEARTBEAT_INTERVAL" || key == "NODE_AGENT_RECONCILE_INTERVAL" {
 		d, err := time.ParseDuration(val)
 		if err != nil {

@@ -135,6 +135,7 @@ NODE_AGENT_QEMU_BINARY=/opt/qemu/bin/qemu-system-x86_64
 NODE_AGENT_SECRETS_DIR=/etc/drover/secrets
 NODE_AGENT_RECONCILE_INTERVAL=2s
 NODE_AGENT_TERMINAL_URL=https://term.example:9443
+NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS=true
 `)
 	c, err := agent.LoadConfig([]string{"-config", file}, env(nil))
 	if err != nil {
@@ -145,7 +146,8 @@ NODE_AGENT_TERMINAL_URL=https://term.example:9443
 		StateDir: "/srv/drover agent", ListenAddr: "127.0.0.1:9100", Hostname: "gpu-01.example",
 		HeartbeatInterval: 250 * time.Millisecond, Runtime: "mock", RuntimeDir: "/srv/rt",
 		ImageDirs: "/srv/images,/var/lib/libvirt/images", QEMUBinary: "/opt/qemu/bin/qemu-system-x86_64",
-		SecretsDir: "/etc/drover/secrets", ReconcileInterval: 2 * time.Second, TerminalURL: "https://term.example:9443"}
+		SecretsDir: "/etc/drover/secrets", ReconcileInterval: 2 * time.Second, TerminalURL: "https://term.example:9443",
+		ImageAllowLocalURLs: true}
 	if c != want {
 		t.Errorf("config =\n%+v\nwant\n%+v", c, want)
 	}
@@ -162,6 +164,7 @@ func TestLoadConfigFileErrors(t *testing.T) {
 			[]string{":3:", `unknown key "NODE_AGENT_BOGUS"`}},
 		{"line without =", "NODE_AGENT_HOST_ID=h1\njust some words\n", []string{":2:", "want KEY=VALUE"}},
 		{"bad heartbeat interval", "NODE_AGENT_HEARTBEAT_INTERVAL=soon\n", []string{":1:", "NODE_AGENT_HEARTBEAT_INTERVAL"}},
+		{"bad boolean", "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS=maybe\n", []string{":1:", "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS", "true or false"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -204,6 +207,15 @@ func TestLoadConfigFlags(t *testing.T) {
 			func(c agent.Config) bool { return c.HostID == "host-9" }},
 		{"reserved capacity", []string{"-reserved-vcpus", "2", "-reserved-memory-mib", "1024"}, nil,
 			func(c agent.Config) bool { return c.ReservedVCPUs == 2 && c.ReservedMemoryMiB == 1024 }},
+		{"local image URLs refused by default", nil, nil,
+			func(c agent.Config) bool { return !c.ImageAllowLocalURLs }},
+		{"-image-allow-local-urls", []string{"-image-allow-local-urls"}, nil,
+			func(c agent.Config) bool { return c.ImageAllowLocalURLs }},
+		{"NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS", nil, map[string]string{"NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS": "true"},
+			func(c agent.Config) bool { return c.ImageAllowLocalURLs }},
+		{"-image-allow-local-urls=false over the environment", []string{"-image-allow-local-urls=false"},
+			map[string]string{"NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS": "1"},
+			func(c agent.Config) bool { return !c.ImageAllowLocalURLs }},
 		{"every string flag", []string{"-bootstrap-token", "t", "-ca-hash", "sha256:00", "-ca-file", "/ca.pem",
 			"-os-family", "windows", "-qemu-accel", "tcg", "-state-dir", "/s", "-listen", "127.0.0.1:1", "-hostname", "h"}, nil,
 			func(c agent.Config) bool {
@@ -369,6 +381,7 @@ func TestHelp(t *testing.T) {
 			"-control-plane-url", "NODE_AGENT_CONTROL_PLANE_URL",
 			"-node-id", "NODE_AGENT_HOST_ID",
 			"-reserved-memory-mib", "NODE_AGENT_RESERVED_MEMORY_MIB",
+			"-image-allow-local-urls", "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS",
 			"-config", "NODE_AGENT_CONFIG",
 			"(default /var/lib/drover/images)", "(default qemu)",
 		} {

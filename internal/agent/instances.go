@@ -50,7 +50,7 @@ func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 		root = filepath.Join(a.cfg.StateDir, "runtime")
 	}
 	images, err := image.NewCache(image.Options{Dir: filepath.Join(root, "images"),
-		AllowedDirs: a.cfg.imageDirs(), Log: a.log})
+		AllowedDirs: a.cfg.imageDirs(), AllowLocalURLs: a.cfg.ImageAllowLocalURLs, Log: a.log})
 	if err != nil {
 		return nil, fmt.Errorf("image cache: %w", err)
 	}

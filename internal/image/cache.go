@@ -20,7 +20,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,9 +43,20 @@ type Options struct {
 	// resolve into (after following symlinks). Empty: no local sources.
 	AllowedDirs []string
 	// HTTPClient fetches http(s) sources. Nil: a client with dial, TLS and
-	// response-header timeouts but no overall timeout (ctx bounds it). A
-	// client without CheckRedirect gets one that stops after 5 redirects.
+	// response-header timeouts but no overall timeout (ctx bounds it). The
+	// cache uses a copy that stops after 5 redirects (before calling the
+	// client's own CheckRedirect) and, unless AllowLocalURLs, dials through
+	// the cache's own address check: its transport must then be nil or an
+	// *http.Transport without a dial function of its own.
 	HTTPClient *http.Client
+	// AllowLocalURLs lets http(s) sources point at loopback (127.0.0.0/8,
+	// ::1), link-local (169.254.0.0/16, fe80::/10) and unspecified (0.0.0.0/8,
+	// ::) addresses. Off, such a URL is refused (ErrLocalURL): checked on
+	// every address its host resolves to, on every redirect, and on the
+	// address actually dialed, so DNS rebinding cannot slip past. The agent
+	// sets it from NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS; tests serving images
+	// from httptest on 127.0.0.1 need it.
+	AllowLocalURLs bool
 	// MaxBytes bounds one blob (0: DefaultMaxBytes).
 	MaxBytes int64
 	// Log receives one Info line per download (nil: slog.Default()).
@@ -64,13 +74,14 @@ type Result struct {
 
 // Cache is a content-addressed blob cache. It is safe for concurrent use.
 type Cache struct {
-	dir      string
-	blobDir  string
-	tmpDir   string
-	allowed  []string
-	client   *http.Client
-	maxBytes int64
-	log      *slog.Logger
+	dir        string
+	blobDir    string
+	tmpDir     string
+	allowed    []string
+	client     *http.Client
+	allowLocal bool
+	maxBytes   int64
+	log        *slog.Logger
 
 	mu      sync.Mutex
 	flights map[string]*flight // by digest
@@ -95,15 +106,20 @@ func NewCache(opts Options) (*Cache, error) {
 		}
 		allowed = append(allowed, filepath.Clean(d))
 	}
+	client, err := httpClient(opts.HTTPClient, opts.AllowLocalURLs)
+	if err != nil {
+		return nil, err
+	}
 	c := &Cache{
-		dir:      dir,
-		blobDir:  filepath.Join(dir, "sha256"),
-		tmpDir:   filepath.Join(dir, "tmp"),
-		allowed:  allowed,
-		client:   httpClient(opts.HTTPClient),
-		maxBytes: opts.MaxBytes,
-		log:      opts.Log,
-		flights:  map[string]*flight{},
+		dir:        dir,
+		blobDir:    filepath.Join(dir, "sha256"),
+		tmpDir:     filepath.Join(dir, "tmp"),
+		allowed:    allowed,
+		client:     client,
+		allowLocal: opts.AllowLocalURLs,
+		maxBytes:   opts.MaxBytes,
+		log:        opts.Log,
+		flights:    map[string]*flight{},
 	}
 	if c.maxBytes == 0 {
 		c.maxBytes = DefaultMaxBytes
@@ -117,29 +133,6 @@ func NewCache(opts Options) (*Cache, error) {
 		}
 	}
 	return c, nil
-}
-
-// httpClient returns c with a redirect limit, or a default client.
-func httpClient(c *http.Client) *http.Client {
-	limit := func(_ *http.Request, via []*http.Request) error {
-		if len(via) > maxRedirects {
-			return fmt.Errorf("stopped after %d redirects", maxRedirects)
-		}
-		return nil
-	}
-	if c != nil {
-		cp := *c
-		if cp.CheckRedirect == nil {
-			cp.CheckRedirect = limit
-		}
-		return &cp
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	tr.TLSHandshakeTimeout = 15 * time.Second
-	tr.ResponseHeaderTimeout = 60 * time.Second
-	tr.IdleConnTimeout = 90 * time.Second
-	return &http.Client{Transport: tr, CheckRedirect: limit}
 }
 
 // normDigest lowercases d and checks it is 64 hex characters.
@@ -172,7 +165,9 @@ func (c *Cache) Lookup(sha256hex string) (path string, ok bool) {
 
 // Fetch returns the verified local blob for src (an http, https or file
 // URL, or an absolute local path), downloading it when the digest is not
-// cached yet. The digest is computed while the bytes stream into Dir/tmp,
+// cached yet. The digest is required (ErrDigestRequired for plain http,
+// ErrBadDigest otherwise); an http(s) URL may not reach a local address
+// unless Options.AllowLocalURLs (ErrLocalURL). The digest is computed while the bytes stream into Dir/tmp,
 // and the blob is renamed into place only if it matches. Concurrent
 // Fetches of one digest download once, bounded by the ctx of the caller
 // that started the download; a waiting caller whose ctx ends stops waiting,
@@ -182,6 +177,10 @@ func (c *Cache) Fetch(ctx context.Context, src, sha256hex string) (Result, error
 	s, err := c.parseSource(src)
 	if err != nil {
 		return Result{}, err
+	}
+	if s.plainHTTP && sha256hex == "" {
+		return Result{}, &FetchError{Stage: StageDigest, Source: s.display,
+			Err: fmt.Errorf("%w: a plain http source is only fetched with its sha256", ErrDigestRequired)}
 	}
 	digest, err := normDigest(sha256hex)
 	if err != nil {

@@ -143,7 +143,7 @@ func TestFetchHTTP(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newTestCache(t, Options{MaxBytes: tt.maxBytes})
+			c := newTestCache(t, Options{MaxBytes: tt.maxBytes, AllowLocalURLs: true})
 			ctx := t.Context()
 			if tt.timeout > 0 {
 				var cancel context.CancelFunc
@@ -191,7 +191,7 @@ func TestFetchCachedDoesNoRequest(t *testing.T) {
 	content := []byte("kernel bytes")
 	ts := newTestServer(t, content)
 	var logs bytes.Buffer
-	c := newTestCache(t, Options{Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	c := newTestCache(t, Options{Log: slog.New(slog.NewTextHandler(&logs, nil)), AllowLocalURLs: true})
 	first, err := c.Fetch(t.Context(), ts.URL+"/ok", digestOf(content))
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +237,7 @@ func TestFetchConcurrentDownloadsOnce(t *testing.T) {
 		_, _ = w.Write(content)
 	}))
 	defer srv.Close()
-	c := newTestCache(t, Options{})
+	c := newTestCache(t, Options{AllowLocalURLs: true})
 
 	const n = 8
 	var wg sync.WaitGroup
@@ -278,7 +278,7 @@ func TestFetchLeaderCanceledFollowerSucceeds(t *testing.T) {
 		_, _ = w.Write(content)
 	}))
 	defer srv.Close()
-	c := newTestCache(t, Options{})
+	c := newTestCache(t, Options{AllowLocalURLs: true})
 
 	leaderCtx, cancel := context.WithCancel(t.Context())
 	leaderErr := make(chan error, 1)

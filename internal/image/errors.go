@@ -20,6 +20,13 @@ var (
 	ErrTooLarge = errors.New("too large")
 	// ErrNotCached: Verify was asked about a digest the cache does not hold.
 	ErrNotCached = errors.New("not cached")
+	// ErrDigestRequired: a plain http source came without a digest; nothing
+	// else would authenticate its bytes.
+	ErrDigestRequired = errors.New("sha256 digest required")
+	// ErrLocalURL: an http(s) source, a redirect or a dial points at a
+	// loopback, link-local or unspecified address and
+	// Options.AllowLocalURLs is off.
+	ErrLocalURL = errors.New("local address refused")
 )
 
 // Stages a FetchError names.

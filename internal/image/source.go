@@ -15,9 +15,11 @@ import (
 // source is a parsed Fetch source: an http(s) URL or a local path (from
 // a file URL or given as an absolute path).
 type source struct {
-	url     string // http(s) URL; empty for a local source
-	path    string // local path, not yet resolved
-	display string // what errors and logs name (credentials redacted)
+	url       string // http(s) URL; empty for a local source
+	host      string // the URL's host name or address, without port
+	plainHTTP bool   // the URL is http, not https
+	path      string // local path, not yet resolved
+	display   string // what errors and logs name (credentials redacted)
 }
 
 func (c *Cache) parseSource(src string) (source, error) {
@@ -37,7 +39,10 @@ func (c *Cache) parseSource(src string) (source, error) {
 		if u.Host == "" {
 			return source{}, &FetchError{Stage: StageURL, Source: display, Err: errors.New("missing host")}
 		}
-		return source{url: u.String(), display: display}, nil
+		if u.Hostname() == "" {
+			return source{}, &FetchError{Stage: StageURL, Source: display, Err: errors.New("missing host")}
+		}
+		return source{url: u.String(), host: u.Hostname(), plainHTTP: strings.EqualFold(u.Scheme, "http"), display: display}, nil
 	case "file":
 		if u.Host != "" && u.Host != "localhost" {
 			return source{}, &FetchError{Stage: StageURL, Source: display,
@@ -79,6 +84,11 @@ func (c *Cache) open(ctx context.Context, s source) (io.ReadCloser, int64, error
 		return f, fi.Size(), nil
 	}
 
+	if !c.allowLocal {
+		if err := checkHost(ctx, s.host); err != nil {
+			return nil, 0, &FetchError{Stage: StageURL, Source: s.display, Err: err}
+		}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
 	if err != nil {
 		return nil, 0, &FetchError{Stage: StageURL, Source: s.display, Err: err}
@@ -86,10 +96,13 @@ func (c *Cache) open(ctx context.Context, s source) (io.ReadCloser, int64, error
 	req.Header.Set("User-Agent", "drover-agent")
 	resp, err := c.client.Do(req)
 	if err != nil {
+		stage := StageDownload
 		if cerr := ctx.Err(); cerr != nil {
 			err = cerr
+		} else if errors.Is(err, ErrLocalURL) {
+			stage = StageURL // a redirect or the dialed address was local
 		}
-		return nil, 0, &FetchError{Stage: StageDownload, Source: s.display, Err: unwrapURLError(err)}
+		return nil, 0, &FetchError{Stage: stage, Source: s.display, Err: unwrapURLError(err)}
 	}
 	if resp.StatusCode != http.StatusOK {
 		_ = resp.Body.Close()
