@@ -78,26 +78,34 @@ type Task struct {
 }
 
 // CreateOperatorTokenRequest is POST /api/v1/tokens.
+// Role defaults to operator; it may not be above the caller's own role. At
+// most one of TTL and ExpiresAt; neither means the token does not expire.
 type CreateOperatorTokenRequest struct {
-	Name string   `json:"name"`
-	TTL  Duration `json:"ttl,omitempty"`
+	Name      string     `json:"name"`
+	Role      Role       `json:"role,omitempty"`
+	TTL       Duration   `json:"ttl,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // OperatorToken describes an operator token; Token is set only on creation.
 type OperatorToken struct {
 	ID        string     `json:"id"`
 	Name      string     `json:"name"`
+	Role      Role       `json:"role"`
 	Token     string     `json:"token,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	Revoked   bool       `json:"revoked"`
 }
 
-// AuditEvent is one audit record.
+// AuditEvent is one audit record. ActorTokenID and ActorRole are set when
+// the actor is an operator token ("operator:<name>").
 type AuditEvent struct {
 	ID            int64     `json:"id"`
 	At            time.Time `json:"at"`
 	Actor         string    `json:"actor"`
+	ActorTokenID  string    `json:"actor_token_id,omitempty"`
+	ActorRole     Role      `json:"actor_role,omitempty"`
 	Action        string    `json:"action"`
 	Target        string    `json:"target"`
 	Result        string    `json:"result"`

@@ -119,7 +119,7 @@ func startInProcess(ctx context.Context, cfg *Config, dir string) (*target, erro
 		st.Close()
 		return nil, err
 	}
-	tok, err := srv.CreateOperatorToken(ctx, "bench", 0)
+	tok, err := srv.CreateOperatorToken(ctx, benchToken())
 	if err != nil {
 		cancel()
 		opLn.Close()
@@ -143,6 +143,12 @@ func startInProcess(ctx context.Context, cfg *Config, dir string) (*target, erro
 			err := <-done
 			return errors.Join(err, st.Close())
 		}}, nil
+}
+
+// benchToken is the admin token a run mints. Token names are unique and a
+// --store may be reused across runs, so the name carries the start time.
+func benchToken() server.OperatorTokenSpec {
+	return server.OperatorTokenSpec{Name: fmt.Sprintf("bench-%d", time.Now().UnixNano()), Role: api.RoleAdmin}
 }
 
 func freePort() (string, error) {
@@ -172,7 +178,7 @@ func startProcess(ctx context.Context, cfg *Config, dir string) (*target, error)
 		st.Close()
 		return nil, err
 	}
-	tok, err := srv.CreateOperatorToken(ctx, "bench", 0)
+	tok, err := srv.CreateOperatorToken(ctx, benchToken())
 	st.Close()
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/server"
 	"github.com/drover-dev/drover/internal/store"
 	"github.com/drover-dev/drover/internal/store/sqlite"
@@ -43,7 +44,7 @@ func startServerAt(t *testing.T, dbPath string, seed ...func(context.Context, st
 	go func() { _ = srv.Serve(ctx, opLn, nodeLn); close(done) }()
 	t.Cleanup(func() { cancel(); <-done; st.Close() })
 	<-srv.Ready()
-	tok, err := srv.CreateOperatorToken(ctx, "cli-test", 0)
+	tok, err := srv.CreateOperatorToken(ctx, server.OperatorTokenSpec{Name: "cli-test", Role: api.RoleAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/drover-dev/drover/internal/agent"
 	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/server"
+	"github.com/drover-dev/drover/internal/store"
 )
 
 // DevCmd runs the whole system in one process: the control plane on
@@ -69,7 +70,7 @@ func (c *DevCmd) Run(ctx context.Context, env *Env) error {
 	tokenFile := filepath.Join(c.DataDir, "operator.token")
 	newToken := ""
 	if _, err := os.Stat(tokenFile); errors.Is(err, os.ErrNotExist) {
-		tok, err := srv.CreateOperatorToken(ctx, "dev", 0)
+		tok, err := createDevToken(ctx, srv)
 		if err != nil {
 			return err
 		}
@@ -129,6 +130,26 @@ func (c *DevCmd) Run(ctx context.Context, env *Env) error {
 	return err
 }
 
+// createDevToken mints the admin token `drover dev` prints, named "dev". The
+// token file may have been deleted while the database kept "dev" (names are
+// unique), so a taken name is followed by "dev-2", "dev-3", ...
+func createDevToken(ctx context.Context, srv *server.Server) (api.OperatorToken, error) {
+	for i := 1; ; i++ {
+		name := "dev"
+		if i > 1 {
+			name = fmt.Sprintf("dev-%d", i)
+		}
+		tok, err := srv.CreateOperatorToken(ctx, server.OperatorTokenSpec{Name: name, Role: api.RoleAdmin})
+		if errors.Is(err, store.ErrConflict) && i < 100 {
+			continue
+		}
+		if err != nil {
+			return api.OperatorToken{}, fmt.Errorf("dev operator token: %w", err)
+		}
+		return tok, nil
+	}
+}
+
 func printDevBanner(env *Env, c *DevCmd, nodeURL, hostID, newToken, tokenFile string) {
 	w := env.Stdout
 	fmt.Fprintf(w, "\nDrover dev is running (state in %s)\n\n", c.DataDir)
@@ -138,9 +159,9 @@ func printDevBanner(env *Env, c *DevCmd, nodeURL, hostID, newToken, tokenFile st
 	fmt.Fprintf(w, "  local agent    http://%s/healthz  (host %s)\n", c.AgentListen, hostID)
 	fmt.Fprintf(w, "  metrics        http://%s/metrics\n\n", c.Listen)
 	if newToken != "" {
-		fmt.Fprintf(w, "Operator token (shown once, also saved to %s):\n  %s\n\n", tokenFile, newToken)
+		fmt.Fprintf(w, "Operator token, role admin (shown once, also saved to %s):\n  %s\n\n", tokenFile, newToken)
 	} else {
-		fmt.Fprintf(w, "Operator token: in %s (create more with `drover token create NAME`)\n\n", tokenFile)
+		fmt.Fprintf(w, "Operator token: in %s (create more with `drover token create NAME --role viewer|operator|admin`)\n\n", tokenFile)
 	}
 	fmt.Fprintf(w, "Try:\n  go run ./cmd/drover hosts list\n  go run ./cmd/drover tasks run --node %s --type diag.health_probe --wait\n\n", hostID)
 }

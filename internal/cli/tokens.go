@@ -20,12 +20,27 @@ type TokenCmd struct {
 }
 
 // TokenCreateCmd creates an operator token, through the API or, with
-// --store, directly in the database (to bootstrap a new deployment).
+// --store, directly in the database (to bootstrap a new deployment). The
+// role defaults to operator through the API (which only an admin token may
+// call) and to admin with --store: the first token must be able to create
+// the others, and whoever can write the store holds every power already.
 type TokenCreateCmd struct {
 	APIFlags
-	Name  string        `arg:"" help:"Token name (shown in audit records)."`
-	TTL   time.Duration `name:"ttl" help:"Lifetime (default: no expiry)."`
+	Name  string        `arg:"" help:"Token name, unique (shown in audit records)."`
+	Role  string        `name:"role" placeholder:"ROLE" help:"viewer (read only), operator (everything but tokens, signing keys and host revoke) or admin. Default: operator; admin with --store."`
+	TTL   time.Duration `name:"ttl" help:"Lifetime, e.g. 24h (default: no expiry)."`
 	Store string        `name:"store" help:"Create directly in this store (sqlite:PATH or postgres://...) instead of through the API."`
+}
+
+// role is the role to ask for: --role, or the default for the path taken.
+func (c *TokenCreateCmd) role() api.Role {
+	switch {
+	case c.Role != "":
+		return api.Role(c.Role)
+	case c.Store != "":
+		return api.RoleAdmin
+	}
+	return api.RoleOperator
 }
 
 // Run implements the command.
@@ -41,7 +56,8 @@ func (c *TokenCreateCmd) Run(ctx context.Context, env *Env) error {
 		if err != nil {
 			return err
 		}
-		if tok, err = srv.CreateOperatorToken(ctx, c.Name, c.TTL); err != nil {
+		spec := server.OperatorTokenSpec{Name: c.Name, Role: c.role(), TTL: c.TTL}
+		if tok, err = srv.CreateOperatorToken(ctx, spec); err != nil {
 			return err
 		}
 	} else {
@@ -49,7 +65,7 @@ func (c *TokenCreateCmd) Run(ctx context.Context, env *Env) error {
 		if err != nil {
 			return err
 		}
-		req := api.CreateOperatorTokenRequest{Name: c.Name, TTL: api.Duration(c.TTL)}
+		req := api.CreateOperatorTokenRequest{Name: c.Name, Role: c.role(), TTL: api.Duration(c.TTL)}
 		if err := cl.call(ctx, http.MethodPost, "/api/v1/tokens", nil, req, &tok); err != nil {
 			return err
 		}
@@ -57,7 +73,11 @@ func (c *TokenCreateCmd) Run(ctx context.Context, env *Env) error {
 	if c.JSON {
 		return printJSON(env.Stdout, tok)
 	}
-	fmt.Fprintf(env.Stdout, "operator token %s (%s), shown once:\n%s\n", tok.ID, tok.Name, tok.Token)
+	exp := "no expiry"
+	if tok.ExpiresAt != nil {
+		exp = "expires " + tok.ExpiresAt.Local().Format(time.DateTime)
+	}
+	fmt.Fprintf(env.Stdout, "operator token %s (%s, role %s, %s), shown once:\n%s\n", tok.ID, tok.Name, tok.Role, exp, tok.Token)
 	return nil
 }
 
@@ -78,13 +98,14 @@ func (c *TokenListCmd) Run(ctx context.Context, env *Env) error {
 		return printJSON(env.Stdout, toks)
 	}
 	tw := table(env.Stdout)
-	fmt.Fprintln(tw, "ID\tNAME\tCREATED\tEXPIRES\tREVOKED")
+	fmt.Fprintln(tw, "ID\tNAME\tROLE\tCREATED\tEXPIRES\tREVOKED")
 	for _, t := range toks {
 		exp := "never"
 		if t.ExpiresAt != nil {
 			exp = t.ExpiresAt.Local().Format(time.DateTime)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", t.ID, t.Name, t.CreatedAt.Local().Format(time.DateTime), exp, t.Revoked)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%t\n", t.ID, t.Name, t.Role, t.CreatedAt.Local().Format(time.DateTime), exp,
+			t.Revoked)
 	}
 	return tw.Flush()
 }
@@ -175,10 +196,10 @@ func (c *AuditCmd) Run(ctx context.Context, env *Env) error {
 		return printJSON(env.Stdout, evs)
 	}
 	tw := table(env.Stdout)
-	fmt.Fprintln(tw, "AT\tACTOR\tACTION\tTARGET\tRESULT\tCORRELATION\tDETAIL")
+	fmt.Fprintln(tw, "AT\tACTOR\tROLE\tTOKEN\tACTION\tTARGET\tRESULT\tCORRELATION\tDETAIL")
 	for _, e := range evs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.At.Local().Format("2006-01-02 15:04:05.000"), e.Actor,
-			e.Action, e.Target, e.Result, dash(e.CorrelationID), e.Detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.At.Local().Format("2006-01-02 15:04:05.000"), e.Actor,
+			dash(string(e.ActorRole)), dash(e.ActorTokenID), e.Action, e.Target, e.Result, dash(e.CorrelationID), e.Detail)
 	}
 	return tw.Flush()
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -144,7 +145,13 @@ func startEnv(t testing.TB, st store.Store, mutate ...func(*server.Config)) *env
 			e.stop()
 		}
 	})
-	tok, err := srv.CreateOperatorToken(ctx, "test", 0)
+	// Token names are unique and replicas share a store: the first replica's
+	// token is "test", the others' are named by their port.
+	tok, err := srv.CreateOperatorToken(ctx, server.OperatorTokenSpec{Name: "test", Role: api.RoleAdmin})
+	if errors.Is(err, store.ErrConflict) {
+		tok, err = srv.CreateOperatorToken(ctx, server.OperatorTokenSpec{Name: "test-" + opLn.Addr().String(),
+			Role: api.RoleAdmin})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,9 +82,11 @@ type TaskFilter struct {
 }
 
 // OperatorToken is an operator API credential; only its hash is stored.
+// Names are unique.
 type OperatorToken struct {
 	ID        string
 	Name      string
+	Role      api.Role
 	TokenHash string
 	CreatedAt time.Time
 	ExpiresAt time.Time // zero: no expiry
@@ -96,6 +98,8 @@ type AuditEvent struct {
 	ID            int64
 	At            time.Time
 	Actor         string
+	ActorTokenID  string   // the operator token behind Actor, if any
+	ActorRole     api.Role // that token's role when it acted
 	Action        string
 	Target        string
 	Result        string
@@ -303,7 +307,8 @@ type Store interface {
 	// ListTaskEvents returns a task's events in order.
 	ListTaskEvents(ctx context.Context, taskID string) ([]TaskEvent, error)
 
-	// CreateOperatorToken inserts a token; ErrConflict on duplicate id or hash.
+	// CreateOperatorToken inserts a token; ErrConflict on duplicate id,
+	// hash or name.
 	CreateOperatorToken(ctx context.Context, t OperatorToken) error
 	// GetOperatorTokenByHash returns a token or ErrNotFound.
 	GetOperatorTokenByHash(ctx context.Context, hash string) (OperatorToken, error)

@@ -10,6 +10,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/drover-dev/drover/internal/store/migrations"
+	"github.com/drover-dev/drover/internal/store/storetest"
 )
 
 // TestUpDownUpSQLite checks the migrations apply, are idempotent and that
@@ -52,4 +53,16 @@ func TestUpDownUpSQLite(t *testing.T) {
 	if err := migrations.Up(ctx, db, goose.DialectSQLite3); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestOperatorRolesSQLite runs migration 00005 over pre-existing tokens
+// (duplicate names among them); the PostgreSQL run is in the postgres
+// package.
+func TestOperatorRolesSQLite(t *testing.T) {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "m.db")+"?_pragma=foreign_keys(1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	storetest.MigrateOperatorRoles(t, db, goose.DialectSQLite3)
 }

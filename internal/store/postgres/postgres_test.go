@@ -218,6 +218,18 @@ func TestMigrationsDownUp(t *testing.T) {
 	}
 }
 
+// TestOperatorRolesMigration runs migration 00005 over pre-existing tokens
+// (duplicate names among them).
+func TestOperatorRolesMigration(t *testing.T) {
+	cfg, err := pgx.ParseConfig(pgtest.Default(t).NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	storetest.MigrateOperatorRoles(t, db, goose.DialectPostgres)
+}
+
 func wait(t *testing.T, ch <-chan store.Event, want store.Event) {
 	t.Helper()
 	timeout := time.After(10 * time.Second)

@@ -8,20 +8,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/store"
 )
 
 // CreateOperatorToken implements store.Store. A zero CreatedAt is now.
 func (s *Store) CreateOperatorToken(ctx context.Context, t store.OperatorToken) error {
-	if t.ID == "" || t.TokenHash == "" {
-		return errors.New("create operator token: empty id or hash")
+	if t.ID == "" || t.TokenHash == "" || t.Role == "" {
+		return errors.New("create operator token: empty id, hash or role")
 	}
 	if t.CreatedAt.IsZero() {
 		t.CreatedAt = s.now()
 	}
-	_, err := s.db.Exec(ctx, `INSERT INTO operator_tokens (id, name, token_hash, created_at, expires_at, revoked)
-		VALUES ($1, $2, $3, $4, $5, $6)`,
-		t.ID, t.Name, t.TokenHash, ms(t.CreatedAt), ms(t.ExpiresAt), boolInt(t.Revoked))
+	_, err := s.db.Exec(ctx, `INSERT INTO operator_tokens (id, name, role, token_hash, created_at, expires_at, revoked)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		t.ID, t.Name, string(t.Role), t.TokenHash, ms(t.CreatedAt), ms(t.ExpiresAt), boolInt(t.Revoked))
 	if err != nil {
 		if s.d.IsUniqueViolation(err) {
 			return fmt.Errorf("create operator token %q: %w", t.ID, store.ErrConflict)
@@ -31,17 +32,18 @@ func (s *Store) CreateOperatorToken(ctx context.Context, t store.OperatorToken) 
 	return nil
 }
 
-const tokenCols = `id, name, token_hash, created_at, expires_at, revoked`
+const tokenCols = `id, name, role, token_hash, created_at, expires_at, revoked`
 
 func scanToken(r Row) (store.OperatorToken, error) {
 	var (
 		t                         store.OperatorToken
+		role                      string
 		created, expires, revoked int64
 	)
-	if err := r.Scan(&t.ID, &t.Name, &t.TokenHash, &created, &expires, &revoked); err != nil {
+	if err := r.Scan(&t.ID, &t.Name, &role, &t.TokenHash, &created, &expires, &revoked); err != nil {
 		return store.OperatorToken{}, err
 	}
-	t.CreatedAt, t.ExpiresAt, t.Revoked = tm(created), tm(expires), revoked != 0
+	t.Role, t.CreatedAt, t.ExpiresAt, t.Revoked = api.Role(role), tm(created), tm(expires), revoked != 0
 	return t, nil
 }
 
@@ -85,9 +87,10 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEvent) error {
 	}
 	var err error
 	for range 5 {
-		_, err = s.db.Exec(ctx, `INSERT INTO audit (id, at, actor, action, target, result, correlation_id, detail)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			nextAuditID(), ms(e.At), e.Actor, e.Action, e.Target, e.Result, e.CorrelationID, e.Detail)
+		_, err = s.db.Exec(ctx, `INSERT INTO audit (id, at, actor, actor_token_id, actor_role, action, target,
+			result, correlation_id, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			nextAuditID(), ms(e.At), e.Actor, e.ActorTokenID, string(e.ActorRole), e.Action, e.Target, e.Result,
+			e.CorrelationID, e.Detail)
 		if err == nil || !s.d.IsUniqueViolation(err) {
 			break
 		}
@@ -113,7 +116,7 @@ func (s *Store) ListAudit(ctx context.Context, f store.AuditFilter) ([]store.Aud
 		args = append(args, f.CorrelationID)
 		where = append(where, "correlation_id = $"+strconv.Itoa(len(args)))
 	}
-	q := `SELECT id, at, actor, action, target, result, correlation_id, detail FROM audit`
+	q := `SELECT id, at, actor, actor_token_id, actor_role, action, target, result, correlation_id, detail FROM audit`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -127,13 +130,15 @@ func (s *Store) ListAudit(ctx context.Context, f store.AuditFilter) ([]store.Aud
 	var out []store.AuditEvent
 	for rows.Next() {
 		var (
-			e  store.AuditEvent
-			at int64
+			e        store.AuditEvent
+			at       int64
+			roleText string
 		)
-		if err := rows.Scan(&e.ID, &at, &e.Actor, &e.Action, &e.Target, &e.Result, &e.CorrelationID, &e.Detail); err != nil {
+		if err := rows.Scan(&e.ID, &at, &e.Actor, &e.ActorTokenID, &roleText, &e.Action, &e.Target, &e.Result,
+			&e.CorrelationID, &e.Detail); err != nil {
 			return nil, fmt.Errorf("list audit: %w", err)
 		}
-		e.At = tm(at)
+		e.At, e.ActorRole = tm(at), api.Role(roleText)
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {

@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/api"
 	"github.com/drover-dev/drover/internal/store"
 )
 
 var miscCases = []testCase{
 	{"Token/CreateGetList", testTokens},
 	{"Token/Conflict", testTokenConflict},
+	{"Token/Roles", testTokenRoles},
 	{"Token/Revoke", testTokenRevoke},
 	{"Audit/OrderAndFilter", testAudit},
 	{"Secret/FirstWriterWins", testSecrets},
@@ -23,7 +25,7 @@ var miscCases = []testCase{
 }
 
 func token(id, hash string, created time.Duration) store.OperatorToken {
-	return store.OperatorToken{ID: id, Name: "name-" + id, TokenHash: hash, CreatedAt: at(created)}
+	return store.OperatorToken{ID: id, Name: "name-" + id, Role: api.RoleOperator, TokenHash: hash, CreatedAt: at(created)}
 }
 
 func testTokens(t *testing.T, s store.Store) {
@@ -55,6 +57,33 @@ func testTokenConflict(t *testing.T, s store.Store) {
 	must(t, s.CreateOperatorToken(ctx, token("a", "hash-a", 0)))
 	wantErr(t, s.CreateOperatorToken(ctx, token("a", "hash-other", 0)), store.ErrConflict)
 	wantErr(t, s.CreateOperatorToken(ctx, token("b", "hash-a", 0)), store.ErrConflict)
+	sameName := token("c", "hash-c", 0)
+	sameName.Name = "name-a"
+	wantErr(t, s.CreateOperatorToken(ctx, sameName), store.ErrConflict)
+	list, err := s.ListOperatorTokens(ctx)
+	must(t, err)
+	diff(t, "tokens after conflicts", list, []store.OperatorToken{token("a", "hash-a", 0)})
+}
+
+// testTokenRoles: every role round-trips; a token without a role, or with
+// one the schema does not know, is refused.
+func testTokenRoles(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	for i, r := range api.Roles {
+		tok := token(string(r), "hash-"+string(r), time.Duration(i)*time.Second)
+		tok.Role = r
+		must(t, s.CreateOperatorToken(ctx, tok))
+		got, err := s.GetOperatorTokenByHash(ctx, tok.TokenHash)
+		must(t, err)
+		diff(t, "token with role "+string(r), got, tok)
+	}
+	for _, bad := range []api.Role{"", "root"} {
+		tok := token("bad", "hash-bad", 0)
+		tok.Role = bad
+		if err := s.CreateOperatorToken(ctx, tok); err == nil {
+			t.Fatalf("token with role %q accepted", bad)
+		}
+	}
 }
 
 func testTokenRevoke(t *testing.T, s store.Store) {
@@ -74,7 +103,7 @@ func testAudit(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	ev := func(atd time.Duration, action, target, corr string) store.AuditEvent {
 		return store.AuditEvent{At: at(atd), Actor: "op", Action: action, Target: target, Result: "ok",
-			CorrelationID: corr, Detail: "d-" + action}
+			CorrelationID: corr, Detail: "d-" + action, ActorTokenID: "tok_" + action, ActorRole: api.RoleOperator}
 	}
 	in := []store.AuditEvent{
 		ev(2*time.Second, "b", "host/h1", "c1"),
