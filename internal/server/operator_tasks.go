@@ -56,8 +56,14 @@ func (s *Server) enqueueTask(w http.ResponseWriter, r *http.Request) error {
 	if spec, ok := s.cfg.Registry.Lookup(req.Type); ok && spec.Internal {
 		fields = append(fields, api.FieldError{Field: "type",
 			Message: fmt.Sprintf("task type %q is created by the control plane itself (the terminal gateway), not by operators", req.Type)})
-	} else {
-		fields = append(fields, s.cfg.Registry.Validate(req.Type, req.Params)...)
+	} else if fe := s.cfg.Registry.Validate(req.Type, req.Params); len(fe) > 0 {
+		fields = append(fields, fe...)
+	} else if len(fields) == 0 { // the host exists: slice tasks may name only its approved slots
+		fe, err := s.sliceSlotFields(ctx, req.NodeID, req.Type, req.Params)
+		if err != nil {
+			return err
+		}
+		fields = append(fields, fe...)
 	}
 	expires := now.Add(defaultTaskTTL)
 	switch {
