@@ -62,6 +62,11 @@ type Agent struct {
 	runtime        runtime.Runtime // injected (tests); else built from cfg.Runtime
 	vms            *vmSide         // nil until Run built it, or with NODE_AGENT_RUNTIME=none
 	customHandlers bool
+
+	// jwksMu serialises JWKS refreshes on unknown kids; jwksRefreshedAt is
+	// the last one's start (zero: none yet).
+	jwksMu          sync.Mutex
+	jwksRefreshedAt time.Time
 }
 
 // Option customises an Agent.

@@ -578,7 +578,7 @@ func (r *runningAgent) stop(t *testing.T) {
 
 // startAgent runs a real agent against f with state in stateDir and waits
 // until it has heartbeated once (so it is enrolled and all loops run).
-func startAgent(t *testing.T, f *fakeCP, stateDir string, h agent.Handlers) *runningAgent {
+func startAgent(t *testing.T, f *fakeCP, stateDir string, h agent.Handlers, opts ...agent.Option) *runningAgent {
 	t.Helper()
 	logs := &syncBuffer{}
 	t.Cleanup(func() {
@@ -589,8 +589,8 @@ func startAgent(t *testing.T, f *fakeCP, stateDir string, h agent.Handlers) *run
 	cfg := agent.Config{ControlPlaneURL: f.srv.URL, HostID: testNodeID, BootstrapToken: testToken,
 		CAHash: f.ca.Hash(), OSFamily: api.OSLinux, StateDir: stateDir, ListenAddr: "127.0.0.1:0",
 		HeartbeatInterval: 100 * time.Millisecond}
-	a, err := agent.New(cfg, agent.WithHandlers(h), agent.WithAccelProbe(fixedAccel(accel.TCG)),
-		agent.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	a, err := agent.New(cfg, append([]agent.Option{agent.WithHandlers(h), agent.WithAccelProbe(fixedAccel(accel.TCG)),
+		agent.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))}, opts...)...)
 	if err != nil {
 		t.Fatalf("agent.New: %v", err)
 	}

@@ -31,7 +31,7 @@ func (a *Agent) serveLocal(ctx context.Context, ln net.Listener) error {
 		writeLocalJSON(w, http.StatusOK, vms.rec.Instances())
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := newLocalServer(mux, defaultLocalLimits)
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -42,6 +42,22 @@ func (a *Agent) serveLocal(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	return nil
+}
+
+// localLimits bound the local API's connections. It has no long-polls, no
+// WebSockets and no request bodies, so whole-request read and write
+// deadlines are safe.
+type localLimits struct {
+	readHeader, read, write, idle time.Duration
+	maxHeaderBytes                int
+}
+
+var defaultLocalLimits = localLimits{readHeader: 5 * time.Second, read: 10 * time.Second,
+	write: 30 * time.Second, idle: time.Minute, maxHeaderBytes: 16 << 10}
+
+func newLocalServer(h http.Handler, l localLimits) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: l.readHeader, ReadTimeout: l.read,
+		WriteTimeout: l.write, IdleTimeout: l.idle, MaxHeaderBytes: l.maxHeaderBytes}
 }
 
 // healthz is 200 while the agent heartbeats successfully and 503 otherwise,

@@ -14,6 +14,7 @@ type metrics struct {
 	resultFailures    prometheus.Counter
 	spoolPending      prometheus.Gauge
 	orphanOverlays    prometheus.Counter
+	jwksRefreshes     *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -39,8 +40,11 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		orphanOverlays: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "drover_agent_orphan_overlays_removed_total",
 			Help: "Instance overlays removed by the safety loop because no instance owned them."}),
+		jwksRefreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_agent_jwks_refreshes_total",
+			Help: "JWKS refreshes on an unknown kid, by result: ok, failed, throttled (not attempted)."}, []string{"result"}),
 	}
 	reg.MustRegister(m.heartbeats, m.heartbeatFailures, m.pollFailures, m.tasksReceived, m.tasksRejected,
-		m.tasksDuplicate, m.resultsPosted, m.resultFailures, m.spoolPending, m.orphanOverlays)
+		m.tasksDuplicate, m.resultsPosted, m.resultFailures, m.spoolPending, m.orphanOverlays, m.jwksRefreshes)
 	return m
 }

@@ -20,7 +20,16 @@ const (
 	// recordKeep is how long executed task ids stay in the replay cache
 	// after their envelope expired (an expired envelope is refused anyway).
 	recordKeep = 24 * time.Hour
+	// jwksRefreshInterval is the least time between two JWKS refreshes that
+	// an unknown kid triggers.
+	jwksRefreshInterval = time.Minute
 )
+
+// errJWKSRefreshThrottled marks an unknown kid seen within
+// jwksRefreshInterval of the last JWKS refresh. Such a delivery is neither
+// run nor answered: its lease runs out and the control plane delivers it
+// again, when a refresh is allowed.
+var errJWKSRefreshThrottled = errors.New("task-signing key refresh throttled")
 
 // taskLoop long-polls for tasks and runs each in its own goroutine, at most
 // maxConcurrent at once. It returns only after every task it started has
@@ -76,21 +85,49 @@ func (a *Agent) waitTask(ctx context.Context) (api.TaskDelivery, bool, error) {
 	return d, status == http.StatusOK, nil
 }
 
-// verify checks the envelope (refreshing the JWKS once on an unknown kid)
-// and that the outer delivery matches the signed claims.
+// verify checks the envelope (refreshing the JWKS on an unknown kid, at
+// most once per jwksRefreshInterval) and that the outer delivery matches
+// the signed claims.
 func (a *Agent) verify(ctx context.Context, d api.TaskDelivery) (api.TaskClaims, error) {
 	claims, err := a.verifier.Verify(d.Envelope, a.nodeID, a.now())
 	if errors.Is(err, task.ErrUnknownKey) {
-		if rerr := a.refreshJWKS(ctx); rerr != nil {
-			a.log.Warn("refresh task-signing keys", "err", rerr)
-		} else {
-			claims, err = a.verifier.Verify(d.Envelope, a.nodeID, a.now())
-		}
+		claims, err = a.verifyAfterRefresh(ctx, d)
 	}
 	if err != nil {
 		return claims, err
 	}
 	return claims, task.CheckDelivery(d, claims)
+}
+
+// verifyAfterRefresh handles an unknown kid: it refreshes the JWKS and
+// verifies again, unless a refresh (successful or not) happened within
+// jwksRefreshInterval. Then it fails with errJWKSRefreshThrottled without
+// asking the control plane: a flood of deliveries with made-up kids costs
+// one JWKS request a minute. Refreshes are serialised, so deliveries that
+// arrive together after a key rotation share one request.
+func (a *Agent) verifyAfterRefresh(ctx context.Context, d api.TaskDelivery) (api.TaskClaims, error) {
+	a.jwksMu.Lock()
+	defer a.jwksMu.Unlock()
+	// Another delivery may have refreshed the keys while this one waited.
+	claims, err := a.verifier.Verify(d.Envelope, a.nodeID, a.now())
+	if !errors.Is(err, task.ErrUnknownKey) {
+		return claims, err
+	}
+	now := a.now()
+	if last := a.jwksRefreshedAt; !last.IsZero() && now.Sub(last) < jwksRefreshInterval {
+		a.metrics.jwksRefreshes.WithLabelValues("throttled").Inc()
+		return claims, fmt.Errorf("%w: %w (keys refreshed %s ago; the next refresh is allowed in %s)",
+			errJWKSRefreshThrottled, err, now.Sub(last).Round(time.Second),
+			(jwksRefreshInterval - now.Sub(last)).Round(time.Second))
+	}
+	a.jwksRefreshedAt = now
+	if rerr := a.refreshJWKS(ctx); rerr != nil {
+		a.metrics.jwksRefreshes.WithLabelValues("failed").Inc()
+		a.log.Warn("refresh task-signing keys", "err", rerr)
+		return claims, err
+	}
+	a.metrics.jwksRefreshes.WithLabelValues("ok").Inc()
+	return a.verifier.Verify(d.Envelope, a.nodeID, a.now())
 }
 
 func (a *Agent) refreshJWKS(ctx context.Context) error {
@@ -113,6 +150,13 @@ func (a *Agent) handleDelivery(ctx context.Context, d api.TaskDelivery) {
 	log := a.log.With("task_id", d.TaskID, "task_type", d.TaskType, "correlation_id", d.CorrelationID)
 	a.metrics.tasksReceived.Inc()
 	claims, err := a.verify(ctx, d)
+	if errors.Is(err, errJWKSRefreshThrottled) {
+		// Not recorded as seen and no result: the redelivery after the
+		// lease ends is verified afresh.
+		a.metrics.tasksRejected.WithLabelValues("jwks_refresh_throttled").Inc()
+		log.Warn("task envelope signed with an unknown key; left for redelivery", "err", err, "attempt", d.Attempt)
+		return
+	}
 	if err != nil {
 		code := task.Code(err)
 		a.metrics.tasksRejected.WithLabelValues(code).Inc()

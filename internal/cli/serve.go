@@ -31,13 +31,24 @@ type ServerFlags struct {
 	TerminalMaxLifetime time.Duration `name:"terminal-max-lifetime" default:"12h" help:"End any terminal session after this long."`
 	RecordingDir        string        `name:"recording-dir" env:"DROVER_RECORDING_DIR" help:"Directory for asciicast v2 terminal recordings (default: recordings/ beside a SQLite database, /var/lib/drover/recordings otherwise)."`
 	RecordInput         bool          `name:"record-input" help:"Also record terminal keystrokes (they include passwords typed at prompts that do not echo)."`
+
+	HTTPReadHeaderTimeout time.Duration `name:"http-read-header-timeout" default:"10s" help:"Both listeners: time to read a request's headers (and the TLS handshake)."`
+	HTTPBodyTimeout       time.Duration `name:"http-body-timeout" default:"30s" help:"Both listeners: added to --http-read-header-timeout, the time to read a whole request (long-polls and WebSockets have no body and are not limited)."`
+	HTTPIdleTimeout       time.Duration `name:"http-idle-timeout" default:"2m" help:"Both listeners: close keep-alive connections idle this long."`
+	HTTPMaxHeaderBytes    int           `name:"http-max-header-bytes" default:"65536" help:"Both listeners: largest request header block (431 beyond)."`
+	NodeLongPollLimit     int           `name:"node-long-poll-limit" default:"4" help:"Long-polls of one route (tasks, instances) a node may hold open on this replica (429 node_long_poll_limit beyond)."`
+	TerminalPerNode       int           `name:"terminal-sessions-per-node" default:"16" help:"Terminal sessions one node may have on this replica (terminal_session_limit beyond)."`
+	TerminalRecheck       time.Duration `name:"terminal-recheck-interval" default:"30s" help:"How often live terminals re-check their node, allocation and token in case a change event was lost."`
 }
 
 func (f ServerFlags) config(allowUnknown bool, log *slog.Logger) server.Config {
 	return server.Config{OperatorAddr: f.Listen, NodeAddr: f.NodeListen, NodeURL: f.NodeURL, TLSHosts: f.TLSSAN,
 		CertTTL: f.CertTTL, HeartbeatInterval: f.HeartbeatInterval, VCPUAllocationRatio: f.VCPURatio, AllowUnknownHostRegistration: allowUnknown,
 		Logger: log, Terminal: server.TerminalConfig{AllowedOrigins: f.TerminalOrigins, IdleTimeout: f.TerminalIdle,
-			MaxLifetime: f.TerminalMaxLifetime, RecordingDir: f.RecordingDir, RecordInput: f.RecordInput}}
+			MaxLifetime: f.TerminalMaxLifetime, RecordingDir: f.RecordingDir, RecordInput: f.RecordInput,
+			MaxSessionsPerNode: f.TerminalPerNode, RecheckInterval: f.TerminalRecheck},
+		ReadHeaderTimeout: f.HTTPReadHeaderTimeout, BodyReadTimeout: f.HTTPBodyTimeout, IdleTimeout: f.HTTPIdleTimeout,
+		MaxHeaderBytes: f.HTTPMaxHeaderBytes, NodeLongPollLimit: f.NodeLongPollLimit}
 }
 
 func newLogger(level slog.Level) *slog.Logger {

@@ -22,6 +22,8 @@ type metrics struct {
 	terminalSessions    *prometheus.CounterVec
 	terminalNodeStreams *prometheus.CounterVec
 	terminalOpenSeconds prometheus.Histogram
+	terminalRevoked     *prometheus.CounterVec
+	limitRefusals       *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -55,8 +57,16 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name:    "drover_terminal_open_seconds",
 			Help:    "Time from the browser's upgrade to the PTY being ready.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
+		terminalRevoked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_terminal_sessions_revoked_total",
+			Help: "Live terminal sessions ended because their host, allocation or minting token went away, by code."},
+			[]string{"code"}),
+		limitRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "drover_limit_refusals_total",
+			Help: "Requests refused by a per-node concurrency cap, by code."}, []string{"code"}),
 	}
 	reg.MustRegister(m.terminalMints, m.terminalSessions, m.terminalNodeStreams, m.terminalOpenSeconds,
+		m.terminalRevoked, m.limitRefusals,
 		m.heartbeats, m.registrations, m.tasksEnqueued, m.tasksClaimed, m.taskResults,
 		m.tasksRequeued, m.tasksExpired, m.nodeAuthFailed, m.statusChanges,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -29,10 +29,11 @@ func (s *Server) NodeHandler() http.Handler {
 	mux.Handle("POST /internal/v1/nodes/{id}/heartbeat", s.nodeAuth(s.heartbeat))
 	mux.Handle("GET /internal/v1/nodes/{id}/jwks", s.nodeAuth(s.nodeJWKS))
 	mux.Handle("PUT /internal/v1/nodes/{id}/capabilities", s.nodeAuth(s.putCapabilities))
-	mux.Handle("GET /internal/v1/nodes/{id}/tasks/wait", s.nodeAuth(s.waitTask))
+	mux.Handle("GET /internal/v1/nodes/{id}/tasks/wait", s.nodeAuth(s.limitLongPolls(s.polls.tasks, nil, s.waitTask)))
 	mux.Handle("POST /internal/v1/nodes/{id}/tasks/{task_id}/events", s.nodeAuth(s.taskEvent))
 	mux.Handle("POST /internal/v1/nodes/{id}/tasks/{task_id}/result", s.nodeAuth(s.taskResult))
-	mux.Handle("GET /internal/v1/nodes/{id}/instances", s.nodeAuth(s.nodeInstances))
+	mux.Handle("GET /internal/v1/nodes/{id}/instances",
+		s.nodeAuth(s.limitLongPolls(s.polls.instances, instancesLongPoll, s.nodeInstances)))
 	mux.Handle("POST /internal/v1/nodes/{id}/instances/{iid}/status", s.nodeAuth(s.instanceStatus))
 	mux.Handle("GET /internal/v1/nodes/{id}/terminal/{session_id}", s.terminalNodeMTLS(s.nodeAuth(s.terminalNodeStream)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -4,13 +4,16 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 )
 
-// ipLimiter is a token bucket per client IP for unauthenticated routes.
+// ipLimiter is a token bucket per client network for unauthenticated
+// routes: one per IPv4 address and one per IPv6 /64, since an IPv6 client
+// usually controls a whole /64 and could rotate through it.
 type ipLimiter struct {
 	limit rate.Limit
 	burst int
@@ -27,10 +30,7 @@ func newIPLimiter(limit rate.Limit, burst int, now func() time.Time) *ipLimiter 
 
 // allow reports whether r may proceed and, if not, after how many seconds.
 func (l *ipLimiter) allow(r *http.Request) (bool, int) {
-	ip, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		ip = r.RemoteAddr
-	}
+	ip := limitKey(r.RemoteAddr)
 	now := l.now()
 	l.mu.Lock()
 	if now.Sub(l.swept) > time.Minute { // forget idle buckets
@@ -53,4 +53,25 @@ func (l *ipLimiter) allow(r *http.Request) (bool, int) {
 		return false, int(math.Ceil(d.Seconds()))
 	}
 	return true, 0
+}
+
+// limitKey is the bucket of a client address ("host:port" or a bare
+// address): an IPv4 address as itself, an IPv4-mapped IPv6 address as the
+// IPv4 address it maps, an IPv6 address as its /64 prefix. Anything
+// unparsable is its own bucket.
+func limitKey(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	addr = addr.Unmap().WithZone("")
+	if addr.Is4() {
+		return addr.String()
+	}
+	p, _ := addr.Prefix(64) // cannot fail for IPv6
+	return p.String()
 }

@@ -51,6 +51,21 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// MaxWait caps a long-poll (default 30s).
 	MaxWait time.Duration
+	// ReadHeaderTimeout bounds reading a request's headers, and the TLS
+	// handshake, on both listeners (default 10s).
+	ReadHeaderTimeout time.Duration
+	// BodyReadTimeout, added to ReadHeaderTimeout, bounds reading a whole
+	// request (default 30s). Requests without a body (long-polls, WebSocket
+	// upgrades) have no read deadline once their headers are in.
+	BodyReadTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long (default 2m).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers (default 64 KiB).
+	MaxHeaderBytes int
+	// NodeLongPollLimit is how many long-polls of one route (tasks/wait,
+	// instances?wait=) a node may hold open on this replica (default 4);
+	// beyond it: 429 node_long_poll_limit.
+	NodeLongPollLimit int
 	// VCPUAllocationRatio is how many instance vCPUs placement allows per
 	// host CPU left after the reservation (default 4, OpenStack's initial
 	// cpu_allocation_ratio). Memory, disk and GPUs are never overcommitted.
@@ -101,6 +116,13 @@ type TerminalConfig struct {
 	// RecordInput also records keystrokes (off: they include passwords
 	// typed at prompts that do not echo).
 	RecordInput bool
+	// MaxSessionsPerNode is how many terminal sessions one node may have on
+	// this replica at once (default 16); beyond it: terminal_session_limit.
+	MaxSessionsPerNode int
+	// RecheckInterval is how often live sessions re-read their node,
+	// allocation and minting token, in case a change event was lost
+	// (default 30s). Change events end them at once.
+	RecheckInterval time.Duration
 }
 
 func (t *TerminalConfig) setDefaults() error {
@@ -164,6 +186,9 @@ func (c *Config) setDefaults() error {
 	if c.RegisterBurst == 0 {
 		c.RegisterBurst = 10
 	}
+	if err := c.setLimitDefaults(); err != nil {
+		return err
+	}
 	if c.Registry == nil {
 		r, err := task.NewRegistry(task.Builtin()...)
 		if err != nil {
@@ -198,6 +223,8 @@ type Server struct {
 	limiter *ipLimiter
 	// term holds this replica's live terminal sessions.
 	term *termGateway
+	// polls caps each node's concurrent long-polls per route.
+	polls *longPolls
 	// baseCtx ends when Serve returns; terminal sessions (hijacked
 	// connections) end with it.
 	baseCtx context.Context
@@ -240,6 +267,7 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	s.instWaiters = newWaiters()
 	s.live = newLiveness(s)
 	s.term = newTermGateway()
+	s.polls = newLongPolls(s.cfg.NodeLongPollLimit, s.reg)
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "drover_terminal_live_sessions",
 		Help: "Terminal sessions this replica holds a browser for."}, func() float64 { return float64(s.term.count()) }))
 	if cfg.Terminal.RecordingDir == "" {
@@ -286,17 +314,16 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 		nodeLn.Close()
 		return fmt.Errorf("subscribe to store events: %w", err)
 	}
-	opSrv := &http.Server{Handler: s.OperatorHandler(), ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
-	nodeSrv := &http.Server{Handler: s.NodeHandler(), ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: s.nodeTLS, IdleTimeout: 2 * s.cfg.MaxWait,
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	opSrv := s.httpServer(s.OperatorHandler())
+	nodeSrv := s.httpServer(s.NodeHandler())
+	nodeSrv.TLSConfig = s.nodeTLS
 
 	g, gctx := errgroup.WithContext(ctx)
 	s.baseCtx = gctx
 	g.Go(func() error { s.dispatchEvents(gctx, events); return nil })
 	g.Go(func() error { s.live.run(gctx); return nil })
 	g.Go(func() error { s.reapLoop(gctx); return nil })
+	g.Go(func() error { s.recheckTerminalsLoop(gctx); return nil })
 	g.Go(func() error { s.keys.refreshLoop(gctx, s.log); return nil })
 	g.Go(func() error { return serveUntil(gctx, opSrv, func() error { return opSrv.Serve(opLn) }) })
 	g.Go(func() error {
@@ -352,6 +379,7 @@ func (s *Server) dispatchEvents(ctx context.Context, events <-chan store.Event) 
 			case store.EventInstance:
 				s.instWaiters.wake(ev.ID)
 			}
+			s.terminalEvent(ctx, ev) // host, allocation and token changes end terminals
 		}
 	}
 }

@@ -207,7 +207,7 @@ func (s *Server) runTerminal(ctx context.Context, br *websocket.Conn, sess store
 	// Queue terminal.open. It expires with the dispatch deadline, so an agent
 	// that reconnects later never opens a session nobody waits for.
 	l := &liveSession{id: sess.ID, nodeID: sess.NodeID, allocID: sess.AllocationID, nonce: newNonce(),
-		node: make(chan *websocket.Conn), taskCh: make(chan struct{}, 1), kill: make(chan killReq, 1),
+		mintedBy: sess.MintedByTokenID, node: make(chan *websocket.Conn), taskCh: make(chan struct{}, 1), kill: make(chan killReq, 1),
 		done: make(chan struct{})}
 	params := task.TerminalOpenParams{SessionID: sess.ID, AllocationID: sess.AllocationID, Nonce: l.nonce,
 		Mode: sess.Mode, Cols: sess.Cols, Rows: sess.Rows, MaxLifetime: api.Duration(cfg.MaxLifetime)}
@@ -222,11 +222,22 @@ func (s *Server) runTerminal(ctx context.Context, br *websocket.Conn, sess store
 		State: api.TaskQueued, CorrelationID: sess.CorrelationID, CreatedBy: "terminal-gateway",
 		CreatedAt: now, ExpiresAt: now.Add(cfg.DispatchTimeout)}
 	l.taskID = t.ID
-	s.term.add(l)
+	if !s.term.add(l, cfg.MaxSessionsPerNode) {
+		s.metrics.limitRefusals.WithLabelValues(codeTerminalLimit).Inc()
+		fail(terminal.CodeSessionLimit, fmt.Sprintf("node %q already has %d open terminal sessions on this gateway; "+
+			"close one or retry later", sess.NodeID, cfg.MaxSessionsPerNode))
+		return
+	}
 	defer func() {
 		s.term.remove(l)
 		close(l.done)
 	}()
+	// Checked once registered: a revocation from now on reaches the session
+	// through terminalEvent, and an earlier one is seen here.
+	if code, msg := s.liveRevoked(ctx, l); code != "" {
+		fail(code, msg)
+		return
+	}
 	if err := s.enqueue(ctx, t); err != nil {
 		fail(terminal.CodeGatewayError, "queue terminal.open: "+err.Error())
 		return

@@ -18,6 +18,7 @@ import (
 // for, while it waits for (or splices) the node's stream.
 type liveSession struct {
 	id, nodeID, allocID, nonce, taskID string
+	mintedBy                           string               // the operator token id that minted it ("" unknown)
 	node                               chan *websocket.Conn // the node's stream, handed over once
 	taskCh                             chan struct{}        // the terminal.open task changed
 	kill                               chan killReq         // ended from outside (release, mTLS failure)
@@ -44,29 +45,63 @@ func (l *liveSession) end(code terminal.ErrorCode, msg string) {
 	}
 }
 
-// termGateway indexes this replica's live sessions by session and task id.
+// termGateway indexes this replica's live sessions by session and task id,
+// and counts them per node.
 type termGateway struct {
 	mu     sync.Mutex
 	byID   map[string]*liveSession
 	byTask map[string]*liveSession
+	byNode map[string]int
 }
 
 func newTermGateway() *termGateway {
-	return &termGateway{byID: map[string]*liveSession{}, byTask: map[string]*liveSession{}}
+	return &termGateway{byID: map[string]*liveSession{}, byTask: map[string]*liveSession{}, byNode: map[string]int{}}
 }
 
-func (g *termGateway) add(l *liveSession) {
+// add registers l unless its node already has perNode live sessions.
+func (g *termGateway) add(l *liveSession, perNode int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.byNode[l.nodeID] >= perNode {
+		return false
+	}
 	g.byID[l.id] = l
 	g.byTask[l.taskID] = l
+	g.byNode[l.nodeID]++
+	return true
 }
 
 func (g *termGateway) remove(l *liveSession) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.byID[l.id] != l {
+		return
+	}
 	delete(g.byID, l.id)
 	delete(g.byTask, l.taskID)
+	if g.byNode[l.nodeID]--; g.byNode[l.nodeID] <= 0 {
+		delete(g.byNode, l.nodeID)
+	}
+}
+
+// nodeCount is the number of live sessions of node.
+func (g *termGateway) nodeCount(node string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.byNode[node]
+}
+
+// matching returns the live sessions for which keep is true.
+func (g *termGateway) matching(keep func(*liveSession) bool) []*liveSession {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []*liveSession
+	for _, l := range g.byID {
+		if keep(l) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 func (g *termGateway) get(id string) *liveSession {

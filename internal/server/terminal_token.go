@@ -73,6 +73,11 @@ func (s *Server) mintTerminalToken(w http.ResponseWriter, r *http.Request) error
 	if nodeID == "" {
 		return refuse(errf(http.StatusConflict, "allocation_not_bound", "allocation %q is not bound to a node", a.ID))
 	}
+	if limit := s.cfg.Terminal.MaxSessionsPerNode; s.term.nodeCount(nodeID) >= limit {
+		s.metrics.limitRefusals.WithLabelValues(codeTerminalLimit).Inc()
+		return refuse(&httpError{status: http.StatusTooManyRequests, code: codeTerminalLimit, retryAfter: terminalRetryAfter,
+			msg: fmt.Sprintf("node %q already has %d open terminal sessions on this gateway; close one or retry later", nodeID, limit)})
+	}
 	now := s.cfg.Now().UTC()
 	raw := newToken("drv_term_")
 	first, _ := json.Marshal([]api.TerminalStateEvent{{State: string(terminal.StateTokenReady), At: now}})
@@ -81,6 +86,9 @@ func (s *Server) mintTerminalToken(w http.ResponseWriter, r *http.Request) error
 		TokenExpiresAt: now.Add(s.cfg.Terminal.TokenTTL), State: string(terminal.StateTokenReady), States: first,
 		CorrelationID: correlationID(ctx), Cols: int(size.Cols), Rows: int(size.Rows), CreatedBy: actor(ctx),
 		CreatedAt: now}
+	if p, ok := principalFrom(ctx); ok {
+		sess.MintedByTokenID = p.tokenID
+	}
 	if err := s.store.CreateTerminalSession(ctx, sess); err != nil {
 		return err
 	}

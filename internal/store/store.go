@@ -218,6 +218,11 @@ type TerminalSession struct {
 	CloseReason    string
 	RecordingPath  string // "" until recording started
 	RecordingBytes int64
+
+	// MintedByTokenID is the id of the operator token that minted the
+	// session's terminal token ("" when unknown); revoking that token ends
+	// the session.
+	MintedByTokenID string
 }
 
 // TerminalSessionFilter narrows ListTerminalSessions. Zero fields do not
@@ -237,8 +242,9 @@ type Seen struct {
 // Event is a change notification delivered to every replica.
 type Event struct {
 	Kind EventKind
-	// ID is the node id for task events, the host id for host events and
-	// the id of the instance's host for instance events.
+	// ID is the node id for task events, the host id for host events, the
+	// id of the instance's host for instance events, the allocation id for
+	// allocation events and the token id for operator token events.
 	ID string
 }
 
@@ -252,6 +258,10 @@ const (
 	// EventInstance: an instance assigned to host ID was created, changed or
 	// removed.
 	EventInstance EventKind = "instance"
+	// EventAllocation: allocation ID changed (released, failed, ...).
+	EventAllocation EventKind = "allocation"
+	// EventOperatorToken: operator token ID was revoked.
+	EventOperatorToken EventKind = "operator_token"
 )
 
 // Store is the persistence port of the control plane. Every method is safe
@@ -312,9 +322,12 @@ type Store interface {
 	CreateOperatorToken(ctx context.Context, t OperatorToken) error
 	// GetOperatorTokenByHash returns a token or ErrNotFound.
 	GetOperatorTokenByHash(ctx context.Context, hash string) (OperatorToken, error)
+	// GetOperatorToken returns a token by id or ErrNotFound.
+	GetOperatorToken(ctx context.Context, id string) (OperatorToken, error)
 	// ListOperatorTokens returns all tokens, oldest first.
 	ListOperatorTokens(ctx context.Context) ([]OperatorToken, error)
 	// RevokeOperatorToken marks a token revoked; ErrNotFound if absent.
+	// Publishes EventOperatorToken.
 	RevokeOperatorToken(ctx context.Context, id string) error
 
 	// AppendAudit appends an audit record.
@@ -366,7 +379,8 @@ type Store interface {
 	ListAllocations(ctx context.Context, f AllocationFilter) ([]Allocation, error)
 	// UpdateAllocation applies fn to the allocation in one transaction and
 	// sets UpdatedAt to the value fn leaves; ErrNotFound if it does not
-	// exist. An error from fn aborts the update and is returned.
+	// exist. An error from fn aborts the update and is returned. Publishes
+	// EventAllocation.
 	UpdateAllocation(ctx context.Context, id string, fn func(*Allocation) error) (Allocation, error)
 
 	// CreateTerminalSession inserts a session; ErrConflict if the id or the

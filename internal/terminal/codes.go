@@ -7,7 +7,9 @@ package terminal
 type ErrorCode string
 
 // The error codes of protocol v1. Adding one changes Subprotocol's version:
-// DecodeControl rejects codes it does not know.
+// DecodeControl rejects codes it does not know. The exception are codes
+// only the gateway sends, to the browser, whose code table (codes.js) the
+// same gateway serves: CodeTerminalRevoked and CodeSessionLimit.
 const (
 	// CodeNodeOffline: the instance's node has no live agent connection.
 	CodeNodeOffline ErrorCode = "node_offline"
@@ -49,6 +51,12 @@ const (
 	CodeSessionIdleTimeout ErrorCode = "session_idle_timeout"
 	// CodeSessionMaxLifetime: the session reached its maximum lifetime.
 	CodeSessionMaxLifetime ErrorCode = "session_max_lifetime"
+	// CodeTerminalRevoked: the session's node was revoked or disabled, or
+	// the operator token that minted its terminal token was revoked.
+	CodeTerminalRevoked ErrorCode = "terminal_revoked"
+	// CodeSessionLimit: the node already has as many terminal sessions on
+	// this gateway as it may.
+	CodeSessionLimit ErrorCode = "terminal_session_limit"
 )
 
 // WebSocket close codes (RFC 6455 reserves 4000-4999 for applications).
@@ -62,13 +70,16 @@ const (
 	CloseProtocol = 4400
 	// CloseUnauthorized: token_invalid, token_expired, token_reused.
 	CloseUnauthorized = 4401
-	// CloseForbidden: origin_forbidden.
+	// CloseForbidden: origin_forbidden, allocation_inactive,
+	// terminal_revoked.
 	CloseForbidden = 4403
 	// CloseNodeOffline: node_offline.
 	CloseNodeOffline = 4404
 	// CloseTimeout: dispatch_timeout, node_stream_timeout,
 	// session_idle_timeout, session_max_lifetime.
 	CloseTimeout = 4408
+	// CloseTooManySessions: terminal_session_limit.
+	CloseTooManySessions = 4429
 	// ClosePTYFailed: terminal_pty_failed.
 	ClosePTYFailed = 4500
 	// CloseInternal: gateway_error.
@@ -122,6 +133,10 @@ func codeTable() map[ErrorCode]codeInfo {
 			"The terminal was closed after being idle. Open it again to start a new session."},
 		CodeSessionMaxLifetime: {true, CloseTimeout,
 			"The terminal reached its maximum session length. Open it again to start a new session."},
+		CodeTerminalRevoked: {false, CloseForbidden,
+			"Access was revoked while the terminal was open: the node was revoked or disabled, or the operator token that opened the terminal was revoked. Ask an operator before opening it again."},
+		CodeSessionLimit: {true, CloseTooManySessions,
+			"The node already has the most terminals open that the gateway allows. Close a terminal you no longer need, or try again in a moment."},
 	}
 }
 
@@ -134,6 +149,7 @@ func ErrorCodes() []ErrorCode {
 		CodeTokenInURL, CodeTokenWrongAllocation, CodeAllocationInactive, CodeGatewayError,
 		CodeOriginForbidden, CodeProtocolError,
 		CodeSessionIdleTimeout, CodeSessionMaxLifetime,
+		CodeTerminalRevoked, CodeSessionLimit,
 	}
 }
 

@@ -75,7 +75,8 @@ func TestDecodeControlRejects(t *testing.T) {
 func TestErrorCodesComplete(t *testing.T) {
 	want := []string{"node_offline", "dispatch_timeout", "node_stream_timeout", "terminal_pty_failed",
 		"terminal_node_stream_mtls_failed", "terminal_open_without_stream", "token_invalid", "token_expired",
-		"token_reused", "token_in_url", "token_wrong_allocation", "allocation_inactive", "gateway_error", "origin_forbidden", "protocol_error", "session_idle_timeout", "session_max_lifetime"}
+		"token_reused", "token_in_url", "token_wrong_allocation", "allocation_inactive", "gateway_error", "origin_forbidden", "protocol_error", "session_idle_timeout", "session_max_lifetime",
+		"terminal_revoked", "terminal_session_limit"}
 	codes := ErrorCodes()
 	if len(codes) != len(want) || len(codeTable()) != len(want) {
 		t.Fatalf("ErrorCodes has %d, table %d, want %d", len(codes), len(codeTable()), len(want))
@@ -122,6 +123,8 @@ func TestCloseCodesAndRetry(t *testing.T) {
 		{CodeNodeStreamMTLSFailed, 4502, false},
 		{CodeOpenWithoutStream, 4502, false},
 		{CodeProtocolError, 4400, false},
+		{CodeTerminalRevoked, 4403, false},
+		{CodeSessionLimit, 4429, true},
 	}
 	for _, tt := range tests {
 		if got := CloseCode(tt.code); got != tt.close {

@@ -126,6 +126,9 @@ func (s *Store) UpdateAllocation(ctx context.Context, id string, fn func(*store.
 			created_by = $10, created_at = $11, updated_at = $12 WHERE id = $1`, allocationArgs(a)...); err != nil {
 			return fmt.Errorf("update allocation %q: %w", id, err)
 		}
+		if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventAllocation, ID: id}); err != nil {
+			return fmt.Errorf("update allocation %q: notify: %w", id, err)
+		}
 		// Read back so the caller sees exactly what a later GetAllocation
 		// returns (millisecond UTC times, empty spec as nil).
 		out, err = scanAllocation(tx.QueryRow(ctx, `SELECT `+allocationCols+` FROM allocations WHERE id = $1`, id))

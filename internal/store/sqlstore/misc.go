@@ -67,16 +67,31 @@ func (s *Store) ListOperatorTokens(ctx context.Context) ([]store.OperatorToken, 
 	return out, nil
 }
 
-// RevokeOperatorToken implements store.Store; revoking twice is not an error.
-func (s *Store) RevokeOperatorToken(ctx context.Context, id string) error {
-	n, err := s.db.Exec(ctx, `UPDATE operator_tokens SET revoked = 1 WHERE id = $1`, id)
+// GetOperatorToken implements store.Store.
+func (s *Store) GetOperatorToken(ctx context.Context, id string) (store.OperatorToken, error) {
+	t, err := scanToken(s.db.QueryRow(ctx, `SELECT `+tokenCols+` FROM operator_tokens WHERE id = $1`, id))
 	if err != nil {
-		return fmt.Errorf("revoke operator token %q: %w", id, err)
+		return store.OperatorToken{}, notFound(err, "get operator token %q", id)
 	}
-	if n == 0 {
-		return fmt.Errorf("revoke operator token %q: %w", id, store.ErrNotFound)
-	}
-	return nil
+	return t, nil
+}
+
+// RevokeOperatorToken implements store.Store; revoking twice is not an
+// error (and publishes the event again).
+func (s *Store) RevokeOperatorToken(ctx context.Context, id string) error {
+	return s.db.InTx(ctx, func(tx DB) error {
+		n, err := tx.Exec(ctx, `UPDATE operator_tokens SET revoked = 1 WHERE id = $1`, id)
+		if err != nil {
+			return fmt.Errorf("revoke operator token %q: %w", id, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("revoke operator token %q: %w", id, store.ErrNotFound)
+		}
+		if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventOperatorToken, ID: id}); err != nil {
+			return fmt.Errorf("revoke operator token %q: notify: %w", id, err)
+		}
+		return nil
+	})
 }
 
 // AppendAudit implements store.Store. The record's ID is assigned here (see

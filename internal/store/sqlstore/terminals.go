@@ -14,7 +14,7 @@ import (
 const terminalCols = `id, allocation_id, node_id, username, mode, instance_id,
 	token_hash, token_expires_at, token_used_at, state, states, error_code, error_message,
 	task_id, correlation_id, cols, term_rows, created_by, created_at, closed_at,
-	exit_code, exited, close_reason, recording_path, recording_bytes`
+	exit_code, exited, close_reason, recording_path, recording_bytes, minted_by_token_id`
 
 // The session's initial readiness state and the terminal modes the schema
 // accepts (internal/terminal owns the vocabulary; the store only enforces it).
@@ -34,7 +34,7 @@ func scanTerminal(r Row) (store.TerminalSession, error) {
 	if err := r.Scan(&ts.ID, &ts.AllocationID, &ts.NodeID, &ts.Username, &ts.Mode, &ts.InstanceID,
 		&ts.TokenHash, &tokenExp, &tokenUsed, &ts.State, &states, &ts.ErrorCode, &ts.ErrorMessage,
 		&ts.TaskID, &ts.CorrelationID, &cols, &rows, &ts.CreatedBy, &created, &end,
-		&exitCode, &exited, &ts.CloseReason, &ts.RecordingPath, &ts.RecordingBytes); err != nil {
+		&exitCode, &exited, &ts.CloseReason, &ts.RecordingPath, &ts.RecordingBytes, &ts.MintedByTokenID); err != nil {
 		return store.TerminalSession{}, err
 	}
 	ts.States = textRaw(states)
@@ -48,7 +48,7 @@ func terminalArgs(ts store.TerminalSession) []any {
 	return []any{ts.ID, ts.AllocationID, ts.NodeID, ts.Username, ts.Mode, ts.InstanceID,
 		ts.TokenHash, ms(ts.TokenExpiresAt), ms(ts.TokenUsedAt), ts.State, rawText(ts.States), ts.ErrorCode, ts.ErrorMessage,
 		ts.TaskID, ts.CorrelationID, int64(ts.Cols), int64(ts.Rows), ts.CreatedBy, ms(ts.CreatedAt), ms(ts.ClosedAt),
-		int64(ts.ExitCode), boolInt(ts.Exited), ts.CloseReason, ts.RecordingPath, ts.RecordingBytes}
+		int64(ts.ExitCode), boolInt(ts.Exited), ts.CloseReason, ts.RecordingPath, ts.RecordingBytes, ts.MintedByTokenID}
 }
 
 // CreateTerminalSession implements store.Store. The id, allocation id and
@@ -73,7 +73,7 @@ func (s *Store) CreateTerminalSession(ctx context.Context, ts store.TerminalSess
 	}
 	_, err := s.db.Exec(ctx, `INSERT INTO terminal_sessions (`+terminalCols+`) VALUES
 		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-		$21, $22, $23, $24, $25)`, terminalArgs(ts)...)
+		$21, $22, $23, $24, $25, $26)`, terminalArgs(ts)...)
 	if err != nil {
 		if s.d.IsUniqueViolation(err) {
 			// The hash is a credential: keep it out of the error.
@@ -149,7 +149,8 @@ func (s *Store) UpdateTerminalSession(ctx context.Context, id string, fn func(*s
 			mode = $5, instance_id = $6, token_hash = $7, token_expires_at = $8, token_used_at = $9, state = $10,
 			states = $11, error_code = $12, error_message = $13, task_id = $14, correlation_id = $15, cols = $16,
 			term_rows = $17, created_by = $18, created_at = $19, closed_at = $20, exit_code = $21, exited = $22,
-			close_reason = $23, recording_path = $24, recording_bytes = $25 WHERE id = $1`, terminalArgs(ts)...); err != nil {
+			close_reason = $23, recording_path = $24, recording_bytes = $25, minted_by_token_id = $26
+			WHERE id = $1`, terminalArgs(ts)...); err != nil {
 			return fmt.Errorf("update terminal session %q: %w", id, err)
 		}
 		// Read back so the caller sees exactly what a later

@@ -21,6 +21,7 @@ var allocationCases = []testCase{
 	{"Allocation/UpdateFnError", testAllocationUpdateFnError},
 	{"Allocation/UpdateConcurrent", testAllocationUpdateConcurrent},
 	{"Allocation/TimestampsUTC", testAllocationTimestampsUTC},
+	{"Allocation/UpdateEvent", testAllocationUpdateEvent},
 }
 
 func newAllocation(id, host, instance string, created time.Duration) store.Allocation {
@@ -269,4 +270,25 @@ func testAllocationTimestampsUTC(t *testing.T, s store.Store) {
 	got, err = s.UpdateAllocation(ctx, "a-1", func(a *store.Allocation) error { a.UpdatedAt = local; return nil })
 	must(t, err)
 	check("update", got)
+}
+
+// testAllocationUpdateEvent: an update publishes EventAllocation for the
+// allocation (gateways end its terminals on release); a failed one does
+// not.
+func testAllocationUpdateEvent(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	createAllocation(t, s, newAllocation("a-1", "h1", "", 0))
+	createAllocation(t, s, newAllocation("a-2", "h1", "", 0))
+	ch := subscribe(t, s)
+	_, err := s.UpdateAllocation(ctx, "a-2", func(*store.Allocation) error { return errors.New("boom") })
+	if err == nil {
+		t.Fatal("fn's error not returned")
+	}
+	_, err = s.UpdateAllocation(ctx, "a-1", func(a *store.Allocation) error {
+		a.State, a.UpdatedAt = api.AllocationReleased, at(time.Hour)
+		return nil
+	})
+	must(t, err)
+	waitEvent(t, ch, store.Event{Kind: store.EventAllocation, ID: "a-1"})
+	noEvent(t, ch, store.Event{Kind: store.EventAllocation, ID: "a-2"}, 200*time.Millisecond)
 }

@@ -22,6 +22,7 @@ var terminalCases = []testCase{
 	{"Terminal/RedeemExpired", testTerminalRedeemExpired},
 	{"Terminal/RedeemConcurrent", testTerminalRedeemConcurrent},
 	{"Terminal/TimestampsUTC", testTerminalTimestampsUTC},
+	{"OperatorToken/GetAndRevokeEvent", testOperatorTokenRevokeEvent},
 }
 
 func newTerminal(id, alloc, hash string, created time.Duration) store.TerminalSession {
@@ -68,6 +69,8 @@ func fullTerminal(id string) store.TerminalSession {
 		CloseReason:    "terminal_pty_failed",
 		RecordingPath:  "/var/lib/drover/rec/" + id + ".cast",
 		RecordingBytes: 1 << 33,
+
+		MintedByTokenID: "tok-1",
 	}
 }
 
@@ -365,4 +368,29 @@ func testTerminalTimestampsUTC(t *testing.T, s store.Store) {
 	got, err = s.UpdateTerminalSession(ctx, "s-1", func(ts *store.TerminalSession) error { ts.ClosedAt = local; return nil })
 	must(t, err)
 	check("update", got, "CreatedAt", "TokenExpiresAt", "ClosedAt", "TokenUsedAt")
+}
+
+// testOperatorTokenRevokeEvent: GetOperatorToken finds a token by id, and
+// revoking it publishes EventOperatorToken (gateways end the terminals it
+// minted).
+func testOperatorTokenRevokeEvent(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	tok := store.OperatorToken{ID: "tok-1", Name: "alice", Role: "operator", TokenHash: "h-1", CreatedAt: base}
+	must(t, s.CreateOperatorToken(ctx, tok))
+	got, err := s.GetOperatorToken(ctx, "tok-1")
+	must(t, err)
+	diff(t, "token", got, tok)
+	_, err = s.GetOperatorToken(ctx, "tok-nope")
+	wantErr(t, err, store.ErrNotFound)
+
+	ch := subscribe(t, s)
+	wantErr(t, s.RevokeOperatorToken(ctx, "tok-nope"), store.ErrNotFound)
+	must(t, s.RevokeOperatorToken(ctx, "tok-1"))
+	waitEvent(t, ch, store.Event{Kind: store.EventOperatorToken, ID: "tok-1"})
+	noEvent(t, ch, store.Event{Kind: store.EventOperatorToken, ID: "tok-nope"}, 200*time.Millisecond)
+	got, err = s.GetOperatorToken(ctx, "tok-1")
+	must(t, err)
+	if !got.Revoked {
+		t.Fatal("token not revoked")
+	}
 }

@@ -112,6 +112,16 @@ export const ERROR_CODES = Object.freeze({
     close: 4408,
     recovery: "The terminal reached its maximum session length. Open it again to start a new session.",
   }),
+  "terminal_revoked": Object.freeze({
+    retryable: false,
+    close: 4403,
+    recovery: "Access was revoked while the terminal was open: the node was revoked or disabled, or the operator token that opened the terminal was revoked. Ask an operator before opening it again.",
+  }),
+  "terminal_session_limit": Object.freeze({
+    retryable: true,
+    close: 4429,
+    recovery: "The node already has the most terminals open that the gateway allows. Close a terminal you no longer need, or try again in a moment.",
+  }),
 });
 
 /** Recovery text for a code this version does not know. */
