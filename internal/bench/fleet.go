@@ -51,6 +51,7 @@ type Config struct {
 	ServerBin        string // the drover executable for ServerProcess (default: this one)
 	ServerGOMAXPROCS int    // GOMAXPROCS of the child (default: inherited)
 	ServerGOGC       string // GOGC of the child (default: inherited); a low value keeps its heap near live data
+	KEKFile          string // key-encryption key of Store's private keys (default: a new one beside the temporary store)
 
 	// External control plane (all on loopback).
 	NodeURL, API, Token, CAHash string

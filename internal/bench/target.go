@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/kek"
 	"github.com/drover-dev/drover/internal/server"
 	"github.com/drover-dev/drover/internal/store"
 	"github.com/drover-dev/drover/internal/store/postgres"
@@ -85,9 +87,30 @@ func openStore(ctx context.Context, spec string) (store.Store, error) {
 	return postgres.Open(ctx, spec)
 }
 
+// kekFile is the key-encryption key of the run's store: cfg.KEKFile, or a
+// new one in dir.
+func kekFile(cfg *Config, dir string) (string, *kek.Ring, error) {
+	path := cfg.KEKFile
+	if path == "" {
+		path = filepath.Join(dir, "kek")
+		if err := kek.CreateFile(path); err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", nil, err
+		}
+	}
+	k, _, err := kek.LoadFile(path)
+	if err != nil {
+		return "", nil, err
+	}
+	return path, kek.NewRing(k), nil
+}
+
 // startInProcess runs a control plane in this process on loopback.
 func startInProcess(ctx context.Context, cfg *Config, dir string) (*target, error) {
 	spec, err := storeSpec(cfg.Store, dir)
+	if err != nil {
+		return nil, err
+	}
+	_, ring, err := kekFile(cfg, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +132,7 @@ func startInProcess(ctx context.Context, cfg *Config, dir string) (*target, erro
 	nodeURL := "https://" + nodeLn.Addr().String()
 	scfg := server.Config{OperatorAddr: opLn.Addr().String(), NodeAddr: nodeLn.Addr().String(), NodeURL: nodeURL,
 		// Every simulated agent enrols from loopback: lift the per-IP limit.
-		RegisterRate: rate.Inf, RegisterBurst: 1 << 20, Logger: quietLogger(cfg.Log)}
+		RegisterRate: rate.Inf, RegisterBurst: 1 << 20, Logger: quietLogger(cfg.Log), KEK: ring}
 	srvCtx, cancel := context.WithCancel(context.Background())
 	srv, err := server.New(srvCtx, scfg, st)
 	if err != nil {
@@ -167,13 +190,17 @@ func startProcess(ctx context.Context, cfg *Config, dir string) (*target, error)
 	if err != nil {
 		return nil, err
 	}
+	kekPath, ring, err := kekFile(cfg, dir)
+	if err != nil {
+		return nil, err
+	}
 	// Mint the operator token directly in the store (as `drover token
 	// create --store` does); this also creates the CA and signing keys.
 	st, err := openStore(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := server.New(ctx, server.Config{Logger: quietLogger(nil)}, st)
+	srv, err := server.New(ctx, server.Config{Logger: quietLogger(nil), KEK: ring}, st)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -203,7 +230,7 @@ func startProcess(ctx context.Context, cfg *Config, dir string) (*target, error)
 		return nil, err
 	}
 	cmd := exec.Command(exe, "server", "--store", spec, "--listen", opAddr, "--node-listen", nodeAddr,
-		"--log-level", "warn")
+		"--kek-file", kekPath, "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = os.Environ()
 	if cfg.ServerGOMAXPROCS > 0 {

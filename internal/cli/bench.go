@@ -30,6 +30,7 @@ type BenchFleetCmd struct {
 	ServerBin       string        `name:"server-bin" help:"drover executable for --server-process (default: this one)."`
 	ServerProcs     int           `name:"server-gomaxprocs" help:"GOMAXPROCS of the --server-process child (default: inherited)."`
 	ServerGOGC      string        `name:"server-gogc" help:"GOGC of the --server-process child (default: inherited); a low value keeps its heap near live data for the memory figure."`
+	KEKFile         string        `name:"kek-file" env:"DROVER_KEK_FILE" help:"Key-encryption key of the private keys in --store (default: a new one in the run's temporary directory; give it to reuse a store)."`
 	NodeURL         string        `name:"node-url" help:"Node API of an external control plane on loopback (with --api, --token)."`
 	API             string        `name:"api" help:"Operator API of an external control plane on loopback."`
 	Token           string        `name:"token" env:"DROVER_TOKEN" help:"Operator token of the external control plane."`
@@ -46,6 +47,7 @@ func (c *BenchFleetCmd) Run(ctx context.Context, env *Env) error {
 	cfg := bench.Config{Agents: c.Agents, LongPolls: c.LongPolls, HeartbeatAgents: c.HeartbeatAgents,
 		HeartbeatRate: c.HeartbeatRate, Duration: c.Duration, Tasks: c.Tasks, DispatchSamples: c.DispatchSamples,
 		Store: c.Store, ServerProcess: c.ServerProcess, ServerBin: c.ServerBin, ServerGOMAXPROCS: c.ServerProcs, ServerGOGC: c.ServerGOGC,
+		KEKFile: c.KEKFile,
 		NodeURL: c.NodeURL, API: c.API, Token: c.Token, CAHash: c.CAHash,
 		CPUProfile: c.CPUProfile, MemProfile: c.MemProfile, Settle: c.Settle, Log: env.Stderr}
 	if c.Quiet {

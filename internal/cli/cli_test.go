@@ -36,7 +36,8 @@ func startServerAt(t *testing.T, dbPath string, seed ...func(context.Context, st
 	}
 	opLn, _ := net.Listen("tcp", "127.0.0.1:0")
 	nodeLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	srv, err := server.New(ctx, server.Config{NodeAddr: nodeLn.Addr().String(), NodeURL: "https://" + nodeLn.Addr().String()}, st)
+	srv, err := server.New(ctx, server.Config{NodeAddr: nodeLn.Addr().String(), NodeURL: "https://" + nodeLn.Addr().String(),
+		KEK: testKEK(t)}, st)
 	if err != nil {
 		t.Fatal(err)
 	}

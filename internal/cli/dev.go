@@ -14,6 +14,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/agent"
 	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/kek"
 	"github.com/drover-dev/drover/internal/server"
 	"github.com/drover-dev/drover/internal/store"
 )
@@ -59,9 +60,15 @@ func (c *DevCmd) Run(ctx context.Context, env *Env) error {
 	if c.RecordingDir == "" {
 		c.RecordingDir = filepath.Join(c.DataDir, "recordings")
 	}
-	srv, err := server.New(ctx, c.config(c.AllowUnknownHostRegistration, log), st)
-	if err != nil {
+	c.setDevDefaults()
+	cfg := c.config(c.AllowUnknownHostRegistration, log)
+	kekPath := filepath.Join(c.DataDir, "kek")
+	if cfg.KEK, err = devKEK(kekPath); err != nil {
 		return err
+	}
+	srv, err := server.New(ctx, cfg, st)
+	if err != nil {
+		return fmt.Errorf("%w (drover dev keeps its key-encryption key in %s)", err, kekPath)
 	}
 	hostID := c.HostID
 	if hostID == "" {
@@ -128,6 +135,26 @@ func (c *DevCmd) Run(ctx context.Context, env *Env) error {
 		return nil
 	}
 	return err
+}
+
+// setDevDefaults fills what dev defaults differently from server: the node
+// listener is on loopback unless --node-listen (or DROVER_NODE_LISTEN) says
+// otherwise, since with unknown-host registration on anyone who reaches it
+// could enrol a host.
+func (c *DevCmd) setDevDefaults() {
+	if c.NodeListen == "" {
+		c.NodeListen = "127.0.0.1:8443"
+	}
+}
+
+// devKEK loads the key-encryption key of dev's store, kept beside it and
+// created on the first start (32 random bytes, mode 0600).
+func devKEK(path string) (*kek.Ring, error) {
+	key, err := kek.EnsureFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return kek.NewRing(key), nil
 }
 
 // createDevToken mints the admin token `drover dev` prints, named "dev". The

@@ -18,7 +18,7 @@ import (
 // ServerFlags configure a control plane replica.
 type ServerFlags struct {
 	Listen            string        `name:"listen" env:"DROVER_LISTEN" default:"127.0.0.1:8080" help:"Operator API and UI address."`
-	NodeListen        string        `name:"node-listen" env:"DROVER_NODE_LISTEN" default:":8443" help:"Node-facing mTLS address."`
+	NodeListen        string        `name:"node-listen" env:"DROVER_NODE_LISTEN" help:"Node-facing mTLS address (default :8443 for server, 127.0.0.1:8443 for dev)."`
 	NodeURL           string        `name:"node-url" env:"DROVER_NODE_URL" help:"URL agents use to reach --node-listen (default https://127.0.0.1:<port>)."`
 	TLSSAN            []string      `name:"tls-san" env:"DROVER_TLS_SAN" help:"Extra DNS names or IPs for the node listener certificate."`
 	CertTTL           time.Duration `name:"cert-ttl" default:"24h" help:"Node certificate lifetime."`
@@ -58,6 +58,7 @@ func newLogger(level slog.Level) *slog.Logger {
 // ServerCmd runs one replica.
 type ServerCmd struct {
 	ServerFlags
+	KEKFlags
 	Store                        string `name:"store" env:"DROVER_STORE" required:"" help:"sqlite:PATH or postgres://..."`
 	AllowUnknownHostRegistration bool   `name:"allow-unknown-host-registration" env:"ALLOW_UNKNOWN_HOST_REGISTRATION" help:"Let unknown hosts enrol without a host record (dev only)."`
 }
@@ -70,6 +71,10 @@ func (c *ServerCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer st.Close()
+	ring, err := c.ring(log)
+	if err != nil {
+		return err
+	}
 	if c.AllowUnknownHostRegistration {
 		log.Warn("unknown host registration is enabled: any agent that reaches the node listener can enrol")
 	}
@@ -79,7 +84,9 @@ func (c *ServerCmd) Run(ctx context.Context) error {
 			c.RecordingDir = filepath.Join(filepath.Dir(path), "recordings")
 		}
 	}
-	srv, err := server.New(ctx, c.config(c.AllowUnknownHostRegistration, log), st)
+	cfg := c.config(c.AllowUnknownHostRegistration, log)
+	cfg.KEK, cfg.InsecurePlaintextKeys = ring, c.InsecurePlaintextKeys
+	srv, err := server.New(ctx, cfg, st)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,9 @@ type TokenCreateCmd struct {
 	Role  string        `name:"role" placeholder:"ROLE" help:"viewer (read only), operator (everything but tokens, signing keys and host revoke) or admin. Default: operator; admin with --store."`
 	TTL   time.Duration `name:"ttl" help:"Lifetime, e.g. 24h (default: no expiry)."`
 	Store string        `name:"store" help:"Create directly in this store (sqlite:PATH or postgres://...) instead of through the API."`
+	// KEKFlags open the store's private keys with --store, as the server
+	// does (server.New loads, and on a fresh store creates, the CA).
+	KEKFlags
 }
 
 // role is the role to ask for: --role, or the default for the path taken.
@@ -52,7 +55,11 @@ func (c *TokenCreateCmd) Run(ctx context.Context, env *Env) error {
 			return err
 		}
 		defer st.Close()
-		srv, err := server.New(ctx, server.Config{}, st)
+		ring, err := c.ring(nil)
+		if err != nil {
+			return err
+		}
+		srv, err := server.New(ctx, server.Config{KEK: ring, InsecurePlaintextKeys: c.InsecurePlaintextKeys}, st)
 		if err != nil {
 			return err
 		}
@@ -135,7 +142,8 @@ func (c *TokenRevokeCmd) Run(ctx context.Context, env *Env) error {
 
 // KeysCmd groups signing key commands.
 type KeysCmd struct {
-	Rotate KeysRotateCmd `cmd:"" help:"Rotate the task-signing key (old keys stay in the JWKS for 48h; asks, or --yes)."`
+	Rotate    KeysRotateCmd    `cmd:"" help:"Rotate the task-signing key (old keys stay in the JWKS for 48h; asks, or --yes)."`
+	RotateKEK KeysRotateKEKCmd `cmd:"" name:"rotate-kek" help:"Re-encrypt the private keys in a store with a new key-encryption key (docs/runbooks/key-encryption.md)."`
 }
 
 // KeysRotateCmd rotates the signing key.

@@ -92,7 +92,7 @@ func TestTokenCreateOffline(t *testing.T) {
 		{[]string{"token", "create", "x", "--role", "owner"}, 1, "role:"},
 	}
 	for _, tt := range tests {
-		code, out, errOut := runCLI(append(tt.args, "--store", spec)...)
+		code, out, errOut := runCLI(append(tt.args, "--store", spec, "--insecure-plaintext-keys")...)
 		where := out
 		if code != 0 {
 			where = errOut
@@ -112,7 +112,7 @@ func TestCreateDevToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv, err := server.New(ctx, server.Config{}, st)
+	srv, err := server.New(ctx, server.Config{InsecurePlaintextKeys: true}, st)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/drover-dev/drover/internal/accel"
 	"github.com/drover-dev/drover/internal/agent"
 	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/kek"
 )
 
 var (
@@ -62,6 +63,7 @@ type serverProc struct {
 	t                *testing.T
 	bin, storeSpec   string
 	opAddr, nodeAddr string
+	kekFile          string // the store's key-encryption key
 	cmd              *exec.Cmd
 	exited           chan struct{}
 	logPath          string
@@ -74,7 +76,7 @@ func (p *serverProc) start() {
 		p.t.Fatal(err)
 	}
 	p.cmd = exec.Command(p.bin, "server", "--store", p.storeSpec, "--listen", p.opAddr,
-		"--node-listen", p.nodeAddr, "--heartbeat-interval", "200ms")
+		"--node-listen", p.nodeAddr, "--heartbeat-interval", "200ms", "--kek-file", p.kekFile)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
@@ -118,9 +120,12 @@ func TestControlPlaneKill9BetweenClaimAndResult(t *testing.T) {
 	dir := t.TempDir()
 	storeSpec := "sqlite:" + filepath.Join(dir, "drover.db")
 	p := &serverProc{t: t, bin: bin, storeSpec: storeSpec, opAddr: freePort(t), nodeAddr: freePort(t),
-		logPath: filepath.Join(dir, "server.log")}
+		logPath: filepath.Join(dir, "server.log"), kekFile: filepath.Join(dir, "kek")}
+	if err := kek.CreateFile(p.kekFile); err != nil {
+		t.Fatal(err)
+	}
 
-	out, err := exec.Command(bin, "token", "create", "test", "--store", storeSpec, "--json").Output()
+	out, err := exec.Command(bin, "token", "create", "test", "--store", storeSpec, "--kek-file", p.kekFile, "--json").Output()
 	if err != nil {
 		t.Fatalf("token create: %v", err)
 	}

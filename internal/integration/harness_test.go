@@ -121,7 +121,7 @@ func startEnv(t testing.TB, st store.Store, mutate ...func(*server.Config)) *env
 	}
 	nodeURL := "https://" + nodeLn.Addr().String()
 	cfg := server.Config{OperatorAddr: opLn.Addr().String(), NodeAddr: nodeLn.Addr().String(), NodeURL: nodeURL,
-		HeartbeatInterval: 200 * time.Millisecond, MaxWait: 5 * time.Second, Logger: testLogger(t)}
+		HeartbeatInterval: 200 * time.Millisecond, MaxWait: 5 * time.Second, Logger: testLogger(t), KEK: testKEK()}
 	for _, m := range mutate {
 		m(&cfg)
 	}

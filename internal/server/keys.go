@@ -24,19 +24,25 @@ import (
 const retiredKeyGrace = 48 * time.Hour
 
 // loadOrCreateCA returns the CA shared by all replicas, creating it on the
-// very first start (first writer wins).
-func loadOrCreateCA(ctx context.Context, st store.Store, now time.Time) (*pki.CA, error) {
+// very first start (first writer wins). Its key is stored sealed by rest.
+func loadOrCreateCA(ctx context.Context, st store.Store, now time.Time, rest atRest) (*pki.CA, error) {
 	certPEM, keyPEM, err := pki.NewCA("Drover CA", now)
 	if err != nil {
 		return nil, fmt.Errorf("generate CA: %w", err)
+	}
+	sealedKey, err := rest.seal(caKeySecret, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("encrypt CA key: %w", err)
 	}
 	certPEM, err = st.PutSecretIfAbsent(ctx, "ca_cert_pem", certPEM)
 	if err != nil {
 		return nil, fmt.Errorf("store CA certificate: %w", err)
 	}
-	keyPEM, err = st.PutSecretIfAbsent(ctx, "ca_key_pem", keyPEM)
-	if err != nil {
+	if sealedKey, err = st.PutSecretIfAbsent(ctx, caKeySecret, sealedKey); err != nil {
 		return nil, fmt.Errorf("store CA key: %w", err)
+	}
+	if keyPEM, err = rest.open(caKeySecret, sealedKey); err != nil {
+		return nil, fmt.Errorf("CA key: %w", err)
 	}
 	ca, err := pki.LoadCA(certPEM, keyPEM)
 	if err != nil {
@@ -67,8 +73,9 @@ func (s *Server) nodeTLSConfig() (*tls.Config, error) {
 // keyring holds the task-signing keys: the newest active key signs, every
 // active or recently retired key is published in the JWKS.
 type keyring struct {
-	st  store.Store
-	now func() time.Time
+	st   store.Store
+	now  func() time.Time
+	rest atRest
 
 	mu     sync.RWMutex
 	signer *task.Signer
@@ -76,8 +83,8 @@ type keyring struct {
 	jwks   api.JWKS
 }
 
-func newKeyring(ctx context.Context, st store.Store, now func() time.Time) (*keyring, error) {
-	k := &keyring{st: st, now: now}
+func newKeyring(ctx context.Context, st store.Store, now func() time.Time, rest atRest) (*keyring, error) {
+	k := &keyring{st: st, now: now, rest: rest}
 	if err := k.reload(ctx); err != nil {
 		return nil, err
 	}
@@ -106,7 +113,11 @@ func (k *keyring) reload(ctx context.Context) error {
 		if !sk.RetiredAt.IsZero() && now.Sub(sk.RetiredAt) > retiredKeyGrace {
 			continue
 		}
-		parsed, err := x509.ParsePKCS8PrivateKey(sk.PrivateKey)
+		der, err := k.rest.open(signingKeyName(sk.KID), sk.PrivateKey)
+		if err != nil {
+			return fmt.Errorf("signing key %s: %w", sk.KID, err)
+		}
+		parsed, err := x509.ParsePKCS8PrivateKey(der)
 		if err != nil {
 			return fmt.Errorf("signing key %s: %w", sk.KID, err)
 		}
@@ -134,6 +145,9 @@ func (k *keyring) rotate(ctx context.Context) (string, error) {
 	der, err := x509.MarshalPKCS8PrivateKey(priv)
 	if err != nil {
 		return "", err
+	}
+	if der, err = k.rest.seal(signingKeyName(kid), der); err != nil {
+		return "", fmt.Errorf("encrypt signing key: %w", err)
 	}
 	now := k.now()
 	if err := k.st.AddSigningKey(ctx, store.SigningKey{KID: kid, PrivateKey: der, CreatedAt: now}); err != nil {

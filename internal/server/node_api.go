@@ -3,12 +3,10 @@ package server
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -89,6 +87,11 @@ func (s *Server) nodeAuth(next func(w http.ResponseWriter, r *http.Request, c no
 		// A certificate issued before the host's latest enrolment belongs to
 		// a previous (possibly cloned) identity.
 		if issued := cert.NotBefore.Add(pki.Backdate); issued.Before(hs.enrolledAt.Add(-time.Second)) {
+			// The CA issued this certificate to the host: authenticated
+			// evidence that an older identity of it is still in use.
+			if hs.status != api.HostAuthFailed {
+				s.markAuthFailed(r.Context(), id, "node_identity_superseded")
+			}
 			return refuse(http.StatusForbidden, "node_identity_superseded",
 				"node identity superseded by a later enrolment")
 		}
@@ -96,102 +99,10 @@ func (s *Server) nodeAuth(next func(w http.ResponseWriter, r *http.Request, c no
 	})
 }
 
-// register enrols a host with its bootstrap token and signs its CSR.
-func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
-	if ok, after := s.limiter.allow(r); !ok {
-		s.metrics.registrations.WithLabelValues("rate_limited").Inc()
-		return &httpError{status: http.StatusTooManyRequests, code: "rate_limited",
-			msg: "too many registration attempts; retry later", retryAfter: after}
-	}
-	req, fields, err := api.DecodeRegister(io.LimitReader(r.Body, maxBody))
-	if err != nil {
-		s.metrics.registrations.WithLabelValues("invalid").Inc()
-		return errf(http.StatusUnprocessableEntity, "invalid_json", "register payload: %v", err)
-	}
-	if len(fields) > 0 {
-		s.metrics.registrations.WithLabelValues("invalid").Inc()
-		return invalid(fields)
-	}
-	now := s.cfg.Now().UTC()
-	caps, _ := json.Marshal(req.Capabilities)
-	if _, err := s.store.GetHost(ctx, req.HostID); errors.Is(err, store.ErrNotFound) {
-		if !s.cfg.AllowUnknownHostRegistration {
-			s.metrics.registrations.WithLabelValues("unknown_host").Inc()
-			s.audit(ctx, auditEntry{actor: "node:" + req.HostID, action: "host.register", target: req.HostID,
-				result: "unknown_host", cid: correlationID(ctx)})
-			return errf(http.StatusNotFound, "unknown_host", "host %q has no host record; create it with `drover hosts create`", req.HostID)
-		}
-		err := s.store.CreateHost(ctx, store.Host{ID: req.HostID, OSFamily: req.Capabilities.OSFamily,
-			Enabled: true, Status: api.HostUnknown, CreatedAt: now, UpdatedAt: now})
-		if err != nil && !errors.Is(err, store.ErrConflict) {
-			return err
-		}
-		s.audit(ctx, auditEntry{actor: "node:" + req.HostID, action: "host.create", target: req.HostID,
-			result: "unknown_host_registration", cid: correlationID(ctx)})
-	} else if err != nil {
-		return err
-	}
-
-	var ident api.Identity
-	sum := sha256.Sum256([]byte(req.BootstrapToken))
-	presented := hex.EncodeToString(sum[:])
-	h, err := s.store.UpdateHost(ctx, req.HostID, func(h *store.Host) error {
-		if !s.cfg.AllowUnknownHostRegistration || h.TokenHash != "" {
-			switch {
-			case h.TokenHash == "" || h.TokenUsed:
-				return errf(http.StatusUnauthorized, "bootstrap_token_invalid", "bootstrap token is invalid or already used; rotate it with `drover hosts rotate-token %s`", h.ID)
-			case subtle.ConstantTimeCompare([]byte(presented), []byte(h.TokenHash)) != 1:
-				return errf(http.StatusUnauthorized, "bootstrap_token_invalid", "bootstrap token does not match host %q", h.ID)
-			case !now.Before(h.TokenExpiresAt):
-				return errf(http.StatusUnauthorized, "bootstrap_token_expired", "bootstrap token expired at %s; rotate it", h.TokenExpiresAt.Format(time.RFC3339))
-			}
-		}
-		if h.Revoked {
-			return errf(http.StatusForbidden, "host_revoked", "host %q is revoked", h.ID)
-		}
-		if !h.Enabled {
-			return errf(http.StatusForbidden, "host_disabled", "host %q is disabled; enable it with `drover hosts enable %s`", h.ID, h.ID)
-		}
-		if h.OSFamily != req.Capabilities.OSFamily {
-			return invalid([]api.FieldError{{Field: "capabilities.os_family",
-				Message: fmt.Sprintf("os_family %q does not match the host record (%q)", req.Capabilities.OSFamily, h.OSFamily)}})
-		}
-		certPEM, serial, notAfter, err := s.ca.SignNodeCSR([]byte(req.CSRPEM), h.ID, s.cfg.CertTTL, now)
-		if err != nil {
-			return invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
-		}
-		h.TokenHash, h.TokenUsed = "", true
-		h.CertSerial, h.CertNotAfter, h.EnrolledAt = serial, notAfter, now
-		h.Capabilities, h.Hostname = caps, req.Capabilities.Hostname
-		h.SelectedAccel, h.AgentVersion = req.Capabilities.SelectedAccel, req.Capabilities.AgentVersion
-		ident = s.identity(h.ID, certPEM, notAfter)
-		return nil
-	})
-	if err != nil {
-		var he *httpError
-		result := "error"
-		if errors.As(err, &he) {
-			result = he.code
-			if he.status == http.StatusUnauthorized {
-				s.markAuthFailed(ctx, req.HostID, he.code)
-			}
-		}
-		s.metrics.registrations.WithLabelValues(result).Inc()
-		s.audit(ctx, auditEntry{actor: "node:" + req.HostID, action: "host.register", target: req.HostID,
-			result: result, cid: correlationID(ctx)})
-		return err
-	}
-	s.hosts.put(h)
-	s.metrics.registrations.WithLabelValues("ok").Inc()
-	s.audit(ctx, auditEntry{actor: "node:" + h.ID, action: "host.register", target: h.ID, result: "ok",
-		cid: correlationID(ctx), detail: "cert_serial=" + h.CertSerial})
-	s.logger(ctx).Info("host enrolled", "host_id", h.ID, "cert_not_after", h.CertNotAfter)
-	writeJSON(w, http.StatusOK, ident)
-	return nil
-}
-
-// markAuthFailed records that a known host failed to authenticate.
+// markAuthFailed records authenticated evidence that something else holds
+// an identity of the host: a certificate the CA issued to it, refused
+// because a later enrolment superseded it. Anonymous failures (a wrong
+// bootstrap token) never change a host's status.
 func (s *Server) markAuthFailed(ctx context.Context, id, reason string) {
 	var prev api.HostStatus
 	_, err := s.store.UpdateHost(ctx, id, func(h *store.Host) error {

@@ -95,7 +95,7 @@ func newRoleEnv(t *testing.T) *roleEnv {
 	}
 	t.Cleanup(func() { st.Close() })
 	c := &clock{now: time.Now().UTC().Truncate(time.Millisecond)}
-	s, err := New(ctx, Config{Now: c.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st)
+	s, err := New(ctx, Config{Now: c.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), InsecurePlaintextKeys: true}, st)
 	if err != nil {
 		t.Fatal(err)
 	}

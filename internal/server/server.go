@@ -24,6 +24,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/kek"
 	"github.com/drover-dev/drover/internal/pki"
 	"github.com/drover-dev/drover/internal/store"
 	"github.com/drover-dev/drover/internal/task"
@@ -42,8 +43,17 @@ type Config struct {
 	// TLSHosts are extra DNS names or IPs for the node listener's certificate.
 	TLSHosts []string
 	// AllowUnknownHostRegistration lets an agent with an unknown host_id
-	// enrol (dev only).
+	// enrol without a bootstrap token (dev only). It only ever creates a
+	// host: a host id that has a record needs a valid bootstrap token.
 	AllowUnknownHostRegistration bool
+	// KEK encrypts the CA key and the task-signing keys at rest; New
+	// encrypts plaintext ones in place and re-seals ones sealed with a
+	// previous KEK of the ring. Nil refuses to start (ErrNoKEK) unless
+	// InsecurePlaintextKeys.
+	KEK *kek.Ring
+	// InsecurePlaintextKeys lets a replica without a KEK keep private keys
+	// in plaintext. Ignored when KEK is set.
+	InsecurePlaintextKeys bool
 	// CertTTL is the lifetime of node client certificates (default 24h).
 	CertTTL time.Duration
 	// HeartbeatInterval is the interval agents are told to use (default 5s).
@@ -76,6 +86,11 @@ type Config struct {
 	// (default 5/s, burst 10).
 	RegisterRate  rate.Limit
 	RegisterBurst int
+	// AuthFailRate and AuthFailBurst limit failed enrolments (unknown host,
+	// wrong token) per client address and, separately, per host id (default
+	// one per 30s, burst 10); past them registration answers 429.
+	AuthFailRate  rate.Limit
+	AuthFailBurst int
 	// Terminal configures the browser terminal gateway.
 	Terminal TerminalConfig
 	// Registry lists the task types this control plane accepts (default
@@ -189,6 +204,12 @@ func (c *Config) setDefaults() error {
 	if err := c.setLimitDefaults(); err != nil {
 		return err
 	}
+	if c.AuthFailRate == 0 {
+		c.AuthFailRate = rate.Every(30 * time.Second)
+	}
+	if c.AuthFailBurst == 0 {
+		c.AuthFailBurst = 10
+	}
 	if c.Registry == nil {
 		r, err := task.NewRegistry(task.Builtin()...)
 		if err != nil {
@@ -221,6 +242,8 @@ type Server struct {
 	// insert); across replicas verifyPlacement settles races.
 	placeMu sync.Mutex
 	limiter *ipLimiter
+	// authFails limits failed enrolments per source and per host id.
+	authFails *failLimiter
 	// term holds this replica's live terminal sessions.
 	term *termGateway
 	// polls caps each node's concurrent long-polls per route.
@@ -244,12 +267,21 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, store: st, log: cfg.Logger, ready: make(chan struct{})}
-	ca, err := loadOrCreateCA(ctx, st, cfg.Now())
+	rest := atRest{ring: cfg.KEK}
+	if cfg.KEK == nil {
+		if !cfg.InsecurePlaintextKeys {
+			return nil, ErrNoKEK
+		}
+		s.log.Warn("private keys are stored in plaintext (--insecure-plaintext-keys): anyone who can read the database can impersonate the control plane")
+	} else if _, err := SealAtRest(ctx, st, cfg.KEK, s.log); err != nil {
+		return nil, err
+	}
+	ca, err := loadOrCreateCA(ctx, st, cfg.Now(), rest)
 	if err != nil {
 		return nil, err
 	}
 	s.ca = ca
-	if s.keys, err = newKeyring(ctx, st, cfg.Now); err != nil {
+	if s.keys, err = newKeyring(ctx, st, cfg.Now, rest); err != nil {
 		return nil, err
 	}
 	if cfg.NodeURL == "" {
@@ -274,6 +306,7 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 		s.log.Warn("terminal sessions are not recorded: no recording directory configured")
 	}
 	s.limiter = newIPLimiter(cfg.RegisterRate, cfg.RegisterBurst, cfg.Now)
+	s.authFails = newFailLimiter(cfg.AuthFailRate, cfg.AuthFailBurst, cfg.Now)
 	if s.nodeTLS, err = s.nodeTLSConfig(); err != nil {
 		return nil, err
 	}

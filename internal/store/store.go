@@ -295,7 +295,9 @@ type Store interface {
 	ListTasks(ctx context.Context, f TaskFilter) ([]Task, error)
 	// ClaimTask atomically moves the oldest queued, unexpired task of nodeID
 	// to dispatched, sets its lease and increments Attempts. ok is false when
-	// there is none. Safe against concurrent claimers on other replicas.
+	// there is none, and when nodeID's host record is disabled or revoked
+	// (its tasks stay queued). Safe against concurrent claimers on other
+	// replicas.
 	ClaimTask(ctx context.Context, nodeID string, now, leaseUntil time.Time) (t Task, ok bool, err error)
 	// StartTask moves a dispatched task of nodeID to running and extends its
 	// lease. Running tasks only extend the lease. ErrNotFound if the task does
@@ -344,6 +346,15 @@ type Store interface {
 	ListSigningKeys(ctx context.Context) ([]SigningKey, error)
 	// RetireSigningKeys sets RetiredAt on every active key except keepKID.
 	RetireSigningKeys(ctx context.Context, keepKID string, at time.Time) error
+	// GetSecret returns a secret's stored value or ErrNotFound.
+	GetSecret(ctx context.Context, name string) ([]byte, error)
+	// ReplaceSecret sets the secret name to value if it still holds old
+	// (encryption at rest in place): ErrNotFound if absent, ErrConflict if
+	// its value is no longer old.
+	ReplaceSecret(ctx context.Context, name string, old, value []byte) error
+	// ReplaceSigningKey sets the private key of kid to priv if it still is
+	// old, like ReplaceSecret.
+	ReplaceSigningKey(ctx context.Context, kid string, old, priv []byte) error
 
 	// ApproveSlots records approved slots atomically; ErrConflict if any
 	// (host, slot id) is already approved.

@@ -110,13 +110,16 @@ func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]store.Task
 
 // ClaimTask implements store.Store with one conditional UPDATE: on
 // PostgreSQL the inner SELECT skips rows other claimers hold
-// (FOR UPDATE SKIP LOCKED); on SQLite writers are serialised.
+// (FOR UPDATE SKIP LOCKED); on SQLite writers are serialised. The host's
+// enabled and revoked flags are read in the same statement, so a claim
+// never follows a committed disable.
 func (s *Store) ClaimTask(ctx context.Context, nodeID string, now, leaseUntil time.Time) (store.Task, bool, error) {
 	t, err := scanTask(s.db.QueryRow(ctx, `UPDATE tasks
 		SET state = 'dispatched', dispatched_at = $2, lease_expires_at = $3, attempts = attempts + 1
 		WHERE id = (SELECT id FROM tasks WHERE node_id = $1 AND state = 'queued' AND expires_at > $2
 			ORDER BY created_at, id LIMIT 1`+s.d.SkipLocked+`)
 		AND state = 'queued'
+		AND NOT EXISTS (SELECT 1 FROM hosts WHERE hosts.id = $1 AND (hosts.enabled = 0 OR hosts.revoked = 1))
 		RETURNING `+taskCols, nodeID, ms(now), ms(leaseUntil)))
 	if errors.Is(err, ErrNoRows) {
 		return store.Task{}, false, nil

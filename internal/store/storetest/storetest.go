@@ -40,6 +40,7 @@ func Run(t *testing.T, open Opener) {
 	cases = append(cases, instanceCases...)
 	cases = append(cases, allocationCases...)
 	cases = append(cases, terminalCases...)
+	cases = append(cases, keyCases...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
