@@ -6,7 +6,6 @@ package slicevm
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -95,24 +94,30 @@ func (p *Provisioner) verifyImage(ctx context.Context, params task.VMProvisionPa
 	return done("sha256 %s verified (%d bytes)", res.SHA256, res.Bytes), nil
 }
 
-// imgInfo is the part of `qemu-img info --output=json` used here.
-type imgInfo struct {
-	Format      string `json:"format"`
-	VirtualSize int64  `json:"virtual-size"`
+// imageField is the param that names the base image.
+func imageField(params task.VMProvisionParams) string {
+	if params.ImagePath != "" {
+		return "params.image_path"
+	}
+	return "params.image_url"
 }
 
-// writeImage writes img onto dev as raw bytes with qemu-img convert. The
-// source format is read first (never probed during the write), and dev
-// must be at least the image's virtual size; -n keeps qemu-img from
-// creating or truncating the target.
-func (p *Provisioner) writeImage(ctx context.Context, qemuImg, img, dev string) (step, error) {
-	out, err := runCmd(ctx, qemuImg, "info", "--output=json", img)
-	if err != nil {
-		return step{}, failf(CodeImageWriteFailed, "qemu-img info %s: %w", img, err)
+// writeImage writes img onto dev as raw bytes with qemu-img convert. img
+// is checked first by image.Inspect (qcow2 or raw, naming no backing or
+// external data file: such an image would make qemu-img copy a host file
+// onto dev); a refusal is CodeImageUnsafe naming field, the param that
+// gave the image. The inspected format is passed explicitly (never probed
+// during the write), dev must be at least the image's virtual size, and -n
+// keeps qemu-img from creating or truncating the target.
+func (p *Provisioner) writeImage(ctx context.Context, qemuImg, field, img, dev string) (step, error) {
+	info, err := image.Inspect(ctx, qemuImg, img, "")
+	if errors.Is(err, image.ErrUnsafeImage) {
+		msg := err.Error()
+		return step{}, &Error{Code: CodeImageUnsafe, Message: field + ": " + msg,
+			Fields: []api.FieldError{{Field: field, Message: msg}}, Err: err}
 	}
-	var info imgInfo
-	if err := json.Unmarshal(out, &info); err != nil || info.Format == "" {
-		return step{}, failf(CodeImageWriteFailed, "qemu-img info %s: unreadable answer %q", img, truncate(string(out), 200))
+	if err != nil {
+		return step{}, failf(CodeImageWriteFailed, "inspect %s: %w", img, err)
 	}
 	size, err := deviceSize(dev)
 	if err != nil {

@@ -489,7 +489,7 @@ func (pr *provision) imageWrite(ctx context.Context) (step, error) {
 	if pr.existing != nil && pr.existing.State == runtime.StateRunning {
 		return skipped("vm %s already runs from %s", pr.params.VMName, dev), nil
 	}
-	return pr.p.writeImage(ctx, pr.cmds.qemuImg, pr.img.Path, dev)
+	return pr.p.writeImage(ctx, pr.cmds.qemuImg, imageField(pr.params), pr.img.Path, dev)
 }
 
 // spec is the runtime spec of the VM.

@@ -142,6 +142,11 @@ const (
 	// CodeTopologyFailed: the host's slots could not be discovered, so
 	// no device could be checked.
 	CodeTopologyFailed = "topology_discover_failed"
+	// CodeImageUnsafe: the base image names a host file qemu-img would
+	// read (a backing file, a qcow2 external data file) or is neither
+	// qcow2 nor raw (errors.Is image.ErrUnsafeImage; Error.Fields names
+	// params.image_path or params.image_url).
+	CodeImageUnsafe = "image_unsafe"
 )
 
 // Error is a failed phase. Code is stable (Code* constants); Blocker, when
@@ -153,7 +158,8 @@ type Error struct {
 	Phase   string
 	Message string
 	Blocker string
-	// Fields name the params (or leases) refused by the device rule.
+	// Fields name the params (or leases) refused by the device rule, or
+	// the image param of an unsafe image (CodeImageUnsafe).
 	Fields []api.FieldError
 	Err    error // the underlying cause, if any
 }

@@ -29,12 +29,12 @@ func BenchmarkOverlayCreate(b *testing.B) {
 	g, dir := overlayBase(b)
 	r := newTestRuntime(b, shortDir(b), nil, func(o *Options) { o.QEMUImg = g.QEMUImg })
 	ctx := context.Background()
-	if _, err := r.inspect(ctx, g.Disk); err != nil {
+	if _, err := r.inspect(ctx, g.Disk, ""); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for i := range b.N {
-		info, err := r.inspect(ctx, g.Disk)
+		info, err := r.inspect(ctx, g.Disk, "")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -104,7 +104,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 		if err != nil {
 			return nil, runtime.Errorf(api.ReasonImagePullFailed, "create", id, "%w", err)
 		}
-		info, err := r.inspect(ctx, base)
+		info, err := r.inspect(ctx, base, "")
 		if err != nil {
 			return nil, runtime.Errorf(api.ReasonImagePullFailed, "create", id, "spec.image: %w", err)
 		}
@@ -159,23 +159,28 @@ func (r *Runtime) fetch(ctx context.Context, what string, a api.Artifact) (strin
 }
 
 // inspect checks a cached base image (image.Inspect: qcow2 or raw, no
-// backing file, no external data file) and remembers the answer per blob:
-// cache blobs are immutable and named by their digest, and running qemu-img
-// info costs a process start (~4 ms here) on every Create. Only accepted
-// images are remembered.
-func (r *Runtime) inspect(ctx context.Context, base string) (image.Info, error) {
+// backing file, no external data file), read as format ("": probed), and
+// remembers the answer per blob and format: cache blobs are immutable and
+// named by their digest, and running qemu-img info costs a process start
+// (~4 ms here) on every Create and Start. Only accepted images are
+// remembered, and only regular files are inspected (qemu-img would block
+// on a FIFO).
+func (r *Runtime) inspect(ctx context.Context, base, format string) (image.Info, error) {
 	fi, err := os.Stat(base)
 	if err != nil {
 		return image.Info{}, err
 	}
-	key := infoKey{path: base, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if !fi.Mode().IsRegular() {
+		return image.Info{}, fmt.Errorf("base image %s: not a regular file", base)
+	}
+	key := infoKey{path: base, format: format, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
 	r.infoMu.Lock()
 	info, ok := r.infos[key]
 	r.infoMu.Unlock()
 	if ok {
 		return info, nil
 	}
-	if info, err = image.Inspect(ctx, r.opts.QEMUImg, base, ""); err != nil {
+	if info, err = image.Inspect(ctx, r.opts.QEMUImg, base, format); err != nil {
 		return image.Info{}, err
 	}
 	r.infoMu.Lock()
@@ -187,10 +192,10 @@ func (r *Runtime) inspect(ctx context.Context, base string) (image.Info, error) 
 	return info, nil
 }
 
-// infoKey identifies one version of a file.
+// infoKey identifies one version of a file, read as one format.
 type infoKey struct {
-	path        string
-	size, mtime int64
+	path, format string
+	size, mtime  int64
 }
 
 // CreateOverlay creates a qcow2 overlay over base, sized diskGiB (0: the

@@ -25,10 +25,12 @@ const maxSerialLog = 8 << 20
 // qmpDialTimeout bounds the greeting and capability negotiation.
 const qmpDialTimeout = 10 * time.Second
 
-// Start boots a created or stopped instance: it launches a daemonized QEMU
-// (its start-up errors come back as vm_start_failed carrying QEMU's
-// message) and returns once the process runs and QMP answers. Starting a
-// running instance is a no-op.
+// Start boots a created or stopped instance: it checks again the base
+// image the instance's overlay sits on (recheckBase; an unsafe one is
+// image_pull_failed naming spec.image), launches a daemonized QEMU (its
+// start-up errors come back as vm_start_failed carrying QEMU's message)
+// and returns once the process runs and QMP answers. Starting a running
+// instance is a no-op.
 func (r *Runtime) Start(ctx context.Context, id string) (runtime.Status, error) {
 	unlock := r.lockID(id)
 	defer unlock()
@@ -123,6 +125,13 @@ func (r *Runtime) launch(ctx context.Context, in *instance) error {
 		}
 		if _, err := os.Stat(f.path); err != nil {
 			return fail(f.reason, "%w", err)
+		}
+	}
+	if prev.Overlay != "" {
+		// An instance made before Create inspected its base, or whose
+		// cached base blob changed since, is checked again here.
+		if reason, err := r.recheckBase(ctx, prev.Overlay); err != nil {
+			return fail(reason, "%w", err)
 		}
 	}
 
