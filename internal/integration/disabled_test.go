@@ -16,7 +16,7 @@ import (
 func TestDisabledHostGetsNoTasks(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
-			e := startEnv(t, b.open(t))
+			e := startEnv(t, b.open(t), fastLiveness)
 			n := e.enroll("node-d", e.createHost("node-d").Token)
 			held := e.enqueue("node-d", "diag.health_probe", nil)
 			st, _, body := e.nodeCall(n.client, http.MethodGet, nodePath("node-d", "/tasks/wait?timeout=2s"), nil)

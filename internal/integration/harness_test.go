@@ -108,6 +108,16 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
+// harnessHeartbeat is the heartbeat interval replicas tell agents, and so
+// the liveness window: a host is stale after three missed intervals. It is
+// wide enough that a loaded CI machine (QEMU guests, Chromium and the race
+// detector on two cores) cannot stall a healthy agent into stale; tests of
+// staleness itself use fastLiveness. The harness's agents beat every 100ms.
+const harnessHeartbeat = time.Second
+
+// fastLiveness makes hosts go stale after 600ms, for tests that wait for it.
+func fastLiveness(c *server.Config) { c.HeartbeatInterval = 200 * time.Millisecond }
+
 // startEnv starts a replica on st with ports chosen by the kernel.
 func startEnv(t testing.TB, st store.Store, mutate ...func(*server.Config)) *env {
 	t.Helper()
@@ -121,7 +131,7 @@ func startEnv(t testing.TB, st store.Store, mutate ...func(*server.Config)) *env
 	}
 	nodeURL := "https://" + nodeLn.Addr().String()
 	cfg := server.Config{OperatorAddr: opLn.Addr().String(), NodeAddr: nodeLn.Addr().String(), NodeURL: nodeURL,
-		HeartbeatInterval: 200 * time.Millisecond, MaxWait: 5 * time.Second, Logger: testLogger(t), KEK: testKEK()}
+		HeartbeatInterval: harnessHeartbeat, MaxWait: 5 * time.Second, Logger: testLogger(t), KEK: testKEK()}
 	for _, m := range mutate {
 		m(&cfg)
 	}

@@ -109,7 +109,7 @@ func TestReenrolmentSupersedesOldCertificates(t *testing.T) {
 func TestHeartbeatStaleAndBack(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
-			e := startEnv(t, b.open(t))
+			e := startEnv(t, b.open(t), fastLiveness)
 			n := e.enroll("node-s", e.createHost("node-s").Token)
 			beat := func() {
 				if st, _, body := e.nodeCall(n.client, http.MethodPost, nodePath("node-s", "/heartbeat"), api.Heartbeat{}); st != http.StatusOK {
@@ -118,7 +118,7 @@ func TestHeartbeatStaleAndBack(t *testing.T) {
 			}
 			beat()
 			e.waitHostStatus("node-s", api.HostHealthy, 2*time.Second)
-			h := e.waitHostStatus("node-s", api.HostStale, 3*time.Second) // interval 200ms
+			h := e.waitHostStatus("node-s", api.HostStale, 3*time.Second) // fastLiveness: interval 200ms
 			if h.Schedulable {
 				t.Error("stale host is schedulable")
 			}
