@@ -10,8 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/drover-dev/drover/internal/accel"
-	"github.com/drover-dev/drover/internal/agent"
+	"github.com/drover-dev/drover/internal/node/accel"
+	"github.com/drover-dev/drover/internal/node/agent"
 )
 
 func main() {

@@ -4,8 +4,8 @@ package main
 import (
 	"os"
 
-	"github.com/drover-dev/drover/internal/accel"
 	"github.com/drover-dev/drover/internal/cli"
+	"github.com/drover-dev/drover/internal/node/accel"
 )
 
 func main() {

@@ -17,8 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/pki"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pki"
 )
 
 // simAgent is one simulated node agent: its own key, its own client
@@ -68,7 +68,7 @@ func dialer(local *net.TCPAddr) func(ctx context.Context, network, addr string) 
 	return d.DialContext
 }
 
-// transport is the kind the real agent uses (internal/agent/client.go):
+// transport is the kind the real agent uses (internal/node/agent/client.go):
 // HTTP/2 over TLS 1.3.
 func transport(tlsCfg *tls.Config, local *net.TCPAddr) *http.Transport {
 	return &http.Transport{

@@ -7,7 +7,7 @@
 //
 // Simulated agents are real clients of the node API: each enrols through
 // POST /internal/v1/register with its own key and CSR and then talks mTLS
-// over its own HTTP/2 connection, like internal/agent. The harness connects
+// over its own HTTP/2 connection, like internal/node/agent. The harness connects
 // to loopback addresses only.
 package bench
 
@@ -29,8 +29,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/task"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
 )
 
 // MaxAgents bounds --agents (one loopback source address per agent).

@@ -11,7 +11,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // AllocationsCmd groups allocation commands.

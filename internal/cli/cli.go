@@ -1,7 +1,7 @@
 // Package cli is the drover command line: the control plane (`drover
 // server`, `drover dev`) and the operator commands that talk to the operator
 // API. It holds flag parsing and presentation only; behaviour lives in
-// internal/server and internal/agent.
+// internal/cp/server and internal/node/agent.
 package cli
 
 import (

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/server"
-	"github.com/drover-dev/drover/internal/store"
-	"github.com/drover-dev/drover/internal/store/sqlite"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/store/sqlite"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // startServer runs a control plane on loopback and returns its operator

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // APIFlags are the flags every operator command shares.

@@ -12,11 +12,11 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/drover-dev/drover/internal/agent"
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/kek"
-	"github.com/drover-dev/drover/internal/server"
-	"github.com/drover-dev/drover/internal/store"
+	"github.com/drover-dev/drover/internal/cp/kek"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/node/agent"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // DevCmd runs the whole system in one process: the control plane on

@@ -10,7 +10,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // HostsCmd groups host commands.

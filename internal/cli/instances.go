@@ -14,7 +14,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // InstancesCmd groups instance commands.

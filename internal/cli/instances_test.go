@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/store"
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // startServerWithHost runs a control plane whose store holds one healthy

@@ -8,8 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/drover-dev/drover/internal/kek"
-	"github.com/drover-dev/drover/internal/server"
+	"github.com/drover-dev/drover/internal/cp/kek"
+	"github.com/drover-dev/drover/internal/cp/server"
 )
 
 // credentialName is the systemd credential (LoadCredential=drover-kek:...)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"github.com/drover-dev/drover/internal/kek"
+	"github.com/drover-dev/drover/internal/cp/kek"
 )
 
 func runDrover(t *testing.T, args ...string) (int, string, string) {

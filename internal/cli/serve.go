@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/drover-dev/drover/internal/server"
-	"github.com/drover-dev/drover/internal/store"
-	"github.com/drover-dev/drover/internal/store/postgres"
-	"github.com/drover-dev/drover/internal/store/sqlite"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/store/postgres"
+	"github.com/drover-dev/drover/internal/cp/store/sqlite"
 )
 
 // ServerFlags configure a control plane replica.

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // TasksCmd groups task commands.

@@ -8,8 +8,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/server"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // TokenCmd groups operator token commands.

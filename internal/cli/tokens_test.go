@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/server"
-	"github.com/drover-dev/drover/internal/store/sqlite"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/cp/store/sqlite"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // runCLI runs drover with args and returns the exit code, stdout and stderr.

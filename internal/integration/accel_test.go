@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // TestUnsupportedSelectedAccel: NODE_AGENT_QEMU_ACCEL=kvm on a host where

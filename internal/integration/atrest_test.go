@@ -11,10 +11,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/drover-dev/drover/internal/kek"
-	"github.com/drover-dev/drover/internal/server"
-	"github.com/drover-dev/drover/internal/store"
-	"github.com/drover-dev/drover/internal/store/sqlstore"
+	"github.com/drover-dev/drover/internal/cp/kek"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/store/sqlstore"
 )
 
 // testKEK is the key-encryption key of every replica the tests start (one

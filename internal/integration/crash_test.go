@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/accel"
-	"github.com/drover-dev/drover/internal/agent"
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/kek"
+	"github.com/drover-dev/drover/internal/cp/kek"
+	"github.com/drover-dev/drover/internal/node/accel"
+	"github.com/drover-dev/drover/internal/node/agent"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 var (

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // TestDisabledHostGetsNoTasks: a disabled host keeps its identity and

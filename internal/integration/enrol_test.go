@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/pki"
-	"github.com/drover-dev/drover/internal/server"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pki"
 )
 
 // TestHealthProbeEndToEnd enrols a real agent over mTLS, sees it healthy,

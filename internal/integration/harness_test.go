@@ -19,16 +19,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/accel"
-	"github.com/drover-dev/drover/internal/agent"
-	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/store/postgres"
+	"github.com/drover-dev/drover/internal/cp/store/sqlite"
+	"github.com/drover-dev/drover/internal/node/accel"
+	"github.com/drover-dev/drover/internal/node/agent"
+	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/pgtest"
-	"github.com/drover-dev/drover/internal/pki"
-	"github.com/drover-dev/drover/internal/runtime"
-	"github.com/drover-dev/drover/internal/server"
-	"github.com/drover-dev/drover/internal/store"
-	"github.com/drover-dev/drover/internal/store/postgres"
-	"github.com/drover-dev/drover/internal/store/sqlite"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pki"
 )
 
 // pg is the PostgreSQL server shared by this test binary (nil when the

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/pki"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pki"
 )
 
 // TestNodeRoutesBoundToIdentity: node A's certificate can never act on

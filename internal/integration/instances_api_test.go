@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/pgtest"
-	"github.com/drover-dev/drover/internal/server"
-	"github.com/drover-dev/drover/internal/store"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // apiNode is a hand-enrolled node that keeps itself healthy with

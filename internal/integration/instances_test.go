@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/runtime/mock"
+	"github.com/drover-dev/drover/internal/node/runtime/mock"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // fakeImage is an image reference the mock runtime accepts without fetching.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/server"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // TestAgentRenewsAndFollowsKeyRotation: with a short certificate lifetime

@@ -18,10 +18,10 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/server"
-	"github.com/drover-dev/drover/internal/terminal"
+	"github.com/drover-dev/drover/internal/cp/server"
 	"github.com/drover-dev/drover/internal/testutil"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/terminal"
 )
 
 // shortHTTPLimits are listener limits small enough to watch them act.

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/agent"
-	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/pgtest"
-	"github.com/drover-dev/drover/internal/server"
-	"github.com/drover-dev/drover/internal/task"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
 )
 
 // echoType is a test-only task type: the agent returns its params.

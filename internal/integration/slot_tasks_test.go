@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/slice"
-	"github.com/drover-dev/drover/internal/task"
+	"github.com/drover-dev/drover/internal/node/slice"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
 )
 
 // approveDiscovered enrols hostID, answers a slice.topology_discover task

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // TestSlotApproval: candidate slots from a slice.topology_discover result

@@ -27,11 +27,11 @@ import (
 	"github.com/coder/websocket"
 	"github.com/creack/pty"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/server"
-	"github.com/drover-dev/drover/internal/task"
-	"github.com/drover-dev/drover/internal/terminal"
-	"github.com/drover-dev/drover/internal/termnode"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/node/termnode"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
+	"github.com/drover-dev/drover/internal/wire/terminal"
 )
 
 // Browser terminal benchmarks (issue 5). Every variant drives the same

@@ -21,18 +21,18 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/runtime/qemu/qemutest"
-	"github.com/drover-dev/drover/internal/server"
-	"github.com/drover-dev/drover/internal/terminal"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/node/runtime/qemu/qemutest"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/terminal"
 )
 
-// This file drives the web console (internal/webui, served at /ui/) in a
+// This file drives the web console (internal/cp/webui, served at /ui/) in a
 // real headless Chromium against the real control plane and a real agent:
 // a login shell on a PTY as a freshly provisioned allocation user, the
 // error box of a terminal that cannot open, and a TCG guest's serial
 // console. The pages' own logic against a fake gateway is tested in
-// internal/webui; here every hop is real.
+// internal/cp/webui; here every hop is real.
 
 // chromiumPath is Debian's chromium (.ci/run installs it).
 const chromiumPath = "/usr/bin/chromium"

@@ -10,10 +10,10 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/server"
-	"github.com/drover-dev/drover/internal/store"
-	"github.com/drover-dev/drover/internal/terminal"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/terminal"
 )
 
 // gatewayEnv is a control plane with short terminal deadlines and two

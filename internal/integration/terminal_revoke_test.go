@@ -12,12 +12,12 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/store/sqlite"
 	"github.com/drover-dev/drover/internal/pgtest"
-	"github.com/drover-dev/drover/internal/server"
-	"github.com/drover-dev/drover/internal/store"
-	"github.com/drover-dev/drover/internal/store/sqlite"
-	"github.com/drover-dev/drover/internal/terminal"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/terminal"
 )
 
 // revokeWithin is the deadline for a live session to end after what

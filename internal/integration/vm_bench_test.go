@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // BenchmarkInstanceCreateToReady measures a declared VM from the operator's
@@ -13,7 +13,7 @@ import (
 // created_at → status_at, both stamped by the control plane, so polling
 // adds nothing), through placement, the agent's desired-set long-poll, the
 // reconciler, image cache (warm), overlay, QEMU under TCG and the serial
-// marker. Compare with BenchmarkByHandToReady in internal/runtime/qemu (the
+// marker. Compare with BenchmarkByHandToReady in internal/node/runtime/qemu (the
 // same QEMU command line run by hand). Deleting each VM is not timed.
 //
 //	go test -run '^$' -bench InstanceCreateToReady -benchtime 5x ./internal/integration/

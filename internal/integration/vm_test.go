@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/api"
-	"github.com/drover-dev/drover/internal/runtime/qemu/qemutest"
-	"github.com/drover-dev/drover/internal/slicevm"
-	"github.com/drover-dev/drover/internal/task"
+	"github.com/drover-dev/drover/internal/node/runtime/qemu/qemutest"
+	"github.com/drover-dev/drover/internal/node/slicevm"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
 )
 
 // tcgGuest builds the tiny guest into an image directory and returns the

@@ -1,0 +1,191 @@
+package server
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pki"
+	"github.com/drover-dev/drover/internal/wire/task"
+)
+
+// retiredKeyGrace keeps a rotated-out signing key in the JWKS long enough
+// for every task signed with it to expire.
+const retiredKeyGrace = 48 * time.Hour
+
+// loadOrCreateCA returns the CA shared by all replicas, creating it on the
+// very first start (first writer wins). Its key is stored sealed by rest.
+func loadOrCreateCA(ctx context.Context, st store.Store, now time.Time, rest atRest) (*pki.CA, error) {
+	certPEM, keyPEM, err := pki.NewCA("Drover CA", now)
+	if err != nil {
+		return nil, fmt.Errorf("generate CA: %w", err)
+	}
+	sealedKey, err := rest.seal(caKeySecret, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("encrypt CA key: %w", err)
+	}
+	certPEM, err = st.PutSecretIfAbsent(ctx, "ca_cert_pem", certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("store CA certificate: %w", err)
+	}
+	if sealedKey, err = st.PutSecretIfAbsent(ctx, caKeySecret, sealedKey); err != nil {
+		return nil, fmt.Errorf("store CA key: %w", err)
+	}
+	if keyPEM, err = rest.open(caKeySecret, sealedKey); err != nil {
+		return nil, fmt.Errorf("CA key: %w", err)
+	}
+	ca, err := pki.LoadCA(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("load CA: %w", err)
+	}
+	return ca, nil
+}
+
+// nodeTLSConfig is the node listener's TLS: any client certificate must
+// chain to the CA; routes other than register require one.
+func (s *Server) nodeTLSConfig() (*tls.Config, error) {
+	hosts := append([]string{"localhost", "127.0.0.1", "::1"}, s.cfg.TLSHosts...)
+	if h, _, err := net.SplitHostPort(s.cfg.NodeAddr); err == nil && h != "" {
+		hosts = append(hosts, h)
+	}
+	cert, err := s.ca.ServerCertificate(hosts, 365*24*time.Hour, s.cfg.Now())
+	if err != nil {
+		return nil, fmt.Errorf("node listener certificate: %w", err)
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		ClientCAs:    s.ca.Pool(),
+	}, nil
+}
+
+// keyring holds the task-signing keys: the newest active key signs, every
+// active or recently retired key is published in the JWKS.
+type keyring struct {
+	st   store.Store
+	now  func() time.Time
+	rest atRest
+
+	mu     sync.RWMutex
+	signer *task.Signer
+	kid    string
+	jwks   api.JWKS
+}
+
+func newKeyring(ctx context.Context, st store.Store, now func() time.Time, rest atRest) (*keyring, error) {
+	k := &keyring{st: st, now: now, rest: rest}
+	if err := k.reload(ctx); err != nil {
+		return nil, err
+	}
+	if k.signer == nil {
+		if _, err := k.rotate(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return k, nil
+}
+
+// reload reads the keys from the store (another replica may have rotated).
+func (k *keyring) reload(ctx context.Context) error {
+	keys, err := k.st.ListSigningKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("list signing keys: %w", err)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].CreatedAt.Before(keys[j].CreatedAt) })
+	var (
+		jwks   api.JWKS
+		signer *task.Signer
+		kid    string
+	)
+	now := k.now()
+	for _, sk := range keys {
+		if !sk.RetiredAt.IsZero() && now.Sub(sk.RetiredAt) > retiredKeyGrace {
+			continue
+		}
+		der, err := k.rest.open(signingKeyName(sk.KID), sk.PrivateKey)
+		if err != nil {
+			return fmt.Errorf("signing key %s: %w", sk.KID, err)
+		}
+		parsed, err := x509.ParsePKCS8PrivateKey(der)
+		if err != nil {
+			return fmt.Errorf("signing key %s: %w", sk.KID, err)
+		}
+		priv, ok := parsed.(ed25519.PrivateKey)
+		if !ok {
+			return fmt.Errorf("signing key %s: not an Ed25519 key", sk.KID)
+		}
+		jwks.Keys = append(jwks.Keys, task.PublicJWK(sk.KID, priv.Public().(ed25519.PublicKey)))
+		if sk.RetiredAt.IsZero() {
+			signer, kid = task.NewSigner(sk.KID, priv), sk.KID // newest active wins
+		}
+	}
+	k.mu.Lock()
+	k.signer, k.kid, k.jwks = signer, kid, jwks
+	k.mu.Unlock()
+	return nil
+}
+
+// rotate adds a new signing key, retires the others and returns its kid.
+func (k *keyring) rotate(ctx context.Context) (string, error) {
+	kid, priv, err := task.GenerateKey()
+	if err != nil {
+		return "", err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return "", err
+	}
+	if der, err = k.rest.seal(signingKeyName(kid), der); err != nil {
+		return "", fmt.Errorf("encrypt signing key: %w", err)
+	}
+	now := k.now()
+	if err := k.st.AddSigningKey(ctx, store.SigningKey{KID: kid, PrivateKey: der, CreatedAt: now}); err != nil {
+		return "", fmt.Errorf("add signing key: %w", err)
+	}
+	if err := k.st.RetireSigningKeys(ctx, kid, now); err != nil {
+		return "", fmt.Errorf("retire old signing keys: %w", err)
+	}
+	return kid, k.reload(ctx)
+}
+
+func (k *keyring) sign(c api.TaskClaims) (string, error) {
+	k.mu.RLock()
+	signer := k.signer
+	k.mu.RUnlock()
+	if signer == nil {
+		return "", errors.New("no active task-signing key")
+	}
+	return signer.Sign(c)
+}
+
+func (k *keyring) publicSet() api.JWKS {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return api.JWKS{Keys: append([]api.JWK(nil), k.jwks.Keys...)}
+}
+
+func (k *keyring) refreshLoop(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := k.reload(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("reload signing keys", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,133 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// staleAfter is how many missed heartbeat intervals make a host stale.
+const staleAfter = 3
+
+// liveness keeps heartbeats in memory. The store sees a host's heartbeat
+// only on a status transition or in the coalesced flush: one batched
+// statement per interval for every host heard from since the last one.
+type liveness struct {
+	s *Server
+
+	mu    sync.Mutex
+	dirty map[string]time.Time
+}
+
+func newLiveness(s *Server) *liveness {
+	return &liveness{s: s, dirty: make(map[string]time.Time)}
+}
+
+// beat records a heartbeat from a host whose cached state is hs and that
+// should now have status (healthy, or a problem the agent reported). It
+// writes to the store only on a status change.
+func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Time, status api.HostStatus, reason string) error {
+	if hs.status != status {
+		var prev api.HostStatus
+		h, err := l.s.store.UpdateHost(ctx, id, func(h *store.Host) error {
+			prev = h.Status
+			h.Status, h.StatusReason = status, reason
+			if at.After(h.LastSeenAt) {
+				h.LastSeenAt = at
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		l.s.hosts.put(h)
+		if prev != status {
+			l.s.statusChanged(ctx, id, prev, status, orDefault(reason, "heartbeat"))
+		}
+		return nil
+	}
+	l.mu.Lock()
+	l.dirty[id] = at
+	l.mu.Unlock()
+	return nil
+}
+
+// flush writes the coalesced heartbeats in one batch.
+func (l *liveness) flush(ctx context.Context) {
+	l.mu.Lock()
+	if len(l.dirty) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	batch := make([]store.Seen, 0, len(l.dirty))
+	for id, at := range l.dirty {
+		batch = append(batch, store.Seen{HostID: id, At: at})
+	}
+	l.dirty = make(map[string]time.Time, len(batch))
+	l.mu.Unlock()
+
+	revived, err := l.s.store.TouchHosts(ctx, batch)
+	if err != nil {
+		l.s.log.Warn("flush heartbeats", "err", err, "hosts", len(batch))
+		l.mu.Lock() // keep them for the next flush; never lower a newer value
+		for _, b := range batch {
+			if cur, ok := l.dirty[b.HostID]; !ok || cur.Before(b.At) {
+				l.dirty[b.HostID] = b.At
+			}
+		}
+		l.mu.Unlock()
+		return
+	}
+	for _, id := range revived {
+		l.s.hosts.invalidate(id)
+		l.s.statusChanged(ctx, id, api.HostStale, api.HostHealthy, "heartbeat")
+	}
+}
+
+// sweep flushes, then marks hosts stale after staleAfter missed intervals.
+func (l *liveness) sweep(ctx context.Context) {
+	l.flush(ctx)
+	cutoff := l.s.cfg.Now().Add(-staleAfter * l.s.cfg.HeartbeatInterval)
+	ids, err := l.s.store.MarkStale(ctx, cutoff)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.s.log.Warn("mark stale hosts", "err", err)
+		}
+		return
+	}
+	for _, id := range ids {
+		l.s.hosts.invalidate(id)
+		l.s.statusChanged(ctx, id, "heartbeating", api.HostStale, "node_agent_heartbeat_stale")
+	}
+}
+
+func (l *liveness) run(ctx context.Context) {
+	t := time.NewTicker(l.s.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			l.sweep(ctx)
+		}
+	}
+}
+
+// statusChanged logs, counts and audits a host status transition.
+func (s *Server) statusChanged(ctx context.Context, id string, from, to api.HostStatus, reason string) {
+	s.metrics.statusChanges.WithLabelValues(string(to)).Inc()
+	s.log.Info("host status changed", "host_id", id, "from", from, "to", to, "reason", reason)
+	s.audit(ctx, auditEntry{actor: "system", action: "host.status", target: id,
+		result: string(to), detail: "from=" + string(from) + " reason=" + reason})
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

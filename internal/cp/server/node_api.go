@@ -1,0 +1,391 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pki"
+)
+
+// leaseSlack is added to a task type's handler timeout to get its lease.
+const leaseSlack = 30 * time.Second
+
+// NodeHandler serves the node-facing API. It must be served over TLS with
+// s.nodeTLS so that client certificates are verified.
+func (s *Server) NodeHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("POST /internal/v1/register", s.handle(s.register))
+	mux.Handle("POST /internal/v1/nodes/{id}/renew", s.nodeAuth(s.renew))
+	mux.Handle("POST /internal/v1/nodes/{id}/heartbeat", s.nodeAuth(s.heartbeat))
+	mux.Handle("GET /internal/v1/nodes/{id}/jwks", s.nodeAuth(s.nodeJWKS))
+	mux.Handle("PUT /internal/v1/nodes/{id}/capabilities", s.nodeAuth(s.putCapabilities))
+	mux.Handle("GET /internal/v1/nodes/{id}/tasks/wait", s.nodeAuth(s.limitLongPolls(s.polls.tasks, nil, s.waitTask)))
+	mux.Handle("POST /internal/v1/nodes/{id}/tasks/{task_id}/events", s.nodeAuth(s.taskEvent))
+	mux.Handle("POST /internal/v1/nodes/{id}/tasks/{task_id}/result", s.nodeAuth(s.taskResult))
+	mux.Handle("GET /internal/v1/nodes/{id}/instances",
+		s.nodeAuth(s.limitLongPolls(s.polls.instances, instancesLongPoll, s.nodeInstances)))
+	mux.Handle("POST /internal/v1/nodes/{id}/instances/{iid}/status", s.nodeAuth(s.instanceStatus))
+	mux.Handle("GET /internal/v1/nodes/{id}/terminal/{session_id}", s.terminalNodeMTLS(s.nodeAuth(s.terminalNodeStream)))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	return withCorrelation(mux)
+}
+
+// nodeCaller is the authenticated identity of a node request.
+type nodeCaller struct {
+	id    string
+	state hostState
+}
+
+// nodeAuth binds a request to its client certificate: the certificate's
+// node id must equal {id}, and the host must not be revoked or superseded.
+func (s *Server) nodeAuth(next func(w http.ResponseWriter, r *http.Request, c nodeCaller) error) http.Handler {
+	return s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		var id string // the certificate's node id, once known
+		refuse := func(status int, code, format string, args ...any) error {
+			s.metrics.nodeAuthFailed.WithLabelValues(code).Inc()
+			he := errf(status, code, format, args...)
+			if status == http.StatusForbidden { // an authenticated node acting outside its identity
+				s.audit(r.Context(), auditEntry{actor: "node:" + id, action: "node.auth",
+					target: r.PathValue("id"), result: code, cid: correlationID(r.Context()),
+					detail: r.Method + " " + r.URL.Path + ": " + he.msg})
+			}
+			return he
+		}
+		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+			return refuse(http.StatusUnauthorized, "client_certificate_required",
+				"this route requires a node client certificate")
+		}
+		cert := r.TLS.PeerCertificates[0]
+		var err error
+		id, err = pki.NodeID(cert)
+		if err != nil {
+			return refuse(http.StatusUnauthorized, "client_certificate_invalid", "client certificate: %v", err)
+		}
+		if want := r.PathValue("id"); want != id {
+			return refuse(http.StatusForbidden, "node_mismatch",
+				"certificate is for node %q, not %q", id, want)
+		}
+		hs, err := s.hosts.get(r.Context(), id)
+		if errors.Is(err, store.ErrNotFound) {
+			return refuse(http.StatusForbidden, "node_identity_revoked", "node identity revoked: host %q no longer exists", id)
+		} else if err != nil {
+			return err
+		}
+		if hs.revoked {
+			return refuse(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
+		}
+		// A certificate issued before the host's latest enrolment belongs to
+		// a previous (possibly cloned) identity.
+		if issued := cert.NotBefore.Add(pki.Backdate); issued.Before(hs.enrolledAt.Add(-time.Second)) {
+			// The CA issued this certificate to the host: authenticated
+			// evidence that an older identity of it is still in use.
+			if hs.status != api.HostAuthFailed {
+				s.markAuthFailed(r.Context(), id, "node_identity_superseded")
+			}
+			return refuse(http.StatusForbidden, "node_identity_superseded",
+				"node identity superseded by a later enrolment")
+		}
+		return next(w, r, nodeCaller{id: id, state: hs})
+	})
+}
+
+// markAuthFailed records authenticated evidence that something else holds
+// an identity of the host: a certificate the CA issued to it, refused
+// because a later enrolment superseded it. Anonymous failures (a wrong
+// bootstrap token) never change a host's status.
+func (s *Server) markAuthFailed(ctx context.Context, id, reason string) {
+	var prev api.HostStatus
+	_, err := s.store.UpdateHost(ctx, id, func(h *store.Host) error {
+		prev = h.Status
+		h.Status, h.StatusReason = api.HostAuthFailed, reason
+		return nil
+	})
+	if err == nil && prev != api.HostAuthFailed {
+		s.statusChanged(ctx, id, prev, api.HostAuthFailed, reason)
+	}
+}
+
+func (s *Server) identity(nodeID string, certPEM []byte, notAfter time.Time) api.Identity {
+	return api.Identity{
+		NodeID: nodeID, CertificatePEM: string(certPEM), CABundlePEM: string(s.ca.CertPEM()),
+		NotAfter: notAfter, JWKS: s.keys.publicSet(),
+		HeartbeatInterval: api.Duration(s.cfg.HeartbeatInterval),
+	}
+}
+
+// renew issues a fresh certificate to an authenticated, non-revoked node.
+func (s *Server) renew(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+	ctx := r.Context()
+	var req api.RenewRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	now := s.cfg.Now().UTC()
+	var ident api.Identity
+	h, err := s.store.UpdateHost(ctx, c.id, func(h *store.Host) error {
+		if h.Revoked {
+			return errf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
+		}
+		certPEM, serial, notAfter, err := s.ca.SignNodeCSR([]byte(req.CSRPEM), h.ID, s.cfg.CertTTL, now)
+		if err != nil {
+			return invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
+		}
+		h.CertSerial, h.CertNotAfter = serial, notAfter
+		ident = s.identity(h.ID, certPEM, notAfter)
+		return nil
+	})
+	result := "ok"
+	if err != nil {
+		result = "refused"
+	}
+	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "host.renew", target: c.id, result: result,
+		cid: correlationID(ctx)})
+	if err != nil {
+		return err
+	}
+	s.hosts.put(h)
+	writeJSON(w, http.StatusOK, ident)
+	return nil
+}
+
+// heartbeat records liveness; the store is written only on transitions.
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+	var hb api.Heartbeat
+	if err := decodeJSON(r, &hb); err != nil {
+		return err
+	}
+	s.metrics.heartbeats.Inc()
+	ctx := r.Context()
+	status, reason := api.HostHealthy, ""
+	if hb.Diagnostic == "task_result_post_failed" {
+		// The agent reaches us for heartbeats but its results do not arrive.
+		status, reason = api.HostTaskResultFailed, hb.Diagnostic
+	}
+	if err := s.live.beat(ctx, c.id, c.state, s.cfg.Now().UTC(), status, reason); err != nil {
+		return err
+	}
+	if hb.Capacity != nil {
+		if c.state.capacity == nil || *c.state.capacity != *hb.Capacity { // compared by value: no encoding per beat
+			b, _ := json.Marshal(hb.Capacity)
+			h, err := s.store.UpdateHost(ctx, c.id, func(h *store.Host) error {
+				h.Capacity = b
+				if hb.AgentVersion != "" {
+					h.AgentVersion = hb.AgentVersion
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			s.hosts.put(h)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(s.heartbeatReply)
+	return nil
+}
+
+// putCapabilities replaces the host's reported capabilities (the agent
+// sends them when they change).
+func (s *Server) putCapabilities(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+	ctx := r.Context()
+	var caps api.Capabilities
+	if err := decodeJSON(r, &caps); err != nil {
+		return err
+	}
+	if fields := caps.Validate("capabilities"); len(fields) > 0 {
+		return invalid(fields)
+	}
+	b, _ := json.Marshal(caps)
+	h, err := s.store.UpdateHost(ctx, c.id, func(h *store.Host) error {
+		if h.OSFamily != caps.OSFamily {
+			return invalid([]api.FieldError{{Field: "capabilities.os_family",
+				Message: fmt.Sprintf("os_family %q does not match the host record (%q)", caps.OSFamily, h.OSFamily)}})
+		}
+		h.Capabilities, h.Hostname, h.SelectedAccel, h.AgentVersion = b, caps.Hostname, caps.SelectedAccel, caps.AgentVersion
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.hosts.put(h)
+	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "host.capabilities", target: c.id, result: "ok",
+		cid: correlationID(ctx)})
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) nodeJWKS(w http.ResponseWriter, _ *http.Request, _ nodeCaller) error {
+	writeJSON(w, http.StatusOK, s.keys.publicSet())
+	return nil
+}
+
+// waitTask long-polls for the node's next task and claims it atomically.
+// It never polls the store: it claims once, then sleeps until a change event
+// for this node, the deadline, or the client going away.
+func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+	ctx := r.Context()
+	wait := s.cfg.MaxWait
+	if v := r.URL.Query().Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return invalid([]api.FieldError{{Field: "timeout", Message: "must be a duration such as 30s"}})
+		}
+		wait = min(d, s.cfg.MaxWait)
+	}
+	wake, done := s.waiters.add(c.id)
+	defer done()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		now := s.cfg.Now().UTC()
+		t, ok, err := s.store.ClaimTask(ctx, c.id, now, now.Add(s.lease("")))
+		if err != nil {
+			return err
+		}
+		if ok {
+			return s.deliver(w, r, c, t)
+		}
+		select {
+		case <-wake:
+			hs, err := s.hosts.get(ctx, c.id)
+			if err != nil {
+				return err
+			}
+			if hs.revoked {
+				return errf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
+			}
+		case <-timer.C:
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// lease is a task type's handler timeout plus slack. The claim does not know
+// the type yet, so it passes "" and gets the longest registered timeout; the
+// agent's first event then sets the lease from the type's own timeout.
+func (s *Server) lease(typ string) time.Duration {
+	if spec, ok := s.cfg.Registry.Lookup(typ); ok && spec.Timeout > 0 {
+		return spec.Timeout + leaseSlack
+	}
+	var longest time.Duration
+	for _, t := range s.cfg.Registry.Types() {
+		if spec, _ := s.cfg.Registry.Lookup(t); spec.Timeout > longest {
+			longest = spec.Timeout
+		}
+	}
+	return longest + leaseSlack
+}
+
+// deliver signs a claimed task and writes it to the agent.
+func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c nodeCaller, t store.Task) error {
+	ctx := r.Context()
+	claims := api.TaskClaims{TaskID: t.ID, NodeID: c.id, Type: t.Type, Params: t.Params,
+		CorrelationID: t.CorrelationID, IssuedAt: s.cfg.Now().Unix(), ExpiresAt: t.ExpiresAt.Unix()}
+	env, err := s.keys.sign(claims)
+	if err != nil {
+		return fmt.Errorf("sign task %s: %w", t.ID, err)
+	}
+	s.metrics.tasksClaimed.Inc()
+	s.term.taskChanged(t.ID)
+	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "task.claim", target: t.ID, result: "dispatched",
+		cid: t.CorrelationID, detail: fmt.Sprintf("type=%s attempt=%d", t.Type, t.Attempts)})
+	writeJSON(w, http.StatusOK, api.TaskDelivery{TaskID: t.ID, TaskType: t.Type, Envelope: env,
+		ExpiresAt: time.Unix(claims.ExpiresAt, 0).UTC(), CorrelationID: t.CorrelationID, Attempt: t.Attempts})
+	return nil
+}
+
+// taskEvent records progress and moves a dispatched task to running.
+func (s *Server) taskEvent(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+	ctx := r.Context()
+	var ev api.TaskEvent
+	if err := decodeJSON(r, &ev); err != nil {
+		return err
+	}
+	if ev.Phase == "" {
+		return invalid([]api.FieldError{{Field: "phase", Message: "required"}})
+	}
+	taskID := r.PathValue("task_id")
+	t, err := s.store.GetTask(ctx, taskID)
+	if err != nil || t.NodeID != c.id {
+		return errf(http.StatusNotFound, "task_not_found", "task %q not found for node %q", taskID, c.id)
+	}
+	if ev.At.IsZero() {
+		ev.At = s.cfg.Now().UTC()
+	}
+	if _, err := s.store.StartTask(ctx, c.id, taskID, s.cfg.Now().UTC().Add(s.lease(t.Type))); err != nil {
+		return storeErr(err, "task", taskID)
+	}
+	b, _ := json.Marshal(ev)
+	if err := s.store.AddTaskEvent(ctx, store.TaskEvent{TaskID: taskID, At: ev.At.UTC(), Event: b}); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// taskResult records a task's result. The same result twice is fine; a
+// different one for a finished task is a 409.
+func (s *Server) taskResult(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+	ctx := r.Context()
+	var res api.TaskResult
+	if err := decodeJSON(r, &res); err != nil {
+		return err
+	}
+	var state api.TaskState
+	switch res.Status {
+	case api.ResultSucceeded:
+		state = api.TaskSucceeded
+	case api.ResultFailed:
+		state = api.TaskFailed
+		if res.Error == nil || res.Error.Code == "" {
+			return invalid([]api.FieldError{{Field: "error.code", Message: "required when status is failed"}})
+		}
+	default:
+		return invalid([]api.FieldError{{Field: "status", Message: `must be "succeeded" or "failed"`}})
+	}
+	canon, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(canon)
+	taskID := r.PathValue("task_id")
+	t, err := s.store.CompleteTask(ctx, c.id, taskID, state, canon, hex.EncodeToString(sum[:]), s.cfg.Now().UTC())
+	if err != nil {
+		s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "task.result", target: taskID, result: "refused",
+			cid: res.CorrelationID, detail: err.Error()})
+		return storeErr(err, "task", taskID)
+	}
+	s.metrics.taskResults.WithLabelValues(string(t.State)).Inc()
+	s.taskFinished(ctx, t)
+	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "task.result", target: taskID, result: string(t.State),
+		cid: t.CorrelationID})
+	s.logger(ctx).Info("task result", "task_id", taskID, "node_id", c.id, "state", t.State,
+		"task_correlation_id", t.CorrelationID)
+	writeJSON(w, http.StatusOK, map[string]string{"task_id": taskID, "state": string(t.State)})
+	return nil
+}
+
+// storeErr maps store sentinels to HTTP errors.
+func storeErr(err error, kind, id string) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return errf(http.StatusNotFound, kind+"_not_found", "%s %q not found", kind, id)
+	case errors.Is(err, store.ErrConflict):
+		return errf(http.StatusConflict, kind+"_conflict", "%s %q: %v", kind, id, err)
+	}
+	return err
+}

@@ -1,0 +1,225 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// hostView converts a host record to its API form; secrets never leave.
+func hostView(h store.Host) api.Host {
+	v := api.Host{
+		ID: h.ID, OSFamily: h.OSFamily, Labels: h.Labels, Enabled: h.Enabled, Revoked: h.Revoked, Draining: h.Draining,
+		Status: h.Status, StatusReason: h.StatusReason, Hostname: h.Hostname, SelectedAccel: h.SelectedAccel,
+		AgentVersion: h.AgentVersion, Enrolled: !h.EnrolledAt.IsZero(), CreatedAt: h.CreatedAt, UpdatedAt: h.UpdatedAt,
+	}
+	v.Schedulable = h.Enabled && !h.Revoked && !h.Draining && h.Status == api.HostHealthy
+	if len(h.Capabilities) > 0 {
+		var c api.Capabilities
+		if json.Unmarshal(h.Capabilities, &c) == nil {
+			v.Capabilities = &c
+			if c.AccelError != "" {
+				v.Schedulable = false
+			}
+		}
+	}
+	if len(h.Capacity) > 0 {
+		var c api.CapacityReport
+		if json.Unmarshal(h.Capacity, &c) == nil {
+			v.Capacity = &c
+		}
+	}
+	tp := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
+	if h.TokenHash != "" && !h.TokenUsed {
+		v.TokenExpiresAt = tp(h.TokenExpiresAt)
+	}
+	v.CertNotAfter, v.LastSeenAt = tp(h.CertNotAfter), tp(h.LastSeenAt)
+	return v
+}
+
+func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) error {
+	hosts, err := s.store.ListHosts(r.Context())
+	if err != nil {
+		return err
+	}
+	out := make([]api.Host, 0, len(hosts))
+	for _, h := range hosts {
+		out = append(out, hostView(h))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) showHost(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	h, err := s.store.GetHost(r.Context(), id)
+	if err != nil {
+		return storeErr(err, "host", id)
+	}
+	writeJSON(w, http.StatusOK, hostView(h))
+	return nil
+}
+
+// createHost makes a host record and returns its bootstrap token once.
+func (s *Server) createHost(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	var req api.CreateHostRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	var fields []api.FieldError
+	if err := api.ValidHostID(req.HostID); err != nil {
+		fields = append(fields, api.FieldError{Field: "host_id", Message: err.Error()})
+	}
+	if !api.ValidOSFamily(req.OSFamily) {
+		fields = append(fields, api.FieldError{Field: "os_family", Message: "must be one of linux, dragonflybsd, windows, darwin"})
+	}
+	ttl := time.Duration(req.TokenTTL)
+	if ttl == 0 {
+		ttl = s.cfg.BootstrapTokenTTL
+	} else if ttl < time.Minute || ttl > 30*24*time.Hour {
+		fields = append(fields, api.FieldError{Field: "token_ttl", Message: "must be between 1m and 720h"})
+	}
+	if len(fields) > 0 {
+		return invalid(fields)
+	}
+	now := s.cfg.Now().UTC()
+	tok := newToken("drv_bt_")
+	h := store.Host{ID: req.HostID, OSFamily: req.OSFamily, Labels: req.Labels, Enabled: true,
+		Status: api.HostUnknown, TokenHash: hashToken(tok), TokenExpiresAt: now.Add(ttl),
+		CreatedAt: now, UpdatedAt: now}
+	if err := s.store.CreateHost(ctx, h); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return errf(http.StatusConflict, "host_exists", "host %q already exists", req.HostID)
+		}
+		return err
+	}
+	s.audit(ctx, auditEntry{actor: actor(ctx), action: "host.create", target: h.ID, result: "ok", cid: correlationID(ctx)})
+	s.audit(ctx, auditEntry{actor: actor(ctx), action: "token.bootstrap_issue", target: h.ID, result: "ok",
+		cid: correlationID(ctx), detail: "expires_at=" + h.TokenExpiresAt.Format(time.RFC3339)})
+	writeJSON(w, http.StatusCreated, api.BootstrapToken{HostID: h.ID, Token: tok, ExpiresAt: h.TokenExpiresAt,
+		CAHash: s.ca.Hash(), NodeURL: s.cfg.NodeURL})
+	return nil
+}
+
+// mutateHost applies fn to a host, audits the action and returns the view.
+func (s *Server) mutateHost(w http.ResponseWriter, r *http.Request, action string, fn func(*store.Host) error) error {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	h, err := s.store.UpdateHost(ctx, id, func(h *store.Host) error {
+		h.UpdatedAt = s.cfg.Now().UTC()
+		return fn(h)
+	})
+	if err != nil {
+		return storeErr(err, "host", id)
+	}
+	s.hosts.invalidate(id)
+	s.audit(ctx, auditEntry{actor: actor(ctx), action: action, target: id, result: "ok", cid: correlationID(ctx)})
+	writeJSON(w, http.StatusOK, hostView(h))
+	return nil
+}
+
+func (s *Server) setHostEnabled(enabled bool) handlerFunc {
+	action := "host.disable"
+	if enabled {
+		action = "host.enable"
+	}
+	return func(w http.ResponseWriter, r *http.Request) error {
+		return s.mutateHost(w, r, action, func(h *store.Host) error {
+			h.Enabled = enabled
+			return nil
+		})
+	}
+}
+
+// revokeHost refuses the host's certificates and renewals from now on;
+// enrolment with any token is refused with 403. Revocation is permanent for
+// this host id.
+func (s *Server) revokeHost(w http.ResponseWriter, r *http.Request) error {
+	return s.mutateHost(w, r, "host.revoke", func(h *store.Host) error {
+		h.Revoked, h.Enabled = true, false
+		return nil
+	})
+}
+
+// rotateToken issues a fresh bootstrap token; the old one stops working.
+func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	var req struct {
+		TTL api.Duration `json:"token_ttl,omitempty"`
+	}
+	if r.ContentLength > 0 {
+		if err := decodeJSON(r, &req); err != nil {
+			return err
+		}
+	}
+	ttl := time.Duration(req.TTL)
+	if ttl == 0 {
+		ttl = s.cfg.BootstrapTokenTTL
+	}
+	tok := newToken("drv_bt_")
+	now := s.cfg.Now().UTC()
+	h, err := s.store.UpdateHost(ctx, id, func(h *store.Host) error {
+		if h.Revoked {
+			return errf(http.StatusConflict, "host_revoked", "host %q is revoked; create a new host record", id)
+		}
+		h.TokenHash, h.TokenUsed, h.TokenExpiresAt, h.UpdatedAt = hashToken(tok), false, now.Add(ttl), now
+		return nil
+	})
+	if err != nil {
+		return storeErr(err, "host", id)
+	}
+	s.audit(ctx, auditEntry{actor: actor(ctx), action: "token.bootstrap_rotate", target: id, result: "ok",
+		cid: correlationID(ctx), detail: "expires_at=" + h.TokenExpiresAt.Format(time.RFC3339)})
+	writeJSON(w, http.StatusOK, api.BootstrapToken{HostID: id, Token: tok, ExpiresAt: h.TokenExpiresAt,
+		CAHash: s.ca.Hash(), NodeURL: s.cfg.NodeURL})
+	return nil
+}
+
+// EnsureHost creates the host record if it is missing and, unless the host
+// holds a certificate that is still valid, issues a fresh bootstrap token
+// (returned; "" when none is needed). `drover dev` uses it for its local
+// agent.
+func (s *Server) EnsureHost(ctx context.Context, id, osFamily string) (string, error) {
+	now := s.cfg.Now().UTC()
+	err := s.store.CreateHost(ctx, store.Host{ID: id, OSFamily: osFamily, Enabled: true, Status: api.HostUnknown,
+		CreatedAt: now, UpdatedAt: now})
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		return "", err
+	}
+	tok := newToken("drv_bt_")
+	_, err = s.store.UpdateHost(ctx, id, func(h *store.Host) error {
+		if h.Revoked {
+			return fmt.Errorf("host %q is revoked; use another --host-id", id)
+		}
+		if now.Before(h.CertNotAfter) {
+			tok = ""
+			return errNoChange
+		}
+		h.TokenHash, h.TokenUsed, h.TokenExpiresAt = hashToken(tok), false, now.Add(time.Hour)
+		return nil
+	})
+	if errors.Is(err, errNoChange) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	s.audit(ctx, auditEntry{actor: "system", action: "token.bootstrap_issue", target: id, result: "ok", detail: "drover dev"})
+	return tok, nil
+}
+
+// errNoChange aborts an UpdateHost without writing.
+var errNoChange = errors.New("no change")

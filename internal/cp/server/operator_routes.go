@@ -1,0 +1,175 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/webui"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// operatorRoute is one operator API route and the lowest token role that
+// may call it (see api.Role). OperatorHandler registers exactly these and
+// publicRoutes, so a route cannot be added without a role; the role test
+// walks the same table.
+type operatorRoute struct {
+	method, pattern string
+	role            api.Role
+	h               handlerFunc
+}
+
+func (rt operatorRoute) key() string { return rt.method + " " + rt.pattern }
+
+// operatorRoutes is the operator API. viewer: reads; operator: everything
+// that changes hosts, tasks, instances, allocations, terminals, slots and
+// placements; admin: tokens, signing keys and host revoke. Two reads are
+// above viewer: the token list (admin) and terminal recordings (operator:
+// they hold everything typed and shown in a shell).
+func (s *Server) operatorRoutes() []operatorRoute {
+	const (
+		get, post, del          = http.MethodGet, http.MethodPost, http.MethodDelete
+		viewer, operator, admin = api.RoleViewer, api.RoleOperator, api.RoleAdmin
+	)
+	return []operatorRoute{
+		{get, "/api/v1/hosts", viewer, s.listHosts},
+		{post, "/api/v1/hosts", operator, s.createHost},
+		{get, "/api/v1/hosts/{id}", viewer, s.showHost},
+		{post, "/api/v1/hosts/{id}/enable", operator, s.setHostEnabled(true)},
+		{post, "/api/v1/hosts/{id}/disable", operator, s.setHostEnabled(false)},
+		{post, "/api/v1/hosts/{id}/rotate-token", operator, s.rotateToken},
+		{post, "/api/v1/hosts/{id}/revoke", admin, s.revokeHost},
+		{get, "/api/v1/hosts/{id}/slots", viewer, s.listSlots},
+		{post, "/api/v1/hosts/{id}/slots", operator, s.approveSlots},
+		{del, "/api/v1/hosts/{id}/slots/{slot_id}", operator, s.deleteSlot},
+		{post, "/api/v1/hosts/{id}/drain", operator, s.setHostDraining(true)},
+		{post, "/api/v1/hosts/{id}/undrain", operator, s.setHostDraining(false)},
+		{post, "/api/v1/placements/check", operator, s.checkPlacement},
+		{get, "/api/v1/instances", viewer, s.listInstances},
+		{post, "/api/v1/instances", operator, s.createInstance},
+		{get, "/api/v1/instances/{id}", viewer, s.showInstance},
+		{post, "/api/v1/instances/{id}/stop", operator, s.setInstanceDesired(api.DesiredStopped)},
+		{post, "/api/v1/instances/{id}/start", operator, s.setInstanceDesired(api.DesiredRunning)},
+		{del, "/api/v1/instances/{id}", operator, s.deleteInstance},
+		{post, "/api/v1/instance-groups/{group}/scale", operator, s.scaleGroup},
+		{get, "/api/v1/allocations", viewer, s.listAllocations},
+		{post, "/api/v1/allocations", operator, s.createAllocation},
+		{get, "/api/v1/allocations/{id}", viewer, s.showAllocation},
+		{del, "/api/v1/allocations/{id}", operator, s.releaseAllocation},
+		{post, "/api/v1/allocations/{id}/terminal-token", operator, s.mintTerminalToken},
+		{get, "/api/v1/allocations/{id}/sessions", viewer, s.listAllocationSessions},
+		{get, "/api/v1/terminal-sessions/{sid}", viewer, s.showTerminalSession},
+		{get, "/api/v1/terminal-sessions/{sid}/recording", operator, s.terminalRecording},
+		{get, "/api/v1/tasks", viewer, s.listTasks},
+		{post, "/api/v1/tasks", operator, s.enqueueTask},
+		{get, "/api/v1/tasks/{id}", viewer, s.showTask},
+		{post, "/api/v1/tasks/{id}/cancel", operator, s.cancelTask},
+		{get, "/api/v1/task-types", viewer, s.listTaskTypes},
+		{get, "/api/v1/tokens", admin, s.listTokens},
+		{post, "/api/v1/tokens", admin, s.createToken},
+		{post, "/api/v1/tokens/{id}/revoke", admin, s.revokeToken},
+		{get, "/api/v1/audit", viewer, s.listAudit},
+		{post, "/api/v1/signing-keys/rotate", admin, s.rotateSigningKey},
+		{get, "/api/v1/ca", viewer, s.showCA},
+	}
+}
+
+// registerOperatorRoute serves rt on mux behind operatorAuth. A route
+// without a valid role is a programming error: it panics at start-up
+// rather than serve a route no token may call, or any token may.
+func registerOperatorRoute(mux *http.ServeMux, s *Server, rt operatorRoute) {
+	if !rt.role.Valid() {
+		panic("operator route " + rt.key() + " has no valid role")
+	}
+	mux.Handle(rt.key(), s.operatorAuth(rt.role, rt.h))
+}
+
+// publicRoute is a route served without an operator token.
+type publicRoute struct {
+	pattern string // method included
+	h       http.Handler
+}
+
+// publicRoutes are the operator listener's routes that take no operator
+// token. Keep this list short: every other route belongs in
+// operatorRoutes.
+func (s *Server) publicRoutes() []publicRoute {
+	ui := webui.Handler()
+	return []publicRoute{
+		{"GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		})},
+		{"GET /readyz", s.handle(s.readyz)},
+		{"GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})},
+		// The browser's terminal leg: the single-use terminal token (a
+		// subprotocol), minted by an operator-role route, is its credential.
+		{"GET /api/v1/terminal", http.HandlerFunc(s.terminalWS)},
+		// The web console: its pages call the API above from the browser.
+		{"GET /ui/", ui},
+		{"GET /{$}", ui}, // "/" redirects to /ui/
+	}
+}
+
+func (s *Server) showCA(w http.ResponseWriter, _ *http.Request) error {
+	writeJSON(w, http.StatusOK, map[string]string{"ca_hash": s.ca.Hash(), "ca_pem": string(s.ca.CertPEM()), "node_url": s.cfg.NodeURL})
+	return nil
+}
+
+// principal is the operator token a request authenticated with.
+type principal struct {
+	tokenID, name string
+	role          api.Role
+}
+
+// actor is how audit records and created_by fields name the principal.
+func (p principal) actor() string { return "operator:" + p.name }
+
+type principalKey struct{}
+
+func principalFrom(ctx context.Context) (principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(principal)
+	return p, ok
+}
+
+func withPrincipal(ctx context.Context, p principal) context.Context {
+	ctx = context.WithValue(ctx, principalKey{}, p)
+	return context.WithValue(ctx, ctxActor, p.actor())
+}
+
+// operatorAuth requires a valid operator bearer token whose role is at least
+// min: 401 without a valid token, 403 operator_role_forbidden (audited)
+// with one whose role is too low.
+func (s *Server) operatorAuth(min api.Role, next handlerFunc) http.Handler {
+	return s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || raw == "" {
+			return errf(http.StatusUnauthorized, "operator_token_required", "missing operator bearer token (Authorization: Bearer ...)")
+		}
+		tok, err := s.store.GetOperatorTokenByHash(r.Context(), hashToken(raw))
+		if errors.Is(err, store.ErrNotFound) {
+			return errf(http.StatusUnauthorized, "operator_token_invalid", "operator token is not valid")
+		} else if err != nil {
+			return err
+		}
+		if tok.Revoked || (!tok.ExpiresAt.IsZero() && !s.cfg.Now().Before(tok.ExpiresAt)) {
+			return errf(http.StatusUnauthorized, "operator_token_invalid", "operator token is revoked or expired")
+		}
+		p := principal{tokenID: tok.ID, name: tok.Name, role: tok.Role}
+		ctx := withPrincipal(r.Context(), p)
+		if !p.role.AtLeast(min) {
+			s.audit(ctx, auditEntry{actor: p.actor(), action: "operator.forbidden", target: r.Pattern,
+				result: "forbidden", cid: correlationID(ctx), detail: "requires=" + string(min)})
+			return roleForbidden(min, p)
+		}
+		return next(w, r.WithContext(ctx))
+	})
+}
+
+func roleForbidden(need api.Role, p principal) *httpError {
+	return errf(http.StatusForbidden, "operator_role_forbidden",
+		"requires role %s; operator token %q has role %s", need, p.name, p.role)
+}

@@ -1,0 +1,247 @@
+package server
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/store/sqlite"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// wantRoles is the reviewed minimum role of every operator route. It must
+// list exactly the routes of operatorRoutes: a route added there without an
+// entry here (or with another role) fails TestOperatorRouteRoles.
+var wantRoles = map[string]api.Role{
+	"GET /api/v1/hosts":                             api.RoleViewer,
+	"POST /api/v1/hosts":                            api.RoleOperator,
+	"GET /api/v1/hosts/{id}":                        api.RoleViewer,
+	"POST /api/v1/hosts/{id}/enable":                api.RoleOperator,
+	"POST /api/v1/hosts/{id}/disable":               api.RoleOperator,
+	"POST /api/v1/hosts/{id}/rotate-token":          api.RoleOperator,
+	"POST /api/v1/hosts/{id}/revoke":                api.RoleAdmin,
+	"GET /api/v1/hosts/{id}/slots":                  api.RoleViewer,
+	"POST /api/v1/hosts/{id}/slots":                 api.RoleOperator,
+	"DELETE /api/v1/hosts/{id}/slots/{slot_id}":     api.RoleOperator,
+	"POST /api/v1/hosts/{id}/drain":                 api.RoleOperator,
+	"POST /api/v1/hosts/{id}/undrain":               api.RoleOperator,
+	"POST /api/v1/placements/check":                 api.RoleOperator,
+	"GET /api/v1/instances":                         api.RoleViewer,
+	"POST /api/v1/instances":                        api.RoleOperator,
+	"GET /api/v1/instances/{id}":                    api.RoleViewer,
+	"POST /api/v1/instances/{id}/stop":              api.RoleOperator,
+	"POST /api/v1/instances/{id}/start":             api.RoleOperator,
+	"DELETE /api/v1/instances/{id}":                 api.RoleOperator,
+	"POST /api/v1/instance-groups/{group}/scale":    api.RoleOperator,
+	"GET /api/v1/allocations":                       api.RoleViewer,
+	"POST /api/v1/allocations":                      api.RoleOperator,
+	"GET /api/v1/allocations/{id}":                  api.RoleViewer,
+	"DELETE /api/v1/allocations/{id}":               api.RoleOperator,
+	"POST /api/v1/allocations/{id}/terminal-token":  api.RoleOperator,
+	"GET /api/v1/allocations/{id}/sessions":         api.RoleViewer,
+	"GET /api/v1/terminal-sessions/{sid}":           api.RoleViewer,
+	"GET /api/v1/terminal-sessions/{sid}/recording": api.RoleOperator,
+	"GET /api/v1/tasks":                             api.RoleViewer,
+	"POST /api/v1/tasks":                            api.RoleOperator,
+	"GET /api/v1/tasks/{id}":                        api.RoleViewer,
+	"POST /api/v1/tasks/{id}/cancel":                api.RoleOperator,
+	"GET /api/v1/task-types":                        api.RoleViewer,
+	"GET /api/v1/tokens":                            api.RoleAdmin,
+	"POST /api/v1/tokens":                           api.RoleAdmin,
+	"POST /api/v1/tokens/{id}/revoke":               api.RoleAdmin,
+	"GET /api/v1/audit":                             api.RoleViewer,
+	"POST /api/v1/signing-keys/rotate":              api.RoleAdmin,
+	"GET /api/v1/ca":                                api.RoleViewer,
+}
+
+// wantPublic are the only routes served without an operator token.
+var wantPublic = []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /api/v1/terminal", "GET /ui/", "GET /{$}"}
+
+// clock is a settable test clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *clock) advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+// roleEnv is a server on SQLite with one operator token per role.
+type roleEnv struct {
+	s      *Server
+	st     store.Store
+	h      http.Handler
+	clock  *clock
+	tokens map[api.Role]api.OperatorToken
+}
+
+func newRoleEnv(t *testing.T) *roleEnv {
+	t.Helper()
+	ctx := t.Context()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "d.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	c := &clock{now: time.Now().UTC().Truncate(time.Millisecond)}
+	s, err := New(ctx, Config{Now: c.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), InsecurePlaintextKeys: true}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &roleEnv{s: s, st: st, h: s.OperatorHandler(), clock: c, tokens: map[api.Role]api.OperatorToken{}}
+	for _, r := range api.Roles {
+		tok, err := s.CreateOperatorToken(ctx, OperatorTokenSpec{Name: "tok-" + string(r), Role: r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.tokens[r] = tok
+	}
+	return e
+}
+
+// do sends a request with bearer (none if empty) and decodes an error body.
+func (e *roleEnv) do(t *testing.T, method, path, bearer, body string) (int, api.ErrorDetail, []byte) {
+	t.Helper()
+	r := httptest.NewRequestWithContext(t.Context(), method, path, strings.NewReader(body))
+	if bearer != "" {
+		r.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	w := httptest.NewRecorder()
+	e.h.ServeHTTP(w, r)
+	var eb api.ErrorBody
+	if w.Code >= 400 {
+		_ = json.Unmarshal(w.Body.Bytes(), &eb)
+	}
+	return w.Code, eb.Error, w.Body.Bytes()
+}
+
+var pathParam = regexp.MustCompile(`\{[a-z_]+\}`)
+
+// TestOperatorRouteRoles walks every operator route: without a token it is
+// 401; every role below the route's gets 403 operator_role_forbidden
+// naming the required role; the required role and those above it are not
+// refused (the handler runs, and answers 2xx/4xx on its own terms).
+func TestOperatorRouteRoles(t *testing.T) {
+	e := newRoleEnv(t)
+	routes := e.s.operatorRoutes()
+	got := map[string]api.Role{}
+	for _, rt := range routes {
+		if _, dup := got[rt.key()]; dup {
+			t.Errorf("route %s registered twice", rt.key())
+		}
+		got[rt.key()] = rt.role
+	}
+	for k, r := range got {
+		if want, ok := wantRoles[k]; !ok {
+			t.Errorf("route %s (role %s) has no entry in wantRoles", k, r)
+		} else if r != want {
+			t.Errorf("route %s: role %s, want %s", k, r, want)
+		}
+	}
+	for k := range wantRoles {
+		if _, ok := got[k]; !ok {
+			t.Errorf("wantRoles lists %s, which is not registered", k)
+		}
+	}
+	var public []string
+	for _, p := range e.s.publicRoutes() {
+		public = append(public, p.pattern)
+	}
+	if !slices.Equal(public, wantPublic) {
+		t.Errorf("public routes %q, want %q", public, wantPublic)
+	}
+
+	for _, rt := range routes {
+		t.Run(rt.key(), func(t *testing.T) {
+			path := pathParam.ReplaceAllString(rt.pattern, "nope")
+			if st, ed, _ := e.do(t, rt.method, path, "", ""); st != http.StatusUnauthorized || ed.Code != "operator_token_required" {
+				t.Fatalf("no token: %d %s", st, ed.Code)
+			}
+			for _, role := range api.Roles {
+				st, ed, body := e.do(t, rt.method, path, e.tokens[role].Token, "")
+				forbidden := st == http.StatusForbidden || ed.Code == "operator_role_forbidden"
+				if role.AtLeast(rt.role) {
+					if forbidden {
+						t.Errorf("role %s refused: %d %s", role, st, body)
+					}
+					continue
+				}
+				if st != http.StatusForbidden || ed.Code != "operator_role_forbidden" ||
+					!strings.Contains(ed.Message, "requires role "+string(rt.role)) {
+					t.Errorf("role %s: %d %s, want 403 operator_role_forbidden naming %s", role, st, body, rt.role)
+				}
+			}
+		})
+	}
+}
+
+// TestOperatorRouteWithoutRolePanics: registration refuses a route whose
+// role is missing or unknown, and operatorAuth admits no one to one.
+func TestOperatorRouteWithoutRolePanics(t *testing.T) {
+	e := newRoleEnv(t)
+	for _, bad := range []api.Role{"", "root"} {
+		h := e.s.operatorAuth(bad, func(w http.ResponseWriter, _ *http.Request) error {
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		})
+		r := httptest.NewRequest(http.MethodGet, "/x", nil)
+		r.Header.Set("Authorization", "Bearer "+e.tokens[api.RoleAdmin].Token)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusForbidden {
+			t.Errorf("role %q: admin got %d, want 403", bad, w.Code)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("OperatorHandler accepted a route without a role")
+		}
+	}()
+	mux := http.NewServeMux()
+	for _, rt := range append(e.s.operatorRoutes(), operatorRoute{method: "GET", pattern: "/api/v1/new"}) {
+		registerOperatorRoute(mux, e.s, rt)
+	}
+}
+
+// TestTokenAuth: revoked and expired tokens are refused whatever their role.
+func TestTokenAuth(t *testing.T) {
+	e := newRoleEnv(t)
+	ctx := t.Context()
+	short, err := e.s.CreateOperatorToken(ctx, OperatorTokenSpec{Name: "short", Role: api.RoleAdmin, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.RevokeOperatorToken(ctx, e.tokens[api.RoleAdmin].ID); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		advance time.Duration
+		bearer  string
+		status  int
+		code    string
+	}{
+		{"revoked admin", 0, e.tokens[api.RoleAdmin].Token, http.StatusUnauthorized, "operator_token_invalid"},
+		{"unknown token", 0, "drv_op_nope", http.StatusUnauthorized, "operator_token_invalid"},
+		{"ttl token before expiry", 0, short.Token, http.StatusOK, ""},
+		{"ttl token after expiry", time.Hour, short.Token, http.StatusUnauthorized, "operator_token_invalid"},
+		{"viewer unaffected", 0, e.tokens[api.RoleViewer].Token, http.StatusOK, ""},
+	}
+	for _, tt := range tests {
+		e.clock.advance(tt.advance)
+		if st, ed, body := e.do(t, http.MethodGet, "/api/v1/hosts", tt.bearer, ""); st != tt.status || ed.Code != tt.code {
+			t.Errorf("%s: %d %s, want %d %s", tt.name, st, body, tt.status, tt.code)
+		}
+	}
+}

@@ -1,0 +1,188 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// taskView converts a task to its API form.
+func taskView(t store.Task) api.Task {
+	v := api.Task{ID: t.ID, NodeID: t.NodeID, Type: t.Type, Params: t.Params, State: t.State,
+		CorrelationID: t.CorrelationID, Attempts: t.Attempts, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt,
+		CreatedBy: t.CreatedBy}
+	if !t.DispatchedAt.IsZero() {
+		d := t.DispatchedAt
+		v.DispatchedAt = &d
+	}
+	if !t.FinishedAt.IsZero() {
+		f := t.FinishedAt
+		v.FinishedAt = &f
+	}
+	if len(t.Result) > 0 {
+		var res api.TaskResult
+		if json.Unmarshal(t.Result, &res) == nil {
+			v.Result = &res
+		}
+	}
+	return v
+}
+
+// enqueueTask validates and queues a task for one node.
+func (s *Server) enqueueTask(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	var req api.EnqueueTaskRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	now := s.cfg.Now().UTC()
+	var fields []api.FieldError
+	if req.NodeID == "" {
+		fields = append(fields, api.FieldError{Field: "node_id", Message: "required"})
+	} else if _, err := s.store.GetHost(ctx, req.NodeID); errors.Is(err, store.ErrNotFound) {
+		fields = append(fields, api.FieldError{Field: "node_id", Message: "no host " + strconv.Quote(req.NodeID)})
+	} else if err != nil {
+		return err
+	}
+	if len(req.Params) == 0 || string(req.Params) == "null" {
+		req.Params = json.RawMessage("{}")
+	}
+	if spec, ok := s.cfg.Registry.Lookup(req.Type); ok && spec.Internal {
+		fields = append(fields, api.FieldError{Field: "type",
+			Message: fmt.Sprintf("task type %q is created by the control plane itself (the terminal gateway), not by operators", req.Type)})
+	} else if fe := s.cfg.Registry.Validate(req.Type, req.Params); len(fe) > 0 {
+		fields = append(fields, fe...)
+	} else if len(fields) == 0 { // the host exists: slice tasks may name only its approved slots
+		fe, err := s.sliceSlotFields(ctx, req.NodeID, req.Type, req.Params)
+		if err != nil {
+			return err
+		}
+		fields = append(fields, fe...)
+	}
+	expires := now.Add(defaultTaskTTL)
+	switch {
+	case req.TTL != 0 && req.ExpiresAt != nil:
+		fields = append(fields, api.FieldError{Field: "ttl", Message: "set ttl or expires_at, not both"})
+	case req.TTL != 0:
+		if d := time.Duration(req.TTL); d < time.Second || d > maxTaskTTL {
+			fields = append(fields, api.FieldError{Field: "ttl", Message: "must be between 1s and 24h"})
+		} else {
+			expires = now.Add(d)
+		}
+	case req.ExpiresAt != nil:
+		if !req.ExpiresAt.After(now) || req.ExpiresAt.Sub(now) > maxTaskTTL {
+			fields = append(fields, api.FieldError{Field: "expires_at", Message: "must be in the future and within 24h"})
+		} else {
+			expires = req.ExpiresAt.UTC()
+		}
+	}
+	if len(fields) > 0 {
+		return invalid(fields)
+	}
+	cid := req.CorrelationID
+	if cid == "" {
+		cid = correlationID(ctx)
+	} else if !correlationRE.MatchString(cid) {
+		return invalid([]api.FieldError{{Field: "correlation_id", Message: "1-128 characters of [A-Za-z0-9._:-]"}})
+	}
+	var compact json.RawMessage
+	if b, err := compactJSON(req.Params); err == nil {
+		compact = b
+	}
+	t := store.Task{ID: newID("tsk_"), NodeID: req.NodeID, Type: req.Type, Params: compact,
+		State: api.TaskQueued, CorrelationID: cid, CreatedBy: actor(ctx), CreatedAt: now, ExpiresAt: expires}
+	if err := s.store.EnqueueTask(ctx, t); err != nil {
+		return err
+	}
+	s.waiters.wake(t.NodeID) // same replica: do not wait for the event round trip
+	s.metrics.tasksEnqueued.Inc()
+	s.audit(ctx, auditEntry{actor: actor(ctx), action: "task.enqueue", target: t.ID, result: "queued", cid: cid,
+		detail: "node=" + t.NodeID + " type=" + t.Type})
+	writeJSON(w, http.StatusCreated, taskView(t))
+	return nil
+}
+
+func compactJSON(b json.RawMessage) (json.RawMessage, error) {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	limit, _ := strconv.Atoi(q.Get("limit"))
+	tasks, err := s.store.ListTasks(r.Context(), store.TaskFilter{NodeID: q.Get("node_id"),
+		State: api.TaskState(q.Get("state")), Limit: limit})
+	if err != nil {
+		return err
+	}
+	out := make([]api.Task, 0, len(tasks))
+	for _, t := range tasks {
+		out = append(out, taskView(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// showTask returns a task with its events. With ?wait=DURATION it waits
+// (up to 60s) for the task to finish; this is an operator convenience and
+// re-reads the task every 200ms, unlike the node long-poll.
+func (s *Server) showTask(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	var wait time.Duration
+	if v := r.URL.Query().Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return invalid([]api.FieldError{{Field: "wait", Message: "must be a duration such as 30s"}})
+		}
+		wait = min(d, time.Minute)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		t, err := s.store.GetTask(ctx, id)
+		if err != nil {
+			return storeErr(err, "task", id)
+		}
+		if t.State.Terminal() || !time.Now().Before(deadline) {
+			v := taskView(t)
+			evs, err := s.store.ListTaskEvents(ctx, id)
+			if err != nil {
+				return err
+			}
+			for _, e := range evs {
+				var te api.TaskEvent
+				if json.Unmarshal(e.Event, &te) == nil {
+					v.Events = append(v.Events, te)
+				}
+			}
+			writeJSON(w, http.StatusOK, v)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	t, err := s.store.CancelTask(ctx, id, s.cfg.Now().UTC())
+	if err != nil {
+		return storeErr(err, "task", id)
+	}
+	s.audit(ctx, auditEntry{actor: actor(ctx), action: "task.cancel", target: id, result: "canceled", cid: t.CorrelationID})
+	writeJSON(w, http.StatusOK, taskView(t))
+	return nil
+}

@@ -1,0 +1,170 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// maxTokenName bounds an operator token's name (it is shown in audit records).
+const maxTokenName = 128
+
+// OperatorTokenSpec is an operator token to mint.
+type OperatorTokenSpec struct {
+	Name string   // unique among operator tokens
+	Role api.Role // required
+	// At most one of TTL and ExpiresAt; neither: the token does not expire.
+	TTL       time.Duration
+	ExpiresAt time.Time
+}
+
+// validate returns the spec's field errors at now.
+func (sp OperatorTokenSpec) validate(now time.Time) []api.FieldError {
+	var fe []api.FieldError
+	switch {
+	case sp.Name == "":
+		fe = append(fe, api.FieldError{Field: "name", Message: "required"})
+	case len(sp.Name) > maxTokenName:
+		fe = append(fe, api.FieldError{Field: "name", Message: fmt.Sprintf("at most %d bytes", maxTokenName)})
+	case strings.IndexFunc(sp.Name, unicode.IsControl) >= 0:
+		fe = append(fe, api.FieldError{Field: "name", Message: "no control characters"})
+	}
+	if !sp.Role.Valid() {
+		fe = append(fe, api.FieldError{Field: "role", Message: fmt.Sprintf("%q is not a role: one of %s",
+			sp.Role, joinRoles())})
+	}
+	switch {
+	case sp.TTL < 0:
+		fe = append(fe, api.FieldError{Field: "ttl", Message: "must not be negative"})
+	case sp.TTL > 0 && !sp.ExpiresAt.IsZero():
+		fe = append(fe, api.FieldError{Field: "expires_at", Message: "give ttl or expires_at, not both"})
+	case !sp.ExpiresAt.IsZero() && !sp.ExpiresAt.After(now):
+		fe = append(fe, api.FieldError{Field: "expires_at", Message: "must be in the future"})
+	}
+	return fe
+}
+
+func joinRoles() string {
+	names := make([]string, len(api.Roles))
+	for i, r := range api.Roles {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
+}
+
+// CreateOperatorToken mints an operator token; the token is returned once.
+// It serves POST /api/v1/tokens, `drover dev` and `drover token create
+// --store`.
+//
+// The minting rule: when ctx carries an authenticated operator token (an
+// API call), the new token's role may not be above that token's role (403
+// operator_role_forbidden; the route itself is admin-only). Without one
+// (offline bootstrap, `drover dev`) any role may be minted: whoever can
+// write the store already holds every power.
+//
+// Errors: 422 invalid_payload naming the field, 403 as above, and a
+// wrapped store.ErrConflict when the name is taken.
+func (s *Server) CreateOperatorToken(ctx context.Context, spec OperatorTokenSpec) (api.OperatorToken, error) {
+	now := s.cfg.Now().UTC()
+	if fe := spec.validate(now); len(fe) > 0 {
+		return api.OperatorToken{}, invalid(fe)
+	}
+	if p, ok := principalFrom(ctx); ok && !p.role.AtLeast(spec.Role) {
+		s.audit(ctx, auditEntry{actor: p.actor(), action: "token.create", result: "forbidden",
+			cid: correlationID(ctx), detail: "name=" + spec.Name + " role=" + string(spec.Role)})
+		return api.OperatorToken{}, roleForbidden(spec.Role, p)
+	}
+	raw := newToken("drv_op_")
+	t := store.OperatorToken{ID: newID("tok_"), Name: spec.Name, Role: spec.Role, TokenHash: hashToken(raw),
+		CreatedAt: now, ExpiresAt: spec.ExpiresAt.UTC()}
+	if spec.TTL > 0 {
+		t.ExpiresAt = now.Add(spec.TTL)
+	}
+	if err := s.store.CreateOperatorToken(ctx, t); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return api.OperatorToken{}, fmt.Errorf("operator token name %q is taken: %w", spec.Name, err)
+		}
+		return api.OperatorToken{}, err
+	}
+	detail := "name=" + t.Name + " role=" + string(t.Role)
+	if !t.ExpiresAt.IsZero() {
+		detail += " expires_at=" + t.ExpiresAt.Format(time.RFC3339)
+	}
+	s.audit(ctx, auditEntry{actor: orSystem(actor(ctx)), action: "token.create", target: t.ID, result: "ok",
+		cid: correlationID(ctx), detail: detail})
+	v := tokenView(t)
+	v.Token = raw
+	return v, nil
+}
+
+func orSystem(a string) string {
+	if a == "" {
+		return "system"
+	}
+	return a
+}
+
+func tokenView(t store.OperatorToken) api.OperatorToken {
+	v := api.OperatorToken{ID: t.ID, Name: t.Name, Role: t.Role, CreatedAt: t.CreatedAt, Revoked: t.Revoked}
+	if !t.ExpiresAt.IsZero() {
+		e := t.ExpiresAt
+		v.ExpiresAt = &e
+	}
+	return v
+}
+
+// createToken is POST /api/v1/tokens; the role defaults to operator.
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
+	var req api.CreateOperatorTokenRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return err
+	}
+	spec := OperatorTokenSpec{Name: req.Name, Role: req.Role, TTL: time.Duration(req.TTL)}
+	if spec.Role == "" {
+		spec.Role = api.RoleOperator
+	}
+	if req.ExpiresAt != nil {
+		spec.ExpiresAt = *req.ExpiresAt
+	}
+	v, err := s.CreateOperatorToken(r.Context(), spec)
+	if errors.Is(err, store.ErrConflict) {
+		return &httpError{status: http.StatusConflict, code: "token_name_taken",
+			msg:    fmt.Sprintf("an operator token named %q exists", req.Name),
+			fields: []api.FieldError{{Field: "name", Message: "already in use"}}}
+	} else if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, v)
+	return nil
+}
+
+func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) error {
+	toks, err := s.store.ListOperatorTokens(r.Context())
+	if err != nil {
+		return err
+	}
+	out := make([]api.OperatorToken, 0, len(toks))
+	for _, t := range toks {
+		out = append(out, tokenView(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := s.store.RevokeOperatorToken(r.Context(), id); err != nil {
+		return storeErr(err, "token", id)
+	}
+	s.audit(r.Context(), auditEntry{actor: actor(r.Context()), action: "token.revoke", target: id, result: "ok",
+		cid: correlationID(r.Context())})
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,181 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// errTokenRefused is the one answer to a known host's registration whose
+// bootstrap token is not proven: a wrong token, a used or rotated-out one,
+// none outstanding, or none at all look alike, so the answer tells nothing
+// about the host (enrolled or not, disabled, revoked). Its message names no
+// host id.
+func errTokenRefused() *httpError {
+	return errf(http.StatusUnauthorized, "bootstrap_token_invalid",
+		"bootstrap token refused: it is wrong, expired or already used; an operator issues a new one with `drover hosts rotate-token`")
+}
+
+// register enrols a host with its bootstrap token and signs its CSR.
+//
+// Only a valid bootstrap token (or, with AllowUnknownHostRegistration, the
+// creation of a host record that did not exist) enrols. An anonymous
+// failure never changes the host: it is counted, audited with its source
+// address and rate limited per source and per host id.
+func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if ok, after := s.limiter.allow(r); !ok {
+		s.metrics.registrations.WithLabelValues("rate_limited").Inc()
+		return &httpError{status: http.StatusTooManyRequests, code: "rate_limited",
+			msg: "too many registration attempts; retry later", retryAfter: after}
+	}
+	req, fields, err := api.DecodeRegister(io.LimitReader(r.Body, maxBody))
+	if err != nil {
+		s.metrics.registrations.WithLabelValues("invalid").Inc()
+		return errf(http.StatusUnprocessableEntity, "invalid_json", "register payload: %v", err)
+	}
+	if len(fields) > 0 {
+		s.metrics.registrations.WithLabelValues("invalid").Inc()
+		return invalid(fields)
+	}
+	failKeys := []string{"source:" + limitKey(r.RemoteAddr), "host:" + req.HostID}
+	if blocked, after := s.authFails.blocked(failKeys...); blocked {
+		s.metrics.registrations.WithLabelValues("rate_limited").Inc()
+		return &httpError{status: http.StatusTooManyRequests, code: "rate_limited",
+			msg: "too many failed registration attempts; retry later", retryAfter: after}
+	}
+	now := s.cfg.Now().UTC()
+	src := sourceAddr(r)
+	if _, err := s.store.GetHost(ctx, req.HostID); errors.Is(err, store.ErrNotFound) {
+		if !s.cfg.AllowUnknownHostRegistration {
+			s.registerFailed(ctx, req.HostID, src, failKeys, "unknown_host")
+			return errf(http.StatusNotFound, "unknown_host", "host %q has no host record; create it with `drover hosts create`", req.HostID)
+		}
+		ident, created, err := s.registerUnknown(ctx, req, src, now)
+		if err != nil {
+			return err
+		}
+		if created {
+			writeJSON(w, http.StatusOK, ident)
+			return nil
+		}
+		// Created by someone else meanwhile: a known host, token required.
+	} else if err != nil {
+		return err
+	}
+
+	var ident api.Identity
+	presented := hashToken(req.BootstrapToken)
+	h, err := s.store.UpdateHost(ctx, req.HostID, func(h *store.Host) error {
+		// Only after the token is proven may the answer say anything about
+		// the host: its token's expiry, revocation, disablement.
+		if h.TokenHash == "" || h.TokenUsed || subtle.ConstantTimeCompare([]byte(presented), []byte(h.TokenHash)) != 1 {
+			return errTokenRefused()
+		}
+		if !now.Before(h.TokenExpiresAt) {
+			return errf(http.StatusUnauthorized, "bootstrap_token_expired", "bootstrap token expired at %s; rotate it", h.TokenExpiresAt.Format(time.RFC3339))
+		}
+		if h.Revoked {
+			return errf(http.StatusForbidden, "host_revoked", "host %q is revoked", h.ID)
+		}
+		if !h.Enabled {
+			return errf(http.StatusForbidden, "host_disabled", "host %q is disabled; enable it with `drover hosts enable %s`", h.ID, h.ID)
+		}
+		if h.OSFamily != req.Capabilities.OSFamily {
+			return invalid([]api.FieldError{{Field: "capabilities.os_family",
+				Message: fmt.Sprintf("os_family %q does not match the host record (%q)", req.Capabilities.OSFamily, h.OSFamily)}})
+		}
+		certPEM, serial, notAfter, err := s.ca.SignNodeCSR([]byte(req.CSRPEM), h.ID, s.cfg.CertTTL, now)
+		if err != nil {
+			return invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
+		}
+		h.TokenHash, h.TokenUsed = "", true
+		h.CertSerial, h.CertNotAfter, h.EnrolledAt = serial, notAfter, now
+		setReported(h, req.Capabilities)
+		ident = s.identity(h.ID, certPEM, notAfter)
+		return nil
+	})
+	if err != nil {
+		var he *httpError
+		if errors.As(err, &he) && he.status == http.StatusUnauthorized {
+			s.registerFailed(ctx, req.HostID, src, failKeys, he.code)
+			return err
+		}
+		result := "error"
+		if he != nil {
+			result = he.code
+		}
+		s.metrics.registrations.WithLabelValues(result).Inc()
+		s.audit(ctx, auditEntry{actor: "node:" + req.HostID, action: "host.register", target: req.HostID,
+			result: result, cid: correlationID(ctx), detail: "source=" + src})
+		return err
+	}
+	s.hosts.put(h)
+	s.metrics.registrations.WithLabelValues("ok").Inc()
+	s.audit(ctx, auditEntry{actor: "node:" + h.ID, action: "host.register", target: h.ID, result: "ok",
+		cid: correlationID(ctx), detail: "cert_serial=" + h.CertSerial + " source=" + src})
+	s.logger(ctx).Info("host enrolled", "host_id", h.ID, "cert_not_after", h.CertNotAfter, "source", src)
+	writeJSON(w, http.StatusOK, ident)
+	return nil
+}
+
+// registerUnknown enrols a host id that has no record, without a token
+// (AllowUnknownHostRegistration): the CSR is signed first and the record is
+// inserted already enrolled, so the insert is what decides. created is
+// false when the id got a record meanwhile; the caller then requires a
+// token like for any known host.
+func (s *Server) registerUnknown(ctx context.Context, req api.RegisterRequest, src string, now time.Time) (api.Identity, bool, error) {
+	certPEM, serial, notAfter, err := s.ca.SignNodeCSR([]byte(req.CSRPEM), req.HostID, s.cfg.CertTTL, now)
+	if err != nil {
+		s.metrics.registrations.WithLabelValues("invalid_payload").Inc()
+		return api.Identity{}, false, invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
+	}
+	h := store.Host{ID: req.HostID, OSFamily: req.Capabilities.OSFamily, Enabled: true, Status: api.HostUnknown,
+		TokenUsed: true, CertSerial: serial, CertNotAfter: notAfter, EnrolledAt: now, CreatedAt: now, UpdatedAt: now}
+	setReported(&h, req.Capabilities)
+	if err := s.store.CreateHost(ctx, h); errors.Is(err, store.ErrConflict) {
+		return api.Identity{}, false, nil
+	} else if err != nil {
+		return api.Identity{}, false, err
+	}
+	s.hosts.put(h)
+	s.metrics.registrations.WithLabelValues("unknown_host_registration").Inc()
+	s.audit(ctx, auditEntry{actor: "node:" + h.ID, action: "host.create", target: h.ID,
+		result: "unknown_host_registration", cid: correlationID(ctx), detail: "source=" + src})
+	s.audit(ctx, auditEntry{actor: "node:" + h.ID, action: "host.register", target: h.ID, result: "ok",
+		cid: correlationID(ctx), detail: "cert_serial=" + serial + " source=" + src + " unknown_host_registration"})
+	s.logger(ctx).Warn("unknown host enrolled without a bootstrap token", "host_id", h.ID, "source", src)
+	return s.identity(h.ID, certPEM, notAfter), true, nil
+}
+
+// setReported copies what the agent reports at enrolment onto the record.
+func setReported(h *store.Host, caps api.Capabilities) {
+	h.Capabilities, _ = json.Marshal(caps)
+	h.Hostname, h.SelectedAccel, h.AgentVersion = caps.Hostname, caps.SelectedAccel, caps.AgentVersion
+}
+
+// registerFailed counts, rate limits and audits an anonymous registration
+// failure. It never touches the host record: whoever sent it proved nothing.
+func (s *Server) registerFailed(ctx context.Context, hostID, src string, failKeys []string, code string) {
+	s.authFails.fail(failKeys...)
+	s.metrics.registrations.WithLabelValues(code).Inc()
+	s.audit(ctx, auditEntry{actor: "anonymous", action: "host.register", target: hostID, result: code,
+		cid: correlationID(ctx), detail: "source=" + src})
+}
+
+// sourceAddr is the client's IP address (the connection's peer).
+func sourceAddr(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
+}

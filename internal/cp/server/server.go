@@ -1,0 +1,456 @@
+// Package server is the Drover control plane: the operator API (bearer
+// tokens, loopback by default), the node-facing API (mTLS, every route bound
+// to the caller's certificate), host liveness, long-poll waiters, the task
+// lease reaper, audit and metrics. It owns no persistence of its own: all
+// state is in the store.Store it is given, so several replicas can share one
+// PostgreSQL database. It must not execute anything on behalf of nodes.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
+
+	"github.com/drover-dev/drover/internal/cp/kek"
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pki"
+	"github.com/drover-dev/drover/internal/wire/task"
+)
+
+// Config configures a control-plane replica. Zero values take the defaults
+// documented on each field.
+type Config struct {
+	// OperatorAddr is the operator API and UI listener (default 127.0.0.1:8080).
+	OperatorAddr string
+	// NodeAddr is the node-facing mTLS listener (default :8443).
+	NodeAddr string
+	// NodeURL is the URL agents use to reach NodeAddr, printed with bootstrap
+	// tokens (default https://127.0.0.1:<port of NodeAddr>).
+	NodeURL string
+	// TLSHosts are extra DNS names or IPs for the node listener's certificate.
+	TLSHosts []string
+	// AllowUnknownHostRegistration lets an agent with an unknown host_id
+	// enrol without a bootstrap token (dev only). It only ever creates a
+	// host: a host id that has a record needs a valid bootstrap token.
+	AllowUnknownHostRegistration bool
+	// KEK encrypts the CA key and the task-signing keys at rest; New
+	// encrypts plaintext ones in place and re-seals ones sealed with a
+	// previous KEK of the ring. Nil refuses to start (ErrNoKEK) unless
+	// InsecurePlaintextKeys.
+	KEK *kek.Ring
+	// InsecurePlaintextKeys lets a replica without a KEK keep private keys
+	// in plaintext. Ignored when KEK is set.
+	InsecurePlaintextKeys bool
+	// CertTTL is the lifetime of node client certificates (default 24h).
+	CertTTL time.Duration
+	// HeartbeatInterval is the interval agents are told to use (default 5s).
+	// A host is stale after three missed intervals.
+	HeartbeatInterval time.Duration
+	// MaxWait caps a long-poll (default 30s).
+	MaxWait time.Duration
+	// ReadHeaderTimeout bounds reading a request's headers, and the TLS
+	// handshake, on both listeners (default 10s).
+	ReadHeaderTimeout time.Duration
+	// BodyReadTimeout, added to ReadHeaderTimeout, bounds reading a whole
+	// request (default 30s). Requests without a body (long-polls, WebSocket
+	// upgrades) have no read deadline once their headers are in.
+	BodyReadTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long (default 2m).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers (default 64 KiB).
+	MaxHeaderBytes int
+	// NodeLongPollLimit is how many long-polls of one route (tasks/wait,
+	// instances?wait=) a node may hold open on this replica (default 4);
+	// beyond it: 429 node_long_poll_limit.
+	NodeLongPollLimit int
+	// VCPUAllocationRatio is how many instance vCPUs placement allows per
+	// host CPU left after the reservation (default 4, OpenStack's initial
+	// cpu_allocation_ratio). Memory, disk and GPUs are never overcommitted.
+	VCPUAllocationRatio float64
+	// BootstrapTokenTTL is the default bootstrap token lifetime (default 24h).
+	BootstrapTokenTTL time.Duration
+	// RegisterRate and RegisterBurst limit enrolment attempts per client IP
+	// (default 5/s, burst 10).
+	RegisterRate  rate.Limit
+	RegisterBurst int
+	// AuthFailRate and AuthFailBurst limit failed enrolments (unknown host,
+	// wrong token) per client address and, separately, per host id (default
+	// one per 30s, burst 10); past them registration answers 429.
+	AuthFailRate  rate.Limit
+	AuthFailBurst int
+	// Terminal configures the browser terminal gateway.
+	Terminal TerminalConfig
+	// Registry lists the task types this control plane accepts (default
+	// task.Builtin()).
+	Registry *task.Registry
+	// Logger receives structured logs (default slog.Default()).
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// TerminalConfig configures the terminal gateway. Zero values take the
+// defaults documented on each field.
+type TerminalConfig struct {
+	// AllowedOrigins are browser origins besides the gateway's own that may
+	// open terminals, e.g. "https://console.example.com".
+	AllowedOrigins []string
+	// TokenTTL is a terminal token's lifetime (default and maximum 60s).
+	TokenTTL time.Duration
+	// DispatchTimeout bounds the wait for a node to pick up terminal.open
+	// (default 10s): node_offline or dispatch_timeout.
+	DispatchTimeout time.Duration
+	// NodeStreamTimeout bounds the wait for the node's stream once it picked
+	// up terminal.open (default 15s): node_stream_timeout.
+	NodeStreamTimeout time.Duration
+	// PTYTimeout bounds the wait for the node's ready frame once its stream
+	// connected (default 15s): terminal_pty_failed.
+	PTYTimeout time.Duration
+	// IdleTimeout ends a session without user input (default 30m).
+	IdleTimeout time.Duration
+	// MaxLifetime ends any session (default 12h).
+	MaxLifetime time.Duration
+	// KeepAlive is the WebSocket ping interval on both legs (default 15s).
+	KeepAlive time.Duration
+	// RecordingDir holds asciicast v2 recordings, one per session; ""
+	// disables recording (the server logs a warning).
+	RecordingDir string
+	// RecordInput also records keystrokes (off: they include passwords
+	// typed at prompts that do not echo).
+	RecordInput bool
+	// MaxSessionsPerNode is how many terminal sessions one node may have on
+	// this replica at once (default 16); beyond it: terminal_session_limit.
+	MaxSessionsPerNode int
+	// RecheckInterval is how often live sessions re-read their node,
+	// allocation and minting token, in case a change event was lost
+	// (default 30s). Change events end them at once.
+	RecheckInterval time.Duration
+}
+
+func (t *TerminalConfig) setDefaults() error {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&t.TokenTTL, maxTerminalTokenTTL)
+	def(&t.DispatchTimeout, 10*time.Second)
+	def(&t.NodeStreamTimeout, 15*time.Second)
+	def(&t.PTYTimeout, 15*time.Second)
+	def(&t.IdleTimeout, 30*time.Minute)
+	def(&t.MaxLifetime, 12*time.Hour)
+	def(&t.KeepAlive, 15*time.Second)
+	if t.TokenTTL < 0 || t.TokenTTL > maxTerminalTokenTTL {
+		return fmt.Errorf("terminal token TTL %s: must be at most %s", t.TokenTTL, maxTerminalTokenTTL)
+	}
+	if t.KeepAlive > 20*time.Second {
+		return fmt.Errorf("terminal keepalive %s: must be at most 20s (proxies drop idle WebSockets)", t.KeepAlive)
+	}
+	for _, o := range t.AllowedOrigins {
+		if u, err := url.Parse(o); err != nil || u.Scheme == "" || u.Host == "" || u.Path != "" {
+			return fmt.Errorf("terminal allowed origin %q: must be scheme://host[:port]", o)
+		}
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() error {
+	if err := c.Terminal.setDefaults(); err != nil {
+		return err
+	}
+	if c.OperatorAddr == "" {
+		c.OperatorAddr = "127.0.0.1:8080"
+	}
+	if c.NodeAddr == "" {
+		c.NodeAddr = ":8443"
+	}
+	if c.CertTTL == 0 {
+		c.CertTTL = 24 * time.Hour
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 5 * time.Second
+	}
+	if c.VCPUAllocationRatio == 0 {
+		c.VCPUAllocationRatio = 4
+	}
+	if c.VCPUAllocationRatio < 1 {
+		return fmt.Errorf("vCPU allocation ratio %g: must be at least 1", c.VCPUAllocationRatio)
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = 30 * time.Second
+	}
+	if c.BootstrapTokenTTL == 0 {
+		c.BootstrapTokenTTL = 24 * time.Hour
+	}
+	if c.RegisterRate == 0 {
+		c.RegisterRate = 5
+	}
+	if c.RegisterBurst == 0 {
+		c.RegisterBurst = 10
+	}
+	if err := c.setLimitDefaults(); err != nil {
+		return err
+	}
+	if c.AuthFailRate == 0 {
+		c.AuthFailRate = rate.Every(30 * time.Second)
+	}
+	if c.AuthFailBurst == 0 {
+		c.AuthFailBurst = 10
+	}
+	if c.Registry == nil {
+		r, err := task.NewRegistry(task.Builtin()...)
+		if err != nil {
+			return err
+		}
+		c.Registry = r
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// Server is one control-plane replica.
+type Server struct {
+	cfg     Config
+	store   store.Store
+	log     *slog.Logger
+	ca      *pki.CA
+	keys    *keyring
+	hosts   *hostCache
+	live    *liveness
+	waiters *waiters
+	// instWaiters wakes node long-polls on their desired instance set.
+	instWaiters *waiters
+	// placeMu serialises this replica's instance placements (check, then
+	// insert); across replicas verifyPlacement settles races.
+	placeMu sync.Mutex
+	limiter *ipLimiter
+	// authFails limits failed enrolments per source and per host id.
+	authFails *failLimiter
+	// term holds this replica's live terminal sessions.
+	term *termGateway
+	// polls caps each node's concurrent long-polls per route.
+	polls *longPolls
+	// baseCtx ends when Serve returns; terminal sessions (hijacked
+	// connections) end with it.
+	baseCtx context.Context
+	metrics *metrics
+	reg     *prometheus.Registry
+
+	nodeTLS *tls.Config
+	ready   chan struct{}
+	// heartbeatReply is the constant heartbeat answer, encoded once.
+	heartbeatReply []byte
+}
+
+// New prepares a replica: it loads (or, on first start, creates) the CA and
+// the task-signing keys from the store. It starts nothing.
+func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, store: st, log: cfg.Logger, ready: make(chan struct{})}
+	rest := atRest{ring: cfg.KEK}
+	if cfg.KEK == nil {
+		if !cfg.InsecurePlaintextKeys {
+			return nil, ErrNoKEK
+		}
+		s.log.Warn("private keys are stored in plaintext (--insecure-plaintext-keys): anyone who can read the database can impersonate the control plane")
+	} else if _, err := SealAtRest(ctx, st, cfg.KEK, s.log); err != nil {
+		return nil, err
+	}
+	ca, err := loadOrCreateCA(ctx, st, cfg.Now(), rest)
+	if err != nil {
+		return nil, err
+	}
+	s.ca = ca
+	if s.keys, err = newKeyring(ctx, st, cfg.Now, rest); err != nil {
+		return nil, err
+	}
+	if cfg.NodeURL == "" {
+		_, port, err := net.SplitHostPort(cfg.NodeAddr)
+		if err != nil {
+			return nil, fmt.Errorf("node listen address %q: %w", cfg.NodeAddr, err)
+		}
+		s.cfg.NodeURL = "https://127.0.0.1:" + port
+	}
+	s.heartbeatReply, _ = json.Marshal(api.HeartbeatResponse{HeartbeatInterval: api.Duration(s.cfg.HeartbeatInterval)})
+	s.reg = prometheus.NewRegistry()
+	s.metrics = newMetrics(s.reg)
+	s.hosts = newHostCache(st, cfg.Now)
+	s.waiters = newWaiters()
+	s.instWaiters = newWaiters()
+	s.live = newLiveness(s)
+	s.term = newTermGateway()
+	s.polls = newLongPolls(s.cfg.NodeLongPollLimit, s.reg)
+	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "drover_terminal_live_sessions",
+		Help: "Terminal sessions this replica holds a browser for."}, func() float64 { return float64(s.term.count()) }))
+	if cfg.Terminal.RecordingDir == "" {
+		s.log.Warn("terminal sessions are not recorded: no recording directory configured")
+	}
+	s.limiter = newIPLimiter(cfg.RegisterRate, cfg.RegisterBurst, cfg.Now)
+	s.authFails = newFailLimiter(cfg.AuthFailRate, cfg.AuthFailBurst, cfg.Now)
+	if s.nodeTLS, err = s.nodeTLSConfig(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// CAHash is the pin agents use on first contact ("sha256:<hex>").
+func (s *Server) CAHash() string { return s.ca.Hash() }
+
+// CAPEM is the CA certificate agents trust.
+func (s *Server) CAPEM() []byte { return s.ca.CertPEM() }
+
+// NodeURL is the URL agents use for the node-facing API.
+func (s *Server) NodeURL() string { return s.cfg.NodeURL }
+
+// Ready is closed once both listeners accept connections.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Run serves both listeners and runs the background loops until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	opLn, err := net.Listen("tcp", s.cfg.OperatorAddr)
+	if err != nil {
+		return fmt.Errorf("operator listener %s: %w", s.cfg.OperatorAddr, err)
+	}
+	nodeLn, err := net.Listen("tcp", s.cfg.NodeAddr)
+	if err != nil {
+		opLn.Close()
+		return fmt.Errorf("node listener %s: %w", s.cfg.NodeAddr, err)
+	}
+	return s.Serve(ctx, opLn, nodeLn)
+}
+
+// Serve is Run on listeners the caller opened (tests use port 0).
+func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
+	events, err := s.store.Subscribe(ctx)
+	if err != nil {
+		opLn.Close()
+		nodeLn.Close()
+		return fmt.Errorf("subscribe to store events: %w", err)
+	}
+	opSrv := s.httpServer(s.OperatorHandler())
+	nodeSrv := s.httpServer(s.NodeHandler())
+	nodeSrv.TLSConfig = s.nodeTLS
+
+	g, gctx := errgroup.WithContext(ctx)
+	s.baseCtx = gctx
+	g.Go(func() error { s.dispatchEvents(gctx, events); return nil })
+	g.Go(func() error { s.live.run(gctx); return nil })
+	g.Go(func() error { s.reapLoop(gctx); return nil })
+	g.Go(func() error { s.recheckTerminalsLoop(gctx); return nil })
+	g.Go(func() error { s.keys.refreshLoop(gctx, s.log); return nil })
+	g.Go(func() error { return serveUntil(gctx, opSrv, func() error { return opSrv.Serve(opLn) }) })
+	g.Go(func() error {
+		return serveUntil(gctx, nodeSrv, func() error { return nodeSrv.ServeTLS(nodeLn, "", "") })
+	})
+	close(s.ready)
+	s.log.Info("control plane listening", "operator", opLn.Addr().String(), "node", nodeLn.Addr().String(),
+		"node_url", s.cfg.NodeURL)
+	err = g.Wait()
+	// Flush coalesced heartbeats so a clean stop loses nothing.
+	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.live.flush(flushCtx)
+	return err
+}
+
+func serveUntil(ctx context.Context, srv *http.Server, serve func() error) error {
+	errc := make(chan error, 1)
+	go func() { errc <- serve() }()
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	case <-ctx.Done():
+		shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(shutCtx); err != nil {
+			srv.Close()
+		}
+		return nil
+	}
+}
+
+// dispatchEvents fans store change events out to waiters and caches.
+func (s *Server) dispatchEvents(ctx context.Context, events <-chan store.Event) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			switch ev.Kind {
+			case store.EventTask:
+				s.waiters.wake(ev.ID)
+			case store.EventHost:
+				s.hosts.invalidate(ev.ID)
+				s.waiters.wake(ev.ID)     // a waiting revoked node re-checks and is refused
+				s.instWaiters.wake(ev.ID) // draining is part of the node's instance set
+			case store.EventInstance:
+				s.instWaiters.wake(ev.ID)
+			}
+			s.terminalEvent(ctx, ev) // host, allocation and token changes end terminals
+		}
+	}
+}
+
+// reapLoop requeues tasks whose lease ended and expires overdue ones.
+func (s *Server) reapLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		requeued, expired, err := s.store.ReapTasks(ctx, s.cfg.Now())
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("reap tasks", "err", err)
+			}
+			continue
+		}
+		for _, t := range requeued {
+			s.metrics.tasksRequeued.Inc()
+			s.audit(ctx, auditEntry{actor: "system", action: "task.requeue", target: t.ID,
+				result: "lease_expired", cid: t.CorrelationID, detail: fmt.Sprintf("node=%s attempts=%d", t.NodeID, t.Attempts)})
+		}
+		for _, t := range expired {
+			s.taskFinished(ctx, t)
+			s.metrics.tasksExpired.Inc()
+			s.audit(ctx, auditEntry{actor: "system", action: "task.expire", target: t.ID,
+				result: "expired", cid: t.CorrelationID, detail: "node=" + t.NodeID})
+		}
+	}
+}
+
+// taskFinished runs what follows a task reaching a final state on this
+// replica: the terminal gateway's wait and the allocation state machine.
+func (s *Server) taskFinished(ctx context.Context, t store.Task) {
+	s.term.taskChanged(t.ID)
+	s.allocationTaskDone(ctx, t)
+}

@@ -1,0 +1,228 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
+	"github.com/drover-dev/drover/internal/wire/terminal"
+)
+
+// maxTerminalTokenTTL is the longest a terminal token may live (seed 002:
+// tokens are short-lived; the issue caps them at 60 s).
+const maxTerminalTokenTTL = 60 * time.Second
+
+// mintTerminalToken mints a single-use terminal token for an active
+// allocation and creates its session in state token_ready.
+func (s *Server) mintTerminalToken(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	refuse := func(he *httpError) error {
+		s.metrics.terminalMints.WithLabelValues(he.code).Inc()
+		s.audit(ctx, auditEntry{actor: actor(ctx), action: "terminal.token_mint", target: id, result: he.code,
+			cid: correlationID(ctx), detail: "terminal_token_mint_failed: " + he.msg})
+		return he
+	}
+	var req api.TerminalTokenRequest
+	if r.ContentLength != 0 {
+		if err := decodeJSON(r, &req); err != nil {
+			var he *httpError
+			if errors.As(err, &he) {
+				return refuse(he)
+			}
+			return err
+		}
+	}
+	size, fields := terminalSize(req)
+	if len(fields) > 0 {
+		return refuse(invalid(fields))
+	}
+	a, err := s.store.GetAllocation(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return refuse(errf(http.StatusNotFound, "allocation_not_found", "allocation %q not found", id))
+	} else if err != nil {
+		return err
+	}
+	if a.State != api.AllocationActive {
+		return refuse(errf(http.StatusConflict, "allocation_not_active",
+			"allocation %q is %s; a terminal needs an active allocation", a.ID, a.State))
+	}
+	mode, nodeID := task.TerminalModePTY, a.HostID
+	if a.InstanceID != "" {
+		mode = task.TerminalModeSerial
+		in, err := s.store.GetInstance(ctx, a.InstanceID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if err != nil || in.DesiredState == api.DesiredDeleted {
+			return refuse(errf(http.StatusConflict, "allocation_not_bound",
+				"allocation %q is bound to instance %q, which no longer exists", a.ID, a.InstanceID))
+		}
+		nodeID = in.HostID
+	}
+	if nodeID == "" {
+		return refuse(errf(http.StatusConflict, "allocation_not_bound", "allocation %q is not bound to a node", a.ID))
+	}
+	if limit := s.cfg.Terminal.MaxSessionsPerNode; s.term.nodeCount(nodeID) >= limit {
+		s.metrics.limitRefusals.WithLabelValues(codeTerminalLimit).Inc()
+		return refuse(&httpError{status: http.StatusTooManyRequests, code: codeTerminalLimit, retryAfter: terminalRetryAfter,
+			msg: fmt.Sprintf("node %q already has %d open terminal sessions on this gateway; close one or retry later", nodeID, limit)})
+	}
+	now := s.cfg.Now().UTC()
+	raw := newToken("drv_term_")
+	first, _ := json.Marshal([]api.TerminalStateEvent{{State: string(terminal.StateTokenReady), At: now}})
+	sess := store.TerminalSession{ID: newID("ts_"), AllocationID: a.ID, NodeID: nodeID, Username: a.Username,
+		Mode: mode, InstanceID: a.InstanceID, TokenHash: hashToken(raw),
+		TokenExpiresAt: now.Add(s.cfg.Terminal.TokenTTL), State: string(terminal.StateTokenReady), States: first,
+		CorrelationID: correlationID(ctx), Cols: int(size.Cols), Rows: int(size.Rows), CreatedBy: actor(ctx),
+		CreatedAt: now}
+	if p, ok := principalFrom(ctx); ok {
+		sess.MintedByTokenID = p.tokenID
+	}
+	if err := s.store.CreateTerminalSession(ctx, sess); err != nil {
+		return err
+	}
+	s.metrics.terminalMints.WithLabelValues("ok").Inc()
+	s.audit(ctx, auditEntry{actor: actor(ctx), action: "terminal.token_mint", target: sess.ID, result: "ok",
+		cid: sess.CorrelationID, detail: fmt.Sprintf("allocation=%s node=%s mode=%s", a.ID, nodeID, mode)})
+	writeJSON(w, http.StatusCreated, api.TerminalToken{Token: raw, SessionID: sess.ID, AllocationID: a.ID,
+		NodeID: nodeID, ExpiresAt: sess.TokenExpiresAt,
+		URL:         "/api/v1/terminal?allocation_id=" + url.QueryEscape(a.ID),
+		Subprotocol: terminal.Subprotocol})
+	return nil
+}
+
+// terminalSize validates the requested initial size (default 80x24).
+func terminalSize(req api.TerminalTokenRequest) (terminal.Size, []api.FieldError) {
+	if req.Cols == 0 && req.Rows == 0 {
+		return terminal.Size{Cols: 80, Rows: 24}, nil
+	}
+	var fe []api.FieldError
+	if req.Cols < 1 || req.Cols > terminal.MaxCols {
+		fe = append(fe, api.FieldError{Field: "cols", Message: fmt.Sprintf("must be 1-%d", terminal.MaxCols)})
+	}
+	if req.Rows < 1 || req.Rows > terminal.MaxRows {
+		fe = append(fe, api.FieldError{Field: "rows", Message: fmt.Sprintf("must be 1-%d", terminal.MaxRows)})
+	}
+	return terminal.Size{Cols: uint16(req.Cols), Rows: uint16(req.Rows)}, fe
+}
+
+func terminalSessionView(t store.TerminalSession) api.TerminalSession {
+	v := api.TerminalSession{ID: t.ID, AllocationID: t.AllocationID, NodeID: t.NodeID, Username: t.Username,
+		Mode: t.Mode, InstanceID: t.InstanceID, State: t.State, ErrorCode: t.ErrorCode, ErrorMessage: t.ErrorMessage,
+		TaskID: t.TaskID, CorrelationID: t.CorrelationID, Cols: t.Cols, Rows: t.Rows, CreatedBy: t.CreatedBy,
+		CreatedAt: t.CreatedAt, CloseReason: t.CloseReason, RecordingBytes: t.RecordingBytes}
+	_ = json.Unmarshal(t.States, &v.States)
+	if v.States == nil {
+		v.States = []api.TerminalStateEvent{}
+	}
+	if !t.ClosedAt.IsZero() {
+		c := t.ClosedAt
+		v.ClosedAt = &c
+	}
+	if t.Exited {
+		code := t.ExitCode
+		v.ExitCode = &code
+	}
+	if t.RecordingPath != "" {
+		v.RecordingURL = "/api/v1/terminal-sessions/" + t.ID + "/recording"
+	}
+	return v
+}
+
+func (s *Server) listAllocationSessions(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if _, err := s.store.GetAllocation(r.Context(), id); err != nil {
+		return storeErr(err, "allocation", id)
+	}
+	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+	ss, err := s.store.ListTerminalSessions(r.Context(), store.TerminalSessionFilter{AllocationID: id, Limit: limit})
+	if err != nil {
+		return err
+	}
+	out := make([]api.TerminalSession, 0, len(ss))
+	for _, t := range ss {
+		out = append(out, terminalSessionView(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) showTerminalSession(w http.ResponseWriter, r *http.Request) error {
+	t, err := s.store.GetTerminalSession(r.Context(), r.PathValue("sid"))
+	if err != nil {
+		return storeErr(err, "terminal_session", r.PathValue("sid"))
+	}
+	writeJSON(w, http.StatusOK, terminalSessionView(t))
+	return nil
+}
+
+// terminalRecording serves a session's asciicast v2 recording. Only files
+// inside the configured recording directory are ever opened.
+func (s *Server) terminalRecording(w http.ResponseWriter, r *http.Request) error {
+	sid := r.PathValue("sid")
+	t, err := s.store.GetTerminalSession(r.Context(), sid)
+	if err != nil {
+		return storeErr(err, "terminal_session", sid)
+	}
+	if t.RecordingPath == "" {
+		return errf(http.StatusNotFound, "recording_not_found", "session %q has no recording (it never became ready)", sid)
+	}
+	dir := s.cfg.Terminal.RecordingDir
+	rel, err := filepath.Rel(dir, t.RecordingPath)
+	if dir == "" || err != nil || !filepath.IsLocal(rel) {
+		return errf(http.StatusNotFound, "recording_not_found",
+			"recording of session %q is not in this replica's recording directory", sid)
+	}
+	f, err := os.Open(t.RecordingPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return errf(http.StatusNotFound, "recording_not_found",
+			"recording of session %q is not on this replica (%s)", sid, t.RecordingPath)
+	} else if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/x-asciicast")
+	w.Header().Set("Content-Disposition", fmt.Sprintf("inline; filename=%q", sid+".cast"))
+	http.ServeContent(w, r, sid+".cast", st.ModTime(), f)
+	return nil
+}
+
+// appendTerminalState records a readiness hop (or failure) of a session.
+// fn, when non-nil, edits the record in the same update.
+func (s *Server) appendTerminalState(ctx context.Context, sid string, st terminal.State, detail string,
+	fn func(*store.TerminalSession)) {
+	now := s.cfg.Now().UTC()
+	_, err := s.store.UpdateTerminalSession(context.WithoutCancel(ctx), sid, func(t *store.TerminalSession) error {
+		var evs []api.TerminalStateEvent
+		_ = json.Unmarshal(t.States, &evs)
+		evs = append(evs, api.TerminalStateEvent{State: string(st), At: now,
+			ElapsedMS: now.Sub(t.CreatedAt).Milliseconds(), Detail: detail})
+		b, err := json.Marshal(evs)
+		if err != nil {
+			return err
+		}
+		t.States, t.State = b, string(st)
+		if fn != nil {
+			fn(t)
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("record terminal state", "session_id", sid, "state", st, "err", err)
+	}
+}

@@ -1,0 +1,79 @@
+// Package sqlstore owns the one SQL implementation of store.Store. It is
+// written once, in the portable SQL subset of the migrations package with
+// $N placeholders (which modernc.org/sqlite accepts as ordinals), over the
+// small DB interface below that both database/sql (SQLite) and pgxpool
+// (PostgreSQL) satisfy. The few places where the databases differ are the
+// Dialect hooks: row-lock suffixes, the change-notification hook, the batched
+// heartbeat statement and error classification. The adapters (sqlite,
+// postgres) own connections, Subscribe, Ping and Close.
+package sqlstore
+
+import (
+	"context"
+	"errors"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+)
+
+// ErrNoRows is what Row.Scan returns when the query produced no row. DB
+// implementations translate their driver's sentinel to it.
+var ErrNoRows = errors.New("sqlstore: no rows in result set")
+
+// DB is the database handle the store runs on: a connection pool or a
+// transaction. Statements use $1, $2, ... placeholders.
+type DB interface {
+	// Exec runs a statement and returns the number of rows it affected.
+	Exec(ctx context.Context, query string, args ...any) (int64, error)
+	// Query runs a statement that returns rows. The caller closes Rows.
+	Query(ctx context.Context, query string, args ...any) (Rows, error)
+	// QueryRow runs a statement expected to return at most one row; its Scan
+	// returns ErrNoRows when there is none.
+	QueryRow(ctx context.Context, query string, args ...any) Row
+	// InTx runs fn in a transaction and commits when fn returns nil. The
+	// transaction must be able to hold row locks until it ends: SQLite
+	// begins it IMMEDIATE (one writer at a time), PostgreSQL uses READ
+	// COMMITTED with SELECT ... FOR UPDATE. Called on a transaction, InTx
+	// runs fn in that same transaction.
+	InTx(ctx context.Context, fn func(tx DB) error) error
+}
+
+// Rows is a result set, iterated like database/sql's.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+// Row is a single-row result.
+type Row interface {
+	Scan(dest ...any) error
+}
+
+// Dialect holds what differs between the databases.
+type Dialect struct {
+	// Name is informational ("sqlite", "postgres").
+	Name string
+	// ForUpdate is appended to a SELECT whose rows the transaction will
+	// update: " FOR UPDATE" on PostgreSQL, "" on SQLite (whose IMMEDIATE
+	// transaction already excludes other writers).
+	ForUpdate string
+	// SkipLocked is appended to the SELECT that picks a task to claim:
+	// " FOR UPDATE SKIP LOCKED" on PostgreSQL, "" on SQLite.
+	SkipLocked string
+	// Notify publishes ev to every replica's subscribers once tx commits and
+	// not at all if it rolls back. It is called inside the transaction that
+	// made the change. PostgreSQL: pg_notify on tx. SQLite: queue on the
+	// transaction and publish in-process after commit.
+	Notify func(ctx context.Context, tx DB, ev store.Event) error
+	// TouchHosts optionally replaces the portable per-row loop of
+	// Store.TouchHosts with one batched statement. ids are distinct, ats[i]
+	// is the newest observation of ids[i] in unix milliseconds and now is
+	// the time to stamp into updated_at of revived hosts. It raises
+	// last_seen_at (never lowers it), turns stale/unknown hosts healthy and
+	// returns the ids whose status it changed.
+	TouchHosts func(ctx context.Context, db DB, ids []string, ats []int64, now int64) ([]string, error)
+	// IsUniqueViolation reports whether err is a primary-key or unique
+	// constraint violation.
+	IsUniqueViolation func(err error) bool
+}

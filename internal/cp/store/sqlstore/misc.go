@@ -1,0 +1,244 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// CreateOperatorToken implements store.Store. A zero CreatedAt is now.
+func (s *Store) CreateOperatorToken(ctx context.Context, t store.OperatorToken) error {
+	if t.ID == "" || t.TokenHash == "" || t.Role == "" {
+		return errors.New("create operator token: empty id, hash or role")
+	}
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = s.now()
+	}
+	_, err := s.db.Exec(ctx, `INSERT INTO operator_tokens (id, name, role, token_hash, created_at, expires_at, revoked)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		t.ID, t.Name, string(t.Role), t.TokenHash, ms(t.CreatedAt), ms(t.ExpiresAt), boolInt(t.Revoked))
+	if err != nil {
+		if s.d.IsUniqueViolation(err) {
+			return fmt.Errorf("create operator token %q: %w", t.ID, store.ErrConflict)
+		}
+		return fmt.Errorf("create operator token %q: %w", t.ID, err)
+	}
+	return nil
+}
+
+const tokenCols = `id, name, role, token_hash, created_at, expires_at, revoked`
+
+func scanToken(r Row) (store.OperatorToken, error) {
+	var (
+		t                         store.OperatorToken
+		role                      string
+		created, expires, revoked int64
+	)
+	if err := r.Scan(&t.ID, &t.Name, &role, &t.TokenHash, &created, &expires, &revoked); err != nil {
+		return store.OperatorToken{}, err
+	}
+	t.Role, t.CreatedAt, t.ExpiresAt, t.Revoked = api.Role(role), tm(created), tm(expires), revoked != 0
+	return t, nil
+}
+
+// GetOperatorTokenByHash implements store.Store. It returns revoked and
+// expired tokens too; the caller decides.
+func (s *Store) GetOperatorTokenByHash(ctx context.Context, hash string) (store.OperatorToken, error) {
+	t, err := scanToken(s.db.QueryRow(ctx, `SELECT `+tokenCols+` FROM operator_tokens WHERE token_hash = $1`, hash))
+	if err != nil {
+		// The hash is a credential: keep it out of the error.
+		return store.OperatorToken{}, notFound(err, "get operator token by hash")
+	}
+	return t, nil
+}
+
+// ListOperatorTokens implements store.Store.
+func (s *Store) ListOperatorTokens(ctx context.Context) ([]store.OperatorToken, error) {
+	out, err := collect(scanToken)(s.db.Query(ctx, `SELECT `+tokenCols+` FROM operator_tokens ORDER BY created_at, id`))
+	if err != nil {
+		return nil, fmt.Errorf("list operator tokens: %w", err)
+	}
+	return out, nil
+}
+
+// GetOperatorToken implements store.Store.
+func (s *Store) GetOperatorToken(ctx context.Context, id string) (store.OperatorToken, error) {
+	t, err := scanToken(s.db.QueryRow(ctx, `SELECT `+tokenCols+` FROM operator_tokens WHERE id = $1`, id))
+	if err != nil {
+		return store.OperatorToken{}, notFound(err, "get operator token %q", id)
+	}
+	return t, nil
+}
+
+// RevokeOperatorToken implements store.Store; revoking twice is not an
+// error (and publishes the event again).
+func (s *Store) RevokeOperatorToken(ctx context.Context, id string) error {
+	return s.db.InTx(ctx, func(tx DB) error {
+		n, err := tx.Exec(ctx, `UPDATE operator_tokens SET revoked = 1 WHERE id = $1`, id)
+		if err != nil {
+			return fmt.Errorf("revoke operator token %q: %w", id, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("revoke operator token %q: %w", id, store.ErrNotFound)
+		}
+		if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventOperatorToken, ID: id}); err != nil {
+			return fmt.Errorf("revoke operator token %q: notify: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// AppendAudit implements store.Store. The record's ID is assigned here (see
+// nextAuditID); e.ID is ignored. A zero At is now.
+func (s *Store) AppendAudit(ctx context.Context, e store.AuditEvent) error {
+	if e.At.IsZero() {
+		e.At = s.now()
+	}
+	var err error
+	for range 5 {
+		_, err = s.db.Exec(ctx, `INSERT INTO audit (id, at, actor, actor_token_id, actor_role, action, target,
+			result, correlation_id, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			nextAuditID(), ms(e.At), e.Actor, e.ActorTokenID, string(e.ActorRole), e.Action, e.Target, e.Result,
+			e.CorrelationID, e.Detail)
+		if err == nil || !s.d.IsUniqueViolation(err) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("append audit: %w", err)
+	}
+	return nil
+}
+
+// ListAudit implements store.Store: newest At first, ties by id descending
+// (the order they were appended in one process).
+func (s *Store) ListAudit(ctx context.Context, f store.AuditFilter) ([]store.AuditEvent, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if f.Target != "" {
+		args = append(args, f.Target)
+		where = append(where, "target = $"+strconv.Itoa(len(args)))
+	}
+	if f.CorrelationID != "" {
+		args = append(args, f.CorrelationID)
+		where = append(where, "correlation_id = $"+strconv.Itoa(len(args)))
+	}
+	q := `SELECT id, at, actor, actor_token_id, actor_role, action, target, result, correlation_id, detail FROM audit`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	args = append(args, limit(f.Limit))
+	q += ` ORDER BY at DESC, id DESC LIMIT $` + strconv.Itoa(len(args))
+	rows, err := s.db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list audit: %w", err)
+	}
+	defer rows.Close()
+	var out []store.AuditEvent
+	for rows.Next() {
+		var (
+			e        store.AuditEvent
+			at       int64
+			roleText string
+		)
+		if err := rows.Scan(&e.ID, &at, &e.Actor, &e.ActorTokenID, &roleText, &e.Action, &e.Target, &e.Result,
+			&e.CorrelationID, &e.Detail); err != nil {
+			return nil, fmt.Errorf("list audit: %w", err)
+		}
+		e.At, e.ActorRole = tm(at), api.Role(roleText)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list audit: %w", err)
+	}
+	return out, nil
+}
+
+// PutSecretIfAbsent implements store.Store with INSERT ... ON CONFLICT DO
+// NOTHING followed by a read, so concurrent replicas all get the first
+// committed value.
+func (s *Store) PutSecretIfAbsent(ctx context.Context, name string, value []byte) ([]byte, error) {
+	if _, err := s.db.Exec(ctx, `INSERT INTO secrets (name, value, created_at) VALUES ($1, $2, $3)
+		ON CONFLICT (name) DO NOTHING`, name, b64(value), ms(s.now())); err != nil {
+		return nil, fmt.Errorf("put secret %q: %w", name, err)
+	}
+	var v string
+	if err := s.db.QueryRow(ctx, `SELECT value FROM secrets WHERE name = $1`, name).Scan(&v); err != nil {
+		return nil, fmt.Errorf("put secret %q: read back: %w", name, err)
+	}
+	b, err := unb64(v)
+	if err != nil {
+		return nil, fmt.Errorf("put secret %q: %w", name, err)
+	}
+	return b, nil
+}
+
+// AddSigningKey implements store.Store. A zero CreatedAt is now.
+func (s *Store) AddSigningKey(ctx context.Context, k store.SigningKey) error {
+	if k.KID == "" {
+		return errors.New("add signing key: empty kid")
+	}
+	if k.CreatedAt.IsZero() {
+		k.CreatedAt = s.now()
+	}
+	_, err := s.db.Exec(ctx, `INSERT INTO signing_keys (kid, private_key, created_at, retired_at) VALUES ($1, $2, $3, $4)`,
+		k.KID, b64(k.PrivateKey), ms(k.CreatedAt), ms(k.RetiredAt))
+	if err != nil {
+		if s.d.IsUniqueViolation(err) {
+			return fmt.Errorf("add signing key %q: %w", k.KID, store.ErrConflict)
+		}
+		return fmt.Errorf("add signing key %q: %w", k.KID, err)
+	}
+	return nil
+}
+
+// ListSigningKeys implements store.Store.
+func (s *Store) ListSigningKeys(ctx context.Context) ([]store.SigningKey, error) {
+	rows, err := s.db.Query(ctx, `SELECT kid, private_key, created_at, retired_at FROM signing_keys ORDER BY created_at, kid`)
+	if err != nil {
+		return nil, fmt.Errorf("list signing keys: %w", err)
+	}
+	defer rows.Close()
+	var out []store.SigningKey
+	for rows.Next() {
+		var (
+			k                key
+			created, retired int64
+		)
+		if err := rows.Scan(&k.kid, &k.priv, &created, &retired); err != nil {
+			return nil, fmt.Errorf("list signing keys: %w", err)
+		}
+		priv, err := unb64(k.priv)
+		if err != nil {
+			return nil, fmt.Errorf("list signing keys: key %q: %w", k.kid, err)
+		}
+		out = append(out, store.SigningKey{KID: k.kid, PrivateKey: priv, CreatedAt: tm(created), RetiredAt: tm(retired)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list signing keys: %w", err)
+	}
+	return out, nil
+}
+
+type key struct{ kid, priv string }
+
+// RetireSigningKeys implements store.Store; keys already retired keep their
+// RetiredAt. A zero at is now.
+func (s *Store) RetireSigningKeys(ctx context.Context, keepKID string, at time.Time) error {
+	if at.IsZero() {
+		at = s.now()
+	}
+	if _, err := s.db.Exec(ctx, `UPDATE signing_keys SET retired_at = $2 WHERE retired_at = 0 AND kid <> $1`,
+		keepKID, ms(at)); err != nil {
+		return fmt.Errorf("retire signing keys: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,310 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// Store implements every store.Store method except Subscribe, Ping and
+// Close, which belong to the adapter that owns the connections and embeds
+// *Store.
+type Store struct {
+	db  DB
+	d   Dialect
+	now func() time.Time
+}
+
+// New returns a Store running on db with dialect d. A nil d.Notify drops
+// events; a nil d.IsUniqueViolation never reports conflicts.
+func New(db DB, d Dialect) *Store {
+	if d.Notify == nil {
+		d.Notify = func(context.Context, DB, store.Event) error { return nil }
+	}
+	if d.IsUniqueViolation == nil {
+		d.IsUniqueViolation = func(error) bool { return false }
+	}
+	return &Store{db: db, d: d, now: func() time.Time { return time.Now().UTC() }}
+}
+
+// DB returns the handle the store runs on.
+func (s *Store) DB() DB { return s.db }
+
+const hostCols = `id, os_family, labels, enabled, revoked, status, status_reason,
+	hostname, selected_accel, agent_version, capabilities, capacity,
+	token_hash, token_expires_at, token_used, cert_serial, cert_not_after,
+	enrolled_at, last_seen_at, created_at, updated_at, draining`
+
+func scanHost(r Row) (store.Host, error) {
+	var (
+		h                                                   store.Host
+		labels, status, caps, capacity                      string
+		enabled, revoked, tokenUsed, draining               int64
+		tokenExp, certNotAfter, enrolled, seen, created, up int64
+	)
+	err := r.Scan(&h.ID, &h.OSFamily, &labels, &enabled, &revoked, &status, &h.StatusReason,
+		&h.Hostname, &h.SelectedAccel, &h.AgentVersion, &caps, &capacity,
+		&h.TokenHash, &tokenExp, &tokenUsed, &h.CertSerial, &certNotAfter,
+		&enrolled, &seen, &created, &up, &draining)
+	if err != nil {
+		return store.Host{}, err
+	}
+	if h.Labels, err = textLabels(labels); err != nil {
+		return store.Host{}, fmt.Errorf("host %q: %w", h.ID, err)
+	}
+	h.Enabled, h.Revoked, h.TokenUsed, h.Draining = enabled != 0, revoked != 0, tokenUsed != 0, draining != 0
+	h.Status = api.HostStatus(status)
+	h.Capabilities, h.Capacity = textRaw(caps), textRaw(capacity)
+	h.TokenExpiresAt, h.CertNotAfter, h.EnrolledAt = tm(tokenExp), tm(certNotAfter), tm(enrolled)
+	h.LastSeenAt, h.CreatedAt, h.UpdatedAt = tm(seen), tm(created), tm(up)
+	return h, nil
+}
+
+// hostArgs returns h's column values in hostCols order.
+func hostArgs(h store.Host) ([]any, error) {
+	labels, err := labelsText(h.Labels)
+	if err != nil {
+		return nil, err
+	}
+	return []any{h.ID, h.OSFamily, labels, boolInt(h.Enabled), boolInt(h.Revoked), string(h.Status), h.StatusReason,
+		h.Hostname, h.SelectedAccel, h.AgentVersion, rawText(h.Capabilities), rawText(h.Capacity),
+		h.TokenHash, ms(h.TokenExpiresAt), boolInt(h.TokenUsed), h.CertSerial, ms(h.CertNotAfter),
+		ms(h.EnrolledAt), ms(h.LastSeenAt), ms(h.CreatedAt), ms(h.UpdatedAt), boolInt(h.Draining)}, nil
+}
+
+// CreateHost implements store.Store. An empty Status is stored as unknown, a
+// zero CreatedAt as now and a zero UpdatedAt as CreatedAt.
+func (s *Store) CreateHost(ctx context.Context, h store.Host) error {
+	if h.ID == "" {
+		return errors.New("create host: empty id")
+	}
+	if h.Status == "" {
+		h.Status = api.HostUnknown
+	}
+	if h.CreatedAt.IsZero() {
+		h.CreatedAt = s.now()
+	}
+	if h.UpdatedAt.IsZero() {
+		h.UpdatedAt = h.CreatedAt
+	}
+	args, err := hostArgs(h)
+	if err != nil {
+		return fmt.Errorf("create host %q: %w", h.ID, err)
+	}
+	_, err = s.db.Exec(ctx, `INSERT INTO hosts (`+hostCols+`) VALUES
+		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`, args...)
+	if err != nil {
+		if s.d.IsUniqueViolation(err) {
+			return fmt.Errorf("create host %q: %w", h.ID, store.ErrConflict)
+		}
+		return fmt.Errorf("create host %q: %w", h.ID, err)
+	}
+	return nil
+}
+
+// GetHost implements store.Store.
+func (s *Store) GetHost(ctx context.Context, id string) (store.Host, error) {
+	h, err := scanHost(s.db.QueryRow(ctx, `SELECT `+hostCols+` FROM hosts WHERE id = $1`, id))
+	if err != nil {
+		return store.Host{}, notFound(err, "get host %q", id)
+	}
+	return h, nil
+}
+
+// ListHosts implements store.Store.
+func (s *Store) ListHosts(ctx context.Context) ([]store.Host, error) {
+	out, err := collect(scanHost)(s.db.Query(ctx, `SELECT `+hostCols+` FROM hosts ORDER BY id`))
+	if err != nil {
+		return nil, fmt.Errorf("list hosts: %w", err)
+	}
+	return out, nil
+}
+
+// UpdateHost implements store.Store. fn runs while the row is locked and must
+// not call the store. fn cannot change the id. When fn leaves UpdatedAt as it
+// was, UpdatedAt is set to now.
+func (s *Store) UpdateHost(ctx context.Context, id string, fn func(*store.Host) error) (store.Host, error) {
+	var out store.Host
+	err := s.db.InTx(ctx, func(tx DB) error {
+		h, err := scanHost(tx.QueryRow(ctx, `SELECT `+hostCols+` FROM hosts WHERE id = $1`+s.d.ForUpdate, id))
+		if err != nil {
+			return notFound(err, "update host %q", id)
+		}
+		before := h.UpdatedAt
+		if err := fn(&h); err != nil {
+			return err
+		}
+		h.ID = id
+		if h.UpdatedAt.Equal(before) {
+			h.UpdatedAt = s.now()
+		}
+		args, err := hostArgs(h)
+		if err != nil {
+			return fmt.Errorf("update host %q: %w", id, err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE hosts SET os_family = $2, labels = $3, enabled = $4, revoked = $5,
+			status = $6, status_reason = $7, hostname = $8, selected_accel = $9, agent_version = $10,
+			capabilities = $11, capacity = $12, token_hash = $13, token_expires_at = $14, token_used = $15,
+			cert_serial = $16, cert_not_after = $17, enrolled_at = $18, last_seen_at = $19, created_at = $20,
+			updated_at = $21, draining = $22 WHERE id = $1`, args...); err != nil {
+			return fmt.Errorf("update host %q: %w", id, err)
+		}
+		if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventHost, ID: id}); err != nil {
+			return fmt.Errorf("update host %q: notify: %w", id, err)
+		}
+		// Read back so the caller sees exactly what a later GetHost returns
+		// (millisecond times, empty labels as nil).
+		out, err = scanHost(tx.QueryRow(ctx, `SELECT `+hostCols+` FROM hosts WHERE id = $1`, id))
+		if err != nil {
+			return fmt.Errorf("update host %q: %w", id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Host{}, err
+	}
+	return out, nil
+}
+
+// TouchHosts implements store.Store. Observations of the same host are
+// merged (newest wins); unknown ids are ignored. Revived hosts get
+// UpdatedAt = now. No event is published: liveness is not a record change.
+func (s *Store) TouchHosts(ctx context.Context, seen []store.Seen) ([]string, error) {
+	if len(seen) == 0 {
+		return nil, nil
+	}
+	newest := make(map[string]int64, len(seen))
+	for _, o := range seen {
+		at := ms(o.At)
+		if cur, ok := newest[o.HostID]; !ok || at > cur {
+			newest[o.HostID] = at
+		}
+	}
+	// Sorted ids make concurrent batches lock rows in the same order.
+	ids := make([]string, 0, len(newest))
+	for id := range newest {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	ats := make([]int64, len(ids))
+	for i, id := range ids {
+		ats[i] = newest[id]
+	}
+	now := ms(s.now())
+	var (
+		revived []string
+		err     error
+	)
+	if s.d.TouchHosts != nil {
+		revived, err = s.d.TouchHosts(ctx, s.db, ids, ats, now)
+	} else {
+		revived, err = s.touchHostsLoop(ctx, ids, ats, now)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("touch hosts: %w", err)
+	}
+	slices.Sort(revived)
+	return revived, nil
+}
+
+// touchHostsLoop is the portable TouchHosts: one transaction, one read and
+// at most one write per host.
+func (s *Store) touchHostsLoop(ctx context.Context, ids []string, ats []int64, now int64) ([]string, error) {
+	var revived []string
+	err := s.db.InTx(ctx, func(tx DB) error {
+		revived = revived[:0]
+		for i, id := range ids {
+			var status string
+			var last int64
+			err := tx.QueryRow(ctx, `SELECT status, last_seen_at FROM hosts WHERE id = $1`+s.d.ForUpdate, id).Scan(&status, &last)
+			if errors.Is(err, ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			revive := status == string(api.HostStale) || status == string(api.HostUnknown)
+			if !revive && ats[i] <= last {
+				continue
+			}
+			if revive {
+				_, err = tx.Exec(ctx, `UPDATE hosts SET last_seen_at = $2, status = 'healthy', updated_at = $3 WHERE id = $1`,
+					id, max(last, ats[i]), now)
+				revived = append(revived, id)
+			} else {
+				_, err = tx.Exec(ctx, `UPDATE hosts SET last_seen_at = $2 WHERE id = $1`, id, ats[i])
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return revived, err
+}
+
+// MarkStale implements store.Store. The conditional update lets replicas
+// race harmlessly: a host is reported by exactly one of them.
+func (s *Store) MarkStale(ctx context.Context, cutoff time.Time) ([]string, error) {
+	// Every status a heartbeating host can have goes stale when heartbeats stop.
+	const cond = `status IN ('healthy', 'task_result_failed', 'api_unreachable') AND last_seen_at > 0 AND last_seen_at < $1`
+	rows, err := s.db.Query(ctx, `UPDATE hosts SET status = 'stale', updated_at = $2
+		WHERE id IN (SELECT id FROM hosts WHERE `+cond+` ORDER BY id`+s.d.ForUpdate+`) AND `+cond+`
+		RETURNING id`, ms(cutoff), ms(s.now()))
+	if err != nil {
+		return nil, fmt.Errorf("mark stale: %w", err)
+	}
+	ids, err := collectStrings(rows)
+	if err != nil {
+		return nil, fmt.Errorf("mark stale: %w", err)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// collect returns a function that reads every row of a query with scan and
+// closes the rows. It takes the query's two results as they are, so a
+// caller writes collect(scanX)(db.Query(ctx, q, args...)).
+func collect[T any](scan func(Row) (T, error)) func(Rows, error) ([]T, error) {
+	return func(rows Rows, err error) ([]T, error) {
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []T
+		for rows.Next() {
+			v, err := scan(rows)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, rows.Err()
+	}
+}
+
+func collectStrings(rows Rows) ([]string, error) {
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// notFound maps ErrNoRows to store.ErrNotFound and wraps err with context.
+func notFound(err error, format string, args ...any) error {
+	if errors.Is(err, ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}

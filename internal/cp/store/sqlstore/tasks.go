@@ -1,0 +1,343 @@
+package sqlstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+const taskCols = `id, node_id, type, params, state, correlation_id, created_by, attempts,
+	created_at, expires_at, dispatched_at, lease_expires_at, finished_at, result, result_hash`
+
+func scanTask(r Row) (store.Task, error) {
+	var (
+		t                                               store.Task
+		params, state, result                           string
+		attempts, created, expires, disp, lease, finish int64
+	)
+	if err := r.Scan(&t.ID, &t.NodeID, &t.Type, &params, &state, &t.CorrelationID, &t.CreatedBy, &attempts,
+		&created, &expires, &disp, &lease, &finish, &result, &t.ResultHash); err != nil {
+		return store.Task{}, err
+	}
+	t.Params, t.Result = textRaw(params), textRaw(result)
+	t.State = api.TaskState(state)
+	t.Attempts = int(attempts)
+	t.CreatedAt, t.ExpiresAt, t.DispatchedAt = tm(created), tm(expires), tm(disp)
+	t.LeaseExpiresAt, t.FinishedAt = tm(lease), tm(finish)
+	return t, nil
+}
+
+func collectTasks(rows Rows, err error) ([]store.Task, error) { return collect(scanTask)(rows, err) }
+
+// EnqueueTask implements store.Store. The task is stored queued with no
+// attempts, dispatch, lease, finish or result whatever t says; a zero
+// CreatedAt is now. ExpiresAt is required: a task without one could never be
+// claimed (claims need expires_at > now).
+func (s *Store) EnqueueTask(ctx context.Context, t store.Task) error {
+	switch {
+	case t.ID == "":
+		return errors.New("enqueue task: empty id")
+	case t.NodeID == "":
+		return fmt.Errorf("enqueue task %q: empty node id", t.ID)
+	case t.ExpiresAt.IsZero():
+		return fmt.Errorf("enqueue task %q: zero expires_at", t.ID)
+	}
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = s.now()
+	}
+	return s.db.InTx(ctx, func(tx DB) error {
+		_, err := tx.Exec(ctx, `INSERT INTO tasks (id, node_id, type, params, state, correlation_id, created_by,
+			attempts, created_at, expires_at, dispatched_at, lease_expires_at, finished_at, result, result_hash)
+			VALUES ($1, $2, $3, $4, 'queued', $5, $6, 0, $7, $8, 0, 0, 0, '', '')`,
+			t.ID, t.NodeID, t.Type, rawText(t.Params), t.CorrelationID, t.CreatedBy, ms(t.CreatedAt), ms(t.ExpiresAt))
+		if err != nil {
+			if s.d.IsUniqueViolation(err) {
+				return fmt.Errorf("enqueue task %q: %w", t.ID, store.ErrConflict)
+			}
+			return fmt.Errorf("enqueue task %q: %w", t.ID, err)
+		}
+		if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventTask, ID: t.NodeID}); err != nil {
+			return fmt.Errorf("enqueue task %q: notify: %w", t.ID, err)
+		}
+		return nil
+	})
+}
+
+// GetTask implements store.Store.
+func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
+	t, err := scanTask(s.db.QueryRow(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = $1`, id))
+	if err != nil {
+		return store.Task{}, notFound(err, "get task %q", id)
+	}
+	return t, nil
+}
+
+// ListTasks implements store.Store: newest CreatedAt first, ties by id
+// descending.
+func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]store.Task, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if f.NodeID != "" {
+		args = append(args, f.NodeID)
+		where = append(where, "node_id = $"+strconv.Itoa(len(args)))
+	}
+	if f.State != "" {
+		args = append(args, string(f.State))
+		where = append(where, "state = $"+strconv.Itoa(len(args)))
+	}
+	q := `SELECT ` + taskCols + ` FROM tasks`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	args = append(args, limit(f.Limit))
+	q += ` ORDER BY created_at DESC, id DESC LIMIT $` + strconv.Itoa(len(args))
+	out, err := collectTasks(s.db.Query(ctx, q, args...))
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	return out, nil
+}
+
+// ClaimTask implements store.Store with one conditional UPDATE: on
+// PostgreSQL the inner SELECT skips rows other claimers hold
+// (FOR UPDATE SKIP LOCKED); on SQLite writers are serialised. The host's
+// enabled and revoked flags are read in the same statement, so a claim
+// never follows a committed disable.
+func (s *Store) ClaimTask(ctx context.Context, nodeID string, now, leaseUntil time.Time) (store.Task, bool, error) {
+	t, err := scanTask(s.db.QueryRow(ctx, `UPDATE tasks
+		SET state = 'dispatched', dispatched_at = $2, lease_expires_at = $3, attempts = attempts + 1
+		WHERE id = (SELECT id FROM tasks WHERE node_id = $1 AND state = 'queued' AND expires_at > $2
+			ORDER BY created_at, id LIMIT 1`+s.d.SkipLocked+`)
+		AND state = 'queued'
+		AND NOT EXISTS (SELECT 1 FROM hosts WHERE hosts.id = $1 AND (hosts.enabled = 0 OR hosts.revoked = 1))
+		RETURNING `+taskCols, nodeID, ms(now), ms(leaseUntil)))
+	if errors.Is(err, ErrNoRows) {
+		return store.Task{}, false, nil
+	}
+	if err != nil {
+		return store.Task{}, false, fmt.Errorf("claim task for %q: %w", nodeID, err)
+	}
+	return t, true, nil
+}
+
+// lockTask reads a task of nodeID for update. A task of another node is
+// ErrNotFound, so nodes cannot probe each other's task ids.
+func (s *Store) lockTask(ctx context.Context, tx DB, op, nodeID, taskID string) (store.Task, error) {
+	t, err := scanTask(tx.QueryRow(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = $1`+s.d.ForUpdate, taskID))
+	if err != nil {
+		return store.Task{}, notFound(err, "%s %q", op, taskID)
+	}
+	if nodeID != "" && t.NodeID != nodeID {
+		return store.Task{}, fmt.Errorf("%s %q of node %q: %w", op, taskID, nodeID, store.ErrNotFound)
+	}
+	return t, nil
+}
+
+// StartTask implements store.Store. A queued task is also moved to running:
+// it was requeued after its lease ended while the node still ran it, and
+// the node proves it holds it; leaving it queued would deliver it twice.
+// The lease of a running task is only ever extended.
+func (s *Store) StartTask(ctx context.Context, nodeID, taskID string, leaseUntil time.Time) (store.Task, error) {
+	var out store.Task
+	err := s.db.InTx(ctx, func(tx DB) error {
+		t, err := s.lockTask(ctx, tx, "start task", nodeID, taskID)
+		if err != nil {
+			return err
+		}
+		if t.State.Terminal() {
+			return fmt.Errorf("start task %q: task is %s: %w", taskID, t.State, store.ErrConflict)
+		}
+		lease := tm(ms(leaseUntil))
+		if t.State == api.TaskRunning && t.LeaseExpiresAt.After(lease) {
+			lease = t.LeaseExpiresAt
+		}
+		if _, err := tx.Exec(ctx, `UPDATE tasks SET state = 'running', lease_expires_at = $2 WHERE id = $1`,
+			taskID, ms(lease)); err != nil {
+			return fmt.Errorf("start task %q: %w", taskID, err)
+		}
+		t.State, t.LeaseExpiresAt = api.TaskRunning, lease
+		out = t
+		return nil
+	})
+	return out, err
+}
+
+// CompleteTask implements store.Store. state must be succeeded or failed.
+// The result is accepted while the task is queued (requeued after its lease
+// ended), dispatched or running. For a task that is already terminal, the
+// same non-empty resultHash returns the task unchanged; anything else
+// (another result, or a canceled or expired task) is ErrConflict. A zero at
+// is now.
+func (s *Store) CompleteTask(ctx context.Context, nodeID, taskID string, state api.TaskState,
+	result json.RawMessage, resultHash string, at time.Time) (store.Task, error) {
+	if state != api.TaskSucceeded && state != api.TaskFailed {
+		return store.Task{}, fmt.Errorf("complete task %q: %q is not a result state", taskID, state)
+	}
+	if at.IsZero() {
+		at = s.now()
+	}
+	var out store.Task
+	err := s.db.InTx(ctx, func(tx DB) error {
+		t, err := s.lockTask(ctx, tx, "complete task", nodeID, taskID)
+		if err != nil {
+			return err
+		}
+		if t.State.Terminal() {
+			if t.ResultHash != "" && t.ResultHash == resultHash {
+				out = t
+				return nil
+			}
+			return fmt.Errorf("complete task %q: task is %s with another result: %w", taskID, t.State, store.ErrConflict)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE tasks SET state = $2, result = $3, result_hash = $4, finished_at = $5,
+			lease_expires_at = 0 WHERE id = $1`, taskID, string(state), rawText(result), resultHash, ms(at)); err != nil {
+			return fmt.Errorf("complete task %q: %w", taskID, err)
+		}
+		t.State, t.Result, t.ResultHash = state, textRaw(rawText(result)), resultHash
+		t.FinishedAt, t.LeaseExpiresAt = tm(ms(at)), time.Time{}
+		out = t
+		return nil
+	})
+	return out, err
+}
+
+// CancelTask implements store.Store. A zero at is now.
+func (s *Store) CancelTask(ctx context.Context, id string, at time.Time) (store.Task, error) {
+	if at.IsZero() {
+		at = s.now()
+	}
+	var out store.Task
+	err := s.db.InTx(ctx, func(tx DB) error {
+		t, err := s.lockTask(ctx, tx, "cancel task", "", id)
+		if err != nil {
+			return err
+		}
+		if t.State.Terminal() {
+			return fmt.Errorf("cancel task %q: task is %s: %w", id, t.State, store.ErrConflict)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE tasks SET state = 'canceled', finished_at = $2, lease_expires_at = 0
+			WHERE id = $1`, id, ms(at)); err != nil {
+			return fmt.Errorf("cancel task %q: %w", id, err)
+		}
+		t.State, t.FinishedAt, t.LeaseExpiresAt = api.TaskCanceled, tm(ms(at)), time.Time{}
+		out = t
+		return nil
+	})
+	return out, err
+}
+
+// ReapTasks implements store.Store in one transaction: unfinished tasks with
+// expires_at <= now become expired (FinishedAt = now); dispatched or running
+// tasks with lease_expires_at < now that have not expired go back to queued
+// (Attempts is kept; the next claim increments it) and EventTask is
+// published once per affected node. Rows are locked in id order so that
+// concurrent reapers on several replicas cannot deadlock. Both slices are
+// ordered by CreatedAt, then id.
+func (s *Store) ReapTasks(ctx context.Context, now time.Time) (requeued, expired []store.Task, err error) {
+	n := ms(now)
+	err = s.db.InTx(ctx, func(tx DB) error {
+		const expCond = `state IN ('queued', 'dispatched', 'running') AND expires_at <= $1`
+		var err error
+		expired, err = collectTasks(tx.Query(ctx, `UPDATE tasks SET state = 'expired', finished_at = $1, lease_expires_at = 0
+			WHERE id IN (SELECT id FROM tasks WHERE `+expCond+` ORDER BY id`+s.d.ForUpdate+`) AND `+expCond+`
+			RETURNING `+taskCols, n))
+		if err != nil {
+			return fmt.Errorf("reap tasks: expire: %w", err)
+		}
+		const leaseCond = `state IN ('dispatched', 'running') AND lease_expires_at < $1 AND expires_at > $1`
+		requeued, err = collectTasks(tx.Query(ctx, `UPDATE tasks SET state = 'queued', lease_expires_at = 0
+			WHERE id IN (SELECT id FROM tasks WHERE `+leaseCond+` ORDER BY id`+s.d.ForUpdate+`) AND `+leaseCond+`
+			RETURNING `+taskCols, n))
+		if err != nil {
+			return fmt.Errorf("reap tasks: requeue: %w", err)
+		}
+		nodes := make(map[string]bool)
+		for _, t := range requeued {
+			if nodes[t.NodeID] {
+				continue
+			}
+			nodes[t.NodeID] = true
+			if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventTask, ID: t.NodeID}); err != nil {
+				return fmt.Errorf("reap tasks: notify: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	sortTasks(requeued)
+	sortTasks(expired)
+	return requeued, expired, nil
+}
+
+func sortTasks(ts []store.Task) {
+	slices.SortFunc(ts, func(a, b store.Task) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}
+
+// AddTaskEvent implements store.Store. Seq is one more than the task's last
+// event; the task row is locked so concurrent appends get distinct numbers.
+// ErrNotFound if the task does not exist. A zero At is now.
+func (s *Store) AddTaskEvent(ctx context.Context, e store.TaskEvent) error {
+	if e.At.IsZero() {
+		e.At = s.now()
+	}
+	return s.db.InTx(ctx, func(tx DB) error {
+		var id string
+		err := tx.QueryRow(ctx, `SELECT id FROM tasks WHERE id = $1`+s.d.ForUpdate, e.TaskID).Scan(&id)
+		if err != nil {
+			return notFound(err, "add event to task %q", e.TaskID)
+		}
+		var seq int64
+		if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(seq), 0) FROM task_events WHERE task_id = $1`,
+			e.TaskID).Scan(&seq); err != nil {
+			return fmt.Errorf("add event to task %q: %w", e.TaskID, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO task_events (task_id, seq, at, event) VALUES ($1, $2, $3, $4)`,
+			e.TaskID, seq+1, ms(e.At), rawText(e.Event)); err != nil {
+			return fmt.Errorf("add event to task %q: %w", e.TaskID, err)
+		}
+		return nil
+	})
+}
+
+// ListTaskEvents implements store.Store; an unknown task has no events.
+func (s *Store) ListTaskEvents(ctx context.Context, taskID string) ([]store.TaskEvent, error) {
+	rows, err := s.db.Query(ctx, `SELECT task_id, seq, at, event FROM task_events WHERE task_id = $1 ORDER BY seq`, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("list events of task %q: %w", taskID, err)
+	}
+	defer rows.Close()
+	var out []store.TaskEvent
+	for rows.Next() {
+		var (
+			e     store.TaskEvent
+			at    int64
+			event string
+		)
+		if err := rows.Scan(&e.TaskID, &e.Seq, &at, &event); err != nil {
+			return nil, fmt.Errorf("list events of task %q: %w", taskID, err)
+		}
+		e.At, e.Event = tm(at), textRaw(event)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list events of task %q: %w", taskID, err)
+	}
+	return out, nil
+}

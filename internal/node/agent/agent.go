@@ -1,0 +1,292 @@
+// Package agent is drover-agent: it enrols the host with a bootstrap token,
+// keeps an mTLS identity renewed, heartbeats, long-polls for signed tasks,
+// verifies every envelope before running a registered handler, and posts
+// structured results from a crash-safe on-disk spool. It serves a small
+// local API (/healthz, /v1/capacity, /metrics). It never runs anything that
+// is not a registered handler: the only shells it starts are the terminal
+// sessions that signed terminal.open tasks ask for (internal/node/termnode).
+package agent
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/drover-dev/drover/internal/node/accel"
+	"github.com/drover-dev/drover/internal/node/agent/statedir"
+	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pki"
+	"github.com/drover-dev/drover/internal/wire/task"
+)
+
+// Version is the agent version reported to the control plane.
+var Version = "dev"
+
+// Agent is one running node agent.
+type Agent struct {
+	cfg      Config
+	log      *slog.Logger
+	now      func() time.Time
+	state    *statedir.Dir
+	nodeID   string
+	handlers Handlers
+	verifier *task.Verifier
+	metrics  *metrics
+	reg      *prometheus.Registry
+
+	bootstrap *client // first contact: pinned CA, no client certificate
+	node      *client // mTLS with the current identity
+
+	mu             sync.Mutex
+	ident          statedir.Identity
+	diagnostic     string
+	lastBeat       time.Time
+	interval       time.Duration
+	wakeSpool      chan struct{}
+	localAddr      net.Addr
+	localReady     chan struct{}
+	total          api.Capacity // host totals from the last inventory
+	accel          accel.Result
+	accelErr       string
+	probe          func(context.Context) (accel.Result, error)
+	runtime        runtime.Runtime // injected (tests); else built from cfg.Runtime
+	vms            *vmSide         // nil until Run built it, or with NODE_AGENT_RUNTIME=none
+	customHandlers bool
+
+	// jwksMu serialises JWKS refreshes on unknown kids; jwksRefreshedAt is
+	// the last one's start (zero: none yet).
+	jwksMu          sync.Mutex
+	jwksRefreshedAt time.Time
+}
+
+// Option customises an Agent.
+type Option func(*Agent)
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(a *Agent) { a.log = l } }
+
+// WithClock sets the clock (tests).
+func WithClock(now func() time.Time) Option { return func(a *Agent) { a.now = now } }
+
+// WithAccelProbe replaces the accelerator probe (tests use a fixed result;
+// the real probe boots a KVM guest in a child process).
+func WithAccelProbe(f func(context.Context) (accel.Result, error)) Option {
+	return func(a *Agent) { a.probe = f }
+}
+
+// WithHandlers replaces the task handlers (tests add counting handlers).
+// The VM task handlers are then not added.
+func WithHandlers(h Handlers) Option {
+	return func(a *Agent) { a.handlers, a.customHandlers = h, true }
+}
+
+// WithRuntime runs instances with rt instead of the configured runtime
+// (tests pass the mock).
+func WithRuntime(rt runtime.Runtime) Option { return func(a *Agent) { a.runtime = rt } }
+
+// New prepares an agent: it opens the state directory and settles the node
+// id. It contacts nobody.
+func New(cfg Config, opts ...Option) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: slog.Default(), now: time.Now, wakeSpool: make(chan struct{}, 1),
+		localReady: make(chan struct{})}
+	for _, o := range opts {
+		o(a)
+	}
+	var err error
+	// Absolute, so handlers (e.g. the diagnostic path check) see a stable path.
+	if a.cfg.StateDir, err = filepath.Abs(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	cfg = a.cfg
+	if a.state, err = statedir.Open(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	if a.nodeID, err = a.state.NodeID(cfg.HostID); err != nil {
+		return nil, fmt.Errorf("node id: %w", err)
+	}
+	a.log = a.log.With("node_id", a.nodeID)
+	a.cfg.HostID = a.nodeID // handlers derive per-host values (slot MACs) from it
+	if a.handlers == nil {
+		a.handlers = DefaultHandlers(a.cfg)
+	}
+	if a.probe == nil {
+		p := accel.New(accel.Config{CacheDir: cfg.StateDir})
+		a.probe = p.ProbeCached
+	}
+	a.reg = prometheus.NewRegistry()
+	a.metrics = newMetrics(a.reg)
+	return a, nil
+}
+
+// NodeID is the agent's node id.
+func (a *Agent) NodeID() string { return a.nodeID }
+
+// LocalAddr waits for the local API listener and returns its address.
+func (a *Agent) LocalAddr(ctx context.Context) (net.Addr, error) {
+	select {
+	case <-a.localReady:
+		return a.localAddr, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Run enrols (or loads the stored identity) and runs every loop until ctx
+// ends. Liveness (heartbeats), work (task polling), renewal and result
+// delivery are separate loops so one stalled hop cannot starve another.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.setupClients(); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", a.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("local API listener %s: %w", a.cfg.ListenAddr, err)
+	}
+	a.localAddr = ln.Addr()
+	close(a.localReady)
+
+	a.probeAccelerators(ctx)
+	vms, err := a.buildRuntime(ctx)
+	if err != nil {
+		// The host still enrols, heartbeats and runs tasks; it just runs no
+		// instances (e.g. no QEMU or no working accelerator on this host).
+		a.log.Error("instance runtime unavailable; this host runs no instances", "runtime", a.cfg.Runtime, "err", err)
+		vms = nil
+	}
+	if vms != nil {
+		a.mu.Lock()
+		a.vms = vms
+		a.mu.Unlock()
+		if !a.customHandlers {
+			for typ, h := range VMHandlers(vms.slices) {
+				a.handlers[typ] = h
+			}
+		}
+	}
+
+	if !a.customHandlers {
+		// Terminal sessions outlive their terminal.open task; they end
+		// when the agent stops.
+		term := a.newTerminalManager()
+		defer term.Close()
+		for typ, h := range TerminalHandlers(term) {
+			a.handlers[typ] = h
+		}
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.serveLocal(gctx, ln) })
+	g.Go(func() error {
+		id, err := a.identity(gctx)
+		if err != nil {
+			return err
+		}
+		if err := a.applyIdentity(id); err != nil {
+			return err
+		}
+		a.log.Info("agent running", "control_plane", a.cfg.ControlPlaneURL, "cert_not_after", id.NotAfter)
+		lg, lctx := errgroup.WithContext(gctx)
+		lg.Go(func() error { return a.heartbeatLoop(lctx) })
+		lg.Go(func() error { return a.taskLoop(lctx) })
+		lg.Go(func() error { return a.resultLoop(lctx) })
+		lg.Go(func() error { return a.renewLoop(lctx) })
+		lg.Go(func() error { return a.capabilitiesLoop(lctx) })
+		if vms != nil {
+			lg.Go(func() error { return a.runVMs(lctx, vms) })
+		}
+		return lg.Wait()
+	})
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// setupClients builds the first-contact and mTLS clients.
+func (a *Agent) setupClients() error {
+	var roots *x509.CertPool
+	if id, ok, err := a.state.LoadIdentity(); err == nil && ok && len(id.CAPEM) > 0 {
+		roots = x509.NewCertPool()
+		roots.AppendCertsFromPEM(id.CAPEM)
+	} else if err != nil {
+		return fmt.Errorf("load identity: %w", err)
+	}
+	var err error
+	if a.cfg.CAFile != "" {
+		if roots, err = caPoolFromFile(a.cfg.CAFile); err != nil {
+			return fmt.Errorf("NODE_AGENT_CA_FILE: %w", err)
+		}
+	}
+	if roots != nil {
+		a.bootstrap, err = newClient(a.cfg.ControlPlaneURL, roots, nil)
+	} else {
+		host := hostOf(a.cfg.ControlPlaneURL)
+		a.bootstrap, err = newClient(a.cfg.ControlPlaneURL, nil, pki.PinnedVerify(a.cfg.CAHash, host))
+	}
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// probeAccelerators finds which accelerators really work (cached per boot)
+// and checks NODE_AGENT_QEMU_ACCEL against them. A selection the host cannot
+// run is logged as `selected_accel not supported by host` and reported with
+// the capabilities, which makes the host unschedulable; the agent keeps
+// running so the control plane can show why.
+func (a *Agent) probeAccelerators(ctx context.Context) {
+	res, err := a.probe(ctx)
+	var cacheErr *accel.CacheError
+	if err != nil && !errors.As(err, &cacheErr) {
+		a.log.Error("accelerator probe", "err", err)
+	} else if err != nil {
+		a.log.Warn("accelerator probe result not cached", "err", err)
+	}
+	for _, st := range res.Accelerators {
+		a.log.Info("accelerator", "name", st.Name, "works", st.Works, "reason", st.Reason, "duration_ms", st.DurationMS)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.accel = res
+	if a.cfg.QEMUAccel == "" {
+		a.cfg.QEMUAccel = accel.Default(res)
+		return
+	}
+	if err := accel.Select(res, a.cfg.QEMUAccel); err != nil {
+		if fb := a.cfg.AccelFallback; fb != "" && accel.Select(res, fb) == nil {
+			a.log.Warn(err.Error()+"; falling back to "+fb+" (NODE_AGENT_ACCEL_FALLBACK)",
+				"selected_accel", a.cfg.QEMUAccel, "fallback", fb, "working", res.Working)
+			a.cfg.QEMUAccel = fb
+			return
+		}
+		a.accelErr = err.Error()
+		a.log.Error(a.accelErr, "selected_accel", a.cfg.QEMUAccel, "working", res.Working)
+	}
+}
+
+// setDiagnostic records an agent-side condition reported with heartbeats.
+func (a *Agent) setDiagnostic(code string) {
+	a.mu.Lock()
+	a.diagnostic = code
+	a.mu.Unlock()
+}
+
+func (a *Agent) getDiagnostic() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.diagnostic
+}

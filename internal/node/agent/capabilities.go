@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"runtime"
+
+	"github.com/drover-dev/drover/internal/node/diag"
+	"github.com/drover-dev/drover/internal/node/hostinfo"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// capabilities describes this host for enrolment. Memory is total system
+// memory, not the agent's heap (seed 003's bug).
+func (a *Agent) capabilities(ctx context.Context) api.Capabilities {
+	a.mu.Lock()
+	c := api.Capabilities{
+		Hostname: a.cfg.Hostname, OSFamily: a.cfg.OSFamily, Arch: runtime.GOARCH,
+		CPUCores: runtime.NumCPU(), SelectedAccel: a.cfg.QEMUAccel, AgentVersion: Version,
+		Accelerators: a.accel.Working, AccelError: a.accelErr,
+	}
+	a.mu.Unlock()
+	if c.Hostname == "" {
+		c.Hostname, _ = os.Hostname()
+	}
+	inv, err := hostinfo.Collect(ctx, hostinfo.Config{})
+	if err != nil {
+		a.log.Warn("collect host inventory", "err", err)
+	}
+	for _, w := range inv.Warnings {
+		a.log.Debug("host inventory", "warning", w)
+	}
+	fromInv := inv.Capabilities(a.cfg.StateDir)
+	c.KernelVersion, c.RAMTotalMB, c.DiskTotalGB, c.GPUCount = fromInv.KernelVersion, fromInv.RAMTotalMB, fromInv.DiskTotalGB, fromInv.GPUCount
+	if c.RAMTotalMB == 0 || c.KernelVersion == "" { // inventory incomplete: fall back to the basic facts
+		if f, err := diag.HostFacts(ctx, a.cfg.StateDir); err == nil {
+			c.KernelVersion, c.RAMTotalMB, c.DiskTotalGB = f.KernelVersion, f.MemTotalMiB, f.DiskTotalGiB
+		}
+	}
+	c.Inventory = &inv
+	a.mu.Lock()
+	a.total = api.Capacity{VCPUs: c.CPUCores, MemoryMiB: c.RAMTotalMB, DiskGiB: c.DiskTotalGB, GPUs: c.GPUCount}
+	a.mu.Unlock()
+	return c
+}
+
+// capacity is total, reserved, allocated (by the reconciler's instances)
+// and free capacity. Totals come from the last inventory (collected at
+// start and by the capabilities loop), so a heartbeat reads no sysfs.
+func (a *Agent) capacity(ctx context.Context) api.CapacityReport {
+	a.mu.Lock()
+	total, vms := a.total, a.vms
+	a.mu.Unlock()
+	if total.VCPUs == 0 { // no inventory yet
+		a.capabilities(ctx)
+		a.mu.Lock()
+		total = a.total
+		a.mu.Unlock()
+	}
+	r := api.CapacityReport{Total: total,
+		Reserved: api.Capacity{VCPUs: a.cfg.ReservedVCPUs, MemoryMiB: a.cfg.ReservedMemoryMiB}}
+	if vms != nil {
+		r.Allocated = vms.rec.Allocated()
+	}
+	r.Free = api.Capacity{
+		VCPUs:     max(0, r.Total.VCPUs-r.Reserved.VCPUs-r.Allocated.VCPUs),
+		MemoryMiB: max(0, r.Total.MemoryMiB-r.Reserved.MemoryMiB-r.Allocated.MemoryMiB),
+		DiskGiB:   max(0, r.Total.DiskGiB-r.Reserved.DiskGiB-r.Allocated.DiskGiB),
+		GPUs:      max(0, r.Total.GPUs-r.Reserved.GPUs-r.Allocated.GPUs),
+	}
+	return r
+}

@@ -1,0 +1,325 @@
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// Config is the agent's configuration. It comes from, in increasing order of
+// precedence: an env-style config file (-config), NODE_AGENT_* environment
+// variables (seed 000's env file), and command-line flags.
+type Config struct {
+	ControlPlaneURL   string        // NODE_AGENT_CONTROL_PLANE_URL: node-facing mTLS URL, e.g. https://cp:8443
+	TerminalURL       string        // NODE_AGENT_TERMINAL_URL: the terminal gateway's node-facing mTLS URL (LoadConfig defaults it to ControlPlaneURL)
+	HostID            string        // NODE_AGENT_HOST_ID / -node-id: generated and persisted when empty
+	BootstrapToken    string        // NODE_AGENT_BOOTSTRAP_TOKEN
+	CAHash            string        // NODE_AGENT_CA_HASH: pin for first contact ("sha256:...")
+	CAFile            string        // NODE_AGENT_CA_FILE: alternatively, a CA bundle to trust
+	OSFamily          string        // NODE_AGENT_OS_FAMILY: linux | dragonflybsd | windows | darwin
+	QEMUAccel         string        // NODE_AGENT_QEMU_ACCEL: kvm | nvmm | hvf | tcg
+	AccelFallback     string        // NODE_AGENT_ACCEL_FALLBACK: "tcg" lets a host whose selected accelerator fails run VMs under TCG instead of refusing
+	StateDir          string        // NODE_AGENT_STATE_DIR
+	ListenAddr        string        // NODE_AGENT_LISTEN: local API, default 127.0.0.1:9000
+	Hostname          string        // -hostname
+	HeartbeatInterval time.Duration // -heartbeat-interval: 0 means the server's
+	ReservedVCPUs     int           // NODE_AGENT_RESERVED_VCPUS: kept for the host OS
+	ReservedMemoryMiB int           // NODE_AGENT_RESERVED_MEMORY_MIB
+
+	// Instances (VMs).
+	Runtime           string        // NODE_AGENT_RUNTIME: qemu (LoadConfig's default) | mock | none (also "")
+	RuntimeDir        string        // NODE_AGENT_RUNTIME_DIR: instances, overlays, image cache (default <state dir>/runtime)
+	ImageDirs         string        // NODE_AGENT_IMAGE_DIRS: comma-separated dirs local images and file:// URLs may come from (default /var/lib/drover/images)
+	QEMUBinary        string        // NODE_AGENT_QEMU_BINARY: default qemu-system-<arch>
+	SecretsDir        string        // NODE_AGENT_SECRETS_DIR: one file per secret an instance may name
+	ReconcileInterval time.Duration // NODE_AGENT_RECONCILE_INTERVAL: resync period (default 5s)
+
+	// NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS: let http(s) image URLs point at
+	// loopback, link-local (cloud metadata) and unspecified addresses
+	// (default false: refused; for rigs serving images on 127.0.0.1).
+	ImageAllowLocalURLs bool
+}
+
+// Runtimes the agent can run instances with.
+const (
+	RuntimeQEMU = "qemu"
+	RuntimeMock = "mock" // in-memory, for demos and tests: runs nothing
+	RuntimeNone = "none" // no instances on this host
+)
+
+// DefaultImageDir is where local images may live when NODE_AGENT_IMAGE_DIRS
+// is unset (seed 004's sandboxed image paths).
+const DefaultImageDir = "/var/lib/drover/images"
+
+func defaultStateDir() string {
+	if runtime.GOOS == "windows" {
+		return `C:\ProgramData\drover-agent`
+	}
+	return "/var/lib/drover-agent"
+}
+
+// envKeys maps configuration keys to fields.
+func (c *Config) fields() map[string]*string {
+	return map[string]*string{
+		"NODE_AGENT_CONTROL_PLANE_URL": &c.ControlPlaneURL,
+		"NODE_AGENT_TERMINAL_URL":      &c.TerminalURL,
+		"NODE_AGENT_HOST_ID":           &c.HostID,
+		"NODE_AGENT_BOOTSTRAP_TOKEN":   &c.BootstrapToken,
+		"NODE_AGENT_CA_HASH":           &c.CAHash,
+		"NODE_AGENT_CA_FILE":           &c.CAFile,
+		"NODE_AGENT_OS_FAMILY":         &c.OSFamily,
+		"NODE_AGENT_QEMU_ACCEL":        &c.QEMUAccel,
+		"NODE_AGENT_STATE_DIR":         &c.StateDir,
+		"NODE_AGENT_LISTEN":            &c.ListenAddr,
+		"NODE_AGENT_HOSTNAME":          &c.Hostname,
+		"NODE_AGENT_ACCEL_FALLBACK":    &c.AccelFallback,
+		"NODE_AGENT_RUNTIME":           &c.Runtime,
+		"NODE_AGENT_RUNTIME_DIR":       &c.RuntimeDir,
+		"NODE_AGENT_IMAGE_DIRS":        &c.ImageDirs,
+		"NODE_AGENT_QEMU_BINARY":       &c.QEMUBinary,
+		"NODE_AGENT_SECRETS_DIR":       &c.SecretsDir,
+	}
+}
+
+// LoadConfig builds the configuration from args (without the program name),
+// the environment lookup function and the optional config file.
+func LoadConfig(args []string, getenv func(string) string) (Config, error) {
+	c := Config{OSFamily: api.OSFamilyOf(runtime.GOOS), StateDir: defaultStateDir(), ListenAddr: "127.0.0.1:9000",
+		Runtime: RuntimeQEMU, ImageDirs: DefaultImageDir}
+	fs := flag.NewFlagSet("drover-agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	configFile := fs.String("config", getenv("NODE_AGENT_CONFIG"), "env-style config file (KEY=VALUE lines, NODE_AGENT_* keys)")
+	var f Config
+	fs.StringVar(&f.ControlPlaneURL, "control-plane-url", "", "node-facing control plane URL (https://host:8443)")
+	fs.StringVar(&f.TerminalURL, "terminal-url", "", "terminal gateway's node-facing URL (default: the control plane URL)")
+	fs.StringVar(&f.HostID, "host-id", "", "host id of this node's host record")
+	fs.StringVar(&f.HostID, "node-id", "", "alias of -host-id")
+	fs.StringVar(&f.BootstrapToken, "bootstrap-token", "", "one-time bootstrap token")
+	fs.StringVar(&f.CAHash, "ca-hash", "", "pinned control plane CA hash (sha256:...)")
+	fs.StringVar(&f.CAFile, "ca-file", "", "control plane CA bundle (instead of -ca-hash)")
+	fs.StringVar(&f.OSFamily, "os-family", "", "linux | dragonflybsd | windows | darwin")
+	fs.StringVar(&f.QEMUAccel, "qemu-accel", "", "kvm | nvmm | hvf | tcg")
+	fs.StringVar(&f.StateDir, "state-dir", "", "directory for identity, spool and replay cache")
+	fs.StringVar(&f.ListenAddr, "listen", "", "local API address (default 127.0.0.1:9000)")
+	fs.StringVar(&f.Hostname, "hostname", "", "hostname to report (default: the system's)")
+	fs.DurationVar(&f.HeartbeatInterval, "heartbeat-interval", 0, "heartbeat interval (default: the server's, 5s)")
+	fs.IntVar(&f.ReservedVCPUs, "reserved-vcpus", 0, "vCPUs reserved for the host OS")
+	fs.IntVar(&f.ReservedMemoryMiB, "reserved-memory-mib", 0, "memory reserved for the host OS, MiB")
+	fs.StringVar(&f.AccelFallback, "accel-fallback", "", `"tcg": run VMs under TCG when the selected accelerator does not work`)
+	fs.StringVar(&f.Runtime, "runtime", "", "instance runtime: qemu (default) | mock | none")
+	fs.StringVar(&f.RuntimeDir, "runtime-dir", "", "instances, overlays and image cache (default <state dir>/runtime)")
+	fs.StringVar(&f.ImageDirs, "image-dirs", "", "comma-separated dirs local images may come from")
+	fs.BoolVar(&f.ImageAllowLocalURLs, "image-allow-local-urls", false,
+		"let http(s) image URLs point at loopback, link-local (cloud metadata) and unspecified addresses (default false)")
+	fs.StringVar(&f.QEMUBinary, "qemu-binary", "", "QEMU system emulator (default qemu-system-<arch>)")
+	fs.StringVar(&f.SecretsDir, "secrets-dir", "", "directory with one file per instance secret")
+	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Config{}, &HelpError{Usage: usage(fs, c)}
+		}
+		return Config{}, fmt.Errorf("flags: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *configFile != "" {
+		if err := c.loadFile(*configFile); err != nil {
+			return Config{}, err
+		}
+	}
+	for key, dst := range c.fields() {
+		if v := getenv(key); v != "" {
+			*dst = v
+		}
+	}
+	for _, key := range numericKeys {
+		if v := getenv(key); v != "" {
+			if err := c.setNumeric(key, v); err != nil {
+				return Config{}, err
+			}
+		}
+	}
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "heartbeat-interval":
+			c.HeartbeatInterval = f.HeartbeatInterval
+		case "reserved-vcpus":
+			c.ReservedVCPUs = f.ReservedVCPUs
+		case "reserved-memory-mib":
+			c.ReservedMemoryMiB = f.ReservedMemoryMiB
+		case "reconcile-interval":
+			c.ReconcileInterval = f.ReconcileInterval
+		case "image-allow-local-urls":
+			c.ImageAllowLocalURLs = f.ImageAllowLocalURLs
+		}
+	})
+	for _, p := range []struct {
+		dst *string
+		v   string
+	}{
+		{&c.ControlPlaneURL, f.ControlPlaneURL}, {&c.TerminalURL, f.TerminalURL}, {&c.HostID, f.HostID}, {&c.BootstrapToken, f.BootstrapToken},
+		{&c.CAHash, f.CAHash}, {&c.CAFile, f.CAFile}, {&c.OSFamily, f.OSFamily}, {&c.QEMUAccel, f.QEMUAccel},
+		{&c.StateDir, f.StateDir}, {&c.ListenAddr, f.ListenAddr}, {&c.Hostname, f.Hostname},
+		{&c.AccelFallback, f.AccelFallback}, {&c.Runtime, f.Runtime}, {&c.RuntimeDir, f.RuntimeDir}, {&c.ImageDirs, f.ImageDirs},
+		{&c.QEMUBinary, f.QEMUBinary}, {&c.SecretsDir, f.SecretsDir},
+	} {
+		if p.v != "" {
+			*p.dst = p.v
+		}
+	}
+	if c.TerminalURL == "" {
+		c.TerminalURL = c.ControlPlaneURL
+	}
+	return c, c.Validate()
+}
+
+// terminalURL is where terminal streams are dialed: TerminalURL, or the
+// control plane URL when it is unset (a Config built by hand).
+func (c Config) terminalURL() string {
+	if c.TerminalURL != "" {
+		return c.TerminalURL
+	}
+	return c.ControlPlaneURL
+}
+
+// loadFile reads KEY=VALUE lines (comments with #, optional quotes).
+func (c *Config) loadFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	defer f.Close()
+	fields := c.fields()
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		key, val, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		if !ok {
+			return fmt.Errorf("config file %s:%d: want KEY=VALUE", path, n)
+		}
+		key, val = strings.TrimSpace(key), strings.Trim(strings.TrimSpace(val), `"'`)
+		switch {
+		case fields[key] != nil:
+			*fields[key] = val
+		case slices.Contains(numericKeys, key):
+			if err := c.setNumeric(key, val); err != nil {
+				return fmt.Errorf("config file %s:%d: %w", path, n, err)
+			}
+		default:
+			return fmt.Errorf("config file %s:%d: unknown key %q", path, n, key)
+		}
+	}
+	return sc.Err()
+}
+
+// numericKeys are the configuration keys that are not plain strings
+// (durations, counts, booleans).
+var numericKeys = []string{"NODE_AGENT_HEARTBEAT_INTERVAL", "NODE_AGENT_RESERVED_VCPUS",
+	"NODE_AGENT_RESERVED_MEMORY_MIB", "NODE_AGENT_RECONCILE_INTERVAL", "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS"}
+
+// setNumeric sets one of the non-string keys.
+func (c *Config) setNumeric(key, val string) error {
+	if key == "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS" {
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return fmt.Errorf("%s %q: must be true or false", key, val)
+		}
+		c.ImageAllowLocalURLs = b
+		return nil
+	}
+	if key == "NODE_AGENT_HEARTBEAT_INTERVAL" || key == "NODE_AGENT_RECONCILE_INTERVAL" {
+		d, err := time.ParseDuration(val)
+		if err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		if key == "NODE_AGENT_HEARTBEAT_INTERVAL" {
+			c.HeartbeatInterval = d
+		} else {
+			c.ReconcileInterval = d
+		}
+		return nil
+	}
+	n, err := strconv.Atoi(val)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%s %q: must be a whole number >= 0", key, val)
+	}
+	if key == "NODE_AGENT_RESERVED_VCPUS" {
+		c.ReservedVCPUs = n
+	} else {
+		c.ReservedMemoryMiB = n
+	}
+	return nil
+}
+
+// Validate names every invalid field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ControlPlaneURL == "" {
+		errs = append(errs, errors.New("NODE_AGENT_CONTROL_PLANE_URL (-control-plane-url) is required"))
+	} else if u, err := url.Parse(c.ControlPlaneURL); err != nil || u.Scheme != "https" || u.Host == "" {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_CONTROL_PLANE_URL %q: must be an https:// URL of the node-facing listener", c.ControlPlaneURL))
+	}
+	if c.TerminalURL != "" {
+		if u, err := url.Parse(c.TerminalURL); err != nil || u.Scheme != "https" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("NODE_AGENT_TERMINAL_URL %q: must be an https:// URL of the terminal gateway's node-facing listener", c.TerminalURL))
+		}
+	}
+	if !api.ValidOSFamily(c.OSFamily) {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_OS_FAMILY %q: must be linux, dragonflybsd, windows or darwin", c.OSFamily))
+	}
+	if c.HostID != "" {
+		if err := api.ValidHostID(c.HostID); err != nil {
+			errs = append(errs, fmt.Errorf("NODE_AGENT_HOST_ID: %w", err))
+		}
+	}
+	if c.HeartbeatInterval < 0 || (c.HeartbeatInterval > 0 && c.HeartbeatInterval < 100*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("-heartbeat-interval %s: must be at least 100ms", c.HeartbeatInterval))
+	}
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("NODE_AGENT_STATE_DIR is required"))
+	}
+	if c.AccelFallback != "" && c.AccelFallback != "tcg" {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_ACCEL_FALLBACK %q: must be tcg or empty", c.AccelFallback))
+	}
+	switch c.Runtime {
+	case RuntimeQEMU, RuntimeMock, RuntimeNone, "":
+	default:
+		errs = append(errs, fmt.Errorf("NODE_AGENT_RUNTIME %q: must be qemu, mock or none", c.Runtime))
+	}
+	for _, d := range c.imageDirs() {
+		if !filepath.IsAbs(d) {
+			errs = append(errs, fmt.Errorf("NODE_AGENT_IMAGE_DIRS: %q is not an absolute path", d))
+		}
+	}
+	if c.ReconcileInterval < 0 || (c.ReconcileInterval > 0 && c.ReconcileInterval < 100*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_RECONCILE_INTERVAL %s: must be at least 100ms", c.ReconcileInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// imageDirs splits ImageDirs (comma-separated).
+func (c Config) imageDirs() []string {
+	var out []string
+	for _, d := range strings.Split(c.ImageDirs, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}

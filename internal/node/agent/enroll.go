@@ -1,0 +1,215 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/drover-dev/drover/internal/node/agent/statedir"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pki"
+	"github.com/drover-dev/drover/internal/wire/task"
+)
+
+// ErrNotEnrolled means the agent has no usable identity and no bootstrap
+// token to get one.
+var ErrNotEnrolled = errors.New("not enrolled: set NODE_AGENT_BOOTSTRAP_TOKEN (from `drover hosts create` or `drover hosts rotate-token`)")
+
+// identity returns a usable identity: the stored one if its certificate is
+// still valid, otherwise a fresh enrolment with the bootstrap token.
+func (a *Agent) identity(ctx context.Context) (statedir.Identity, error) {
+	id, ok, err := a.state.LoadIdentity()
+	if err != nil {
+		return statedir.Identity{}, fmt.Errorf("load identity: %w", err)
+	}
+	if ok && id.NodeID == a.nodeID && id.ControlPlaneURL == a.cfg.ControlPlaneURL && a.now().Before(id.NotAfter) {
+		return id, nil
+	}
+	if ok {
+		a.log.Info("stored identity unusable; enrolling again", "node_id", id.NodeID, "not_after", id.NotAfter)
+	}
+	return a.enroll(ctx)
+}
+
+// enroll registers with the bootstrap token, retrying transient failures
+// with jittered backoff. Auth and validation failures are returned at once.
+func (a *Agent) enroll(ctx context.Context) (statedir.Identity, error) {
+	if a.cfg.BootstrapToken == "" {
+		return statedir.Identity{}, ErrNotEnrolled
+	}
+	if a.cfg.CAHash == "" && a.cfg.CAFile == "" {
+		return statedir.Identity{}, errors.New("first contact needs NODE_AGENT_CA_HASH (printed by `drover hosts create`) or NODE_AGENT_CA_FILE")
+	}
+	keyPEM, err := pki.NewNodeKey()
+	if err != nil {
+		return statedir.Identity{}, err
+	}
+	csrPEM, err := pki.CSRFor(keyPEM)
+	if err != nil {
+		return statedir.Identity{}, err
+	}
+	req := api.RegisterRequest{HostID: a.nodeID, BootstrapToken: a.cfg.BootstrapToken, CSRPEM: string(csrPEM),
+		Capabilities: a.capabilities(ctx)}
+	var ident api.Identity
+	bo := newBackoff(time.Second, time.Minute)
+	for {
+		_, err = a.bootstrap.do(ctx, http.MethodPost, "/internal/v1/register", "", req, &ident)
+		if err == nil {
+			break
+		}
+		var ae *APIError
+		if errors.As(err, &ae) {
+			// The body names the problem (field errors, expired token): log it whole.
+			a.log.Error("registration refused", "status", ae.Status, "code", ae.Code, "body", ae.Body)
+			if !ae.Retryable() {
+				return statedir.Identity{}, fmt.Errorf("register host %q: %w", a.nodeID, err)
+			}
+			if ae.Status == http.StatusTooManyRequests {
+				a.setDiagnostic("edge_rate_limited")
+			}
+		} else {
+			a.log.Warn("registration failed; will retry", "err", err)
+		}
+		if err := bo.wait(ctx, retryAfter(err)); err != nil {
+			return statedir.Identity{}, err
+		}
+	}
+	id := statedir.Identity{NodeID: ident.NodeID, KeyPEM: keyPEM, CertPEM: []byte(ident.CertificatePEM),
+		CAPEM: []byte(ident.CABundlePEM), NotAfter: ident.NotAfter, JWKS: ident.JWKS,
+		ControlPlaneURL: a.cfg.ControlPlaneURL, HeartbeatInterval: time.Duration(ident.HeartbeatInterval),
+		TerminalURL: ident.TerminalURL}
+	if id.NodeID != a.nodeID {
+		return statedir.Identity{}, fmt.Errorf("control plane assigned node id %q, expected %q", id.NodeID, a.nodeID)
+	}
+	if err := a.state.SaveIdentity(id); err != nil {
+		return statedir.Identity{}, fmt.Errorf("save identity: %w", err)
+	}
+	a.log.Info("enrolled", "node_id", id.NodeID, "cert_not_after", id.NotAfter)
+	return id, nil
+}
+
+// applyIdentity installs an identity into the mTLS client and verifier.
+func (a *Agent) applyIdentity(id statedir.Identity) error {
+	cert, err := tls.X509KeyPair(id.CertPEM, id.KeyPEM)
+	if err != nil {
+		return fmt.Errorf("identity key pair: %w", err)
+	}
+	if a.node == nil {
+		// The mTLS client trusts exactly the CA delivered at enrolment and
+		// never shares connections with the certificate-less bootstrap client.
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(id.CAPEM) {
+			return errors.New("identity has no CA bundle")
+		}
+		if a.node, err = newClient(a.cfg.ControlPlaneURL, roots, nil); err != nil {
+			return err
+		}
+	}
+	a.node.setCertificate(cert)
+	a.node.setNodeID(id.NodeID)
+	if a.verifier == nil {
+		if a.verifier, err = task.NewVerifier(id.JWKS); err != nil {
+			return fmt.Errorf("task-signing keys: %w", err)
+		}
+	} else if err := a.verifier.SetKeys(id.JWKS); err != nil {
+		return fmt.Errorf("task-signing keys: %w", err)
+	}
+	a.mu.Lock()
+	a.ident = id
+	a.mu.Unlock()
+	return nil
+}
+
+// renewLoop renews the certificate at about two thirds of its lifetime,
+// with jitter, generating a new key each time.
+func (a *Agent) renewLoop(ctx context.Context) error {
+	bo := newBackoff(5*time.Second, 5*time.Minute)
+	for {
+		a.mu.Lock()
+		id := a.ident
+		a.mu.Unlock()
+		cert, err := leafCert(id.CertPEM)
+		if err != nil {
+			return fmt.Errorf("parse own certificate: %w", err)
+		}
+		// NotBefore is backdated for clock skew, so measure the lifetime from
+		// when the certificate was issued (its NotBefore plus the backdate,
+		// never later than now).
+		issued := cert.NotBefore.Add(pki.Backdate)
+		if now := a.now(); issued.After(now) {
+			issued = now
+		}
+		life := cert.NotAfter.Sub(issued)
+		at := issued.Add(life * 2 / 3).Add(jitter(life / 10))
+		if err := sleepUntil(ctx, a.now, at); err != nil {
+			return nil
+		}
+		if err := a.renew(ctx); err != nil {
+			a.log.Error("certificate renewal failed", "err", err, "not_after", cert.NotAfter)
+			if IsStatus(err, http.StatusForbidden) {
+				a.setDiagnostic("node_agent_auth_failed")
+			}
+			if err := bo.wait(ctx, retryAfter(err)); err != nil {
+				return nil
+			}
+			continue
+		}
+		bo.reset()
+	}
+}
+
+// renew asks for a new certificate over mTLS.
+func (a *Agent) renew(ctx context.Context) error {
+	keyPEM, err := pki.NewNodeKey()
+	if err != nil {
+		return err
+	}
+	csrPEM, err := pki.CSRFor(keyPEM)
+	if err != nil {
+		return err
+	}
+	var ident api.Identity
+	if _, err := a.node.do(ctx, http.MethodPost, a.node.nodePath("/renew"), "", api.RenewRequest{CSRPEM: string(csrPEM)}, &ident); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	id := a.ident
+	a.mu.Unlock()
+	id.KeyPEM, id.CertPEM, id.NotAfter, id.JWKS = keyPEM, []byte(ident.CertificatePEM), ident.NotAfter, ident.JWKS
+	if err := a.state.SaveIdentity(id); err != nil {
+		return fmt.Errorf("save renewed identity: %w", err)
+	}
+	if err := a.applyIdentity(id); err != nil {
+		return err
+	}
+	a.node.closeIdle()
+	a.log.Info("certificate renewed", "not_after", id.NotAfter)
+	return nil
+}
+
+// caPoolFromFile reads a PEM bundle.
+func caPoolFromFile(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s: no PEM certificates", path)
+	}
+	return pool, nil
+}
+
+// jitter returns a uniform random duration in [-d/2, d/2).
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d))) - d/2
+}

@@ -1,0 +1,31 @@
+package agent
+
+import (
+	"context"
+
+	"github.com/drover-dev/drover/internal/node/slice"
+	"github.com/drover-dev/drover/internal/wire/task"
+)
+
+// SliceHandlers are the GPU slice task types. slice.topology_discover only
+// reads the host; its slot MACs derive from cfg.HostID (the hostname when
+// that is empty, so pass the settled node id).
+func SliceHandlers(cfg Config) Handlers {
+	d := slice.NewDiscoverer(slice.Config{HostID: cfg.HostID})
+	return Handlers{
+		slice.TaskType: {Timeout: task.TopologyDiscoverTimeout, Run: func(ctx context.Context, t Task) (Outcome, error) {
+			p, err := slice.DecodeParams(t.Params)
+			if err != nil {
+				return Outcome{}, &HandlerError{Code: "invalid_params", Message: err.Error()}
+			}
+			topo, timings, err := d.Discover(ctx, p, t.Progress)
+			if err != nil && ctx.Err() == nil {
+				err = &HandlerError{Code: "topology_discover_failed", Message: err.Error()}
+			}
+			if err != nil {
+				return Outcome{Timings: timings}, err
+			}
+			return Outcome{Output: topo, Timings: timings}, nil
+		}},
+	}
+}

@@ -1,0 +1,100 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+
+	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/termnode"
+	"github.com/drover-dev/drover/internal/wire/task"
+)
+
+// TerminalHandlers is terminal.open, run by m: it succeeds once the stream
+// to the gateway is connected and the PTY started (or the serial console
+// attached); the session then outlives the task. A failure is a
+// *HandlerError with the termnode code (terminal_pty_failed,
+// terminal_node_stream_mtls_failed, node_stream_timeout,
+// terminal_session_rejected, invalid_params, agent_shutdown).
+func TerminalHandlers(m *termnode.Manager) Handlers {
+	return Handlers{
+		task.TypeTerminalOpen: {Timeout: task.TerminalOpenTimeout, Run: func(ctx context.Context, t Task) (Outcome, error) {
+			p, fe := task.DecodeTerminalOpenParams(t.Params)
+			if fe != nil {
+				return Outcome{}, &HandlerError{Code: "invalid_params", Message: fieldErrorText(fe)}
+			}
+			res, err := m.Open(ctx, p, t.CorrelationID, t.Progress)
+			timings := map[string]int64{"stream_connect_ms": res.StreamConnectMS}
+			switch {
+			case err == nil && p.Mode == task.TerminalModeSerial, res.SerialAttachMS > 0:
+				timings["serial_attach_ms"] = res.SerialAttachMS
+			case err == nil, res.PTYStartMS > 0:
+				timings["pty_start_ms"] = res.PTYStartMS
+			}
+			out := Outcome{Output: res, Timings: timings}
+			if err != nil {
+				return out, terminalHandlerError(err)
+			}
+			return out, nil
+		}},
+	}
+}
+
+// terminalHandlerError maps a *termnode.Error to a *HandlerError.
+func terminalHandlerError(err error) error {
+	var e *termnode.Error
+	if !errors.As(err, &e) {
+		return &HandlerError{Code: termnode.CodePTYFailed, Message: err.Error()}
+	}
+	msg := e.Msg
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return &HandlerError{Code: e.Code, Message: msg}
+}
+
+// newTerminalManager builds the terminal session manager: streams go to
+// NODE_AGENT_TERMINAL_URL with the node's mTLS identity, serial consoles
+// come from the instance runtime.
+func (a *Agent) newTerminalManager() *termnode.Manager {
+	return termnode.New(termnode.Config{
+		NodeID:       a.nodeID,
+		BaseURL:      a.cfg.terminalURL(),
+		TLSConfig:    a.nodeTLSConfig,
+		SerialSocket: a.serialSocket,
+		Logger:       a.log.With("component", "terminal"),
+	})
+}
+
+// nodeTLSConfig is the mTLS client configuration of the node identity, or
+// nil before the agent has one.
+func (a *Agent) nodeTLSConfig() *tls.Config {
+	if a.node == nil {
+		return nil
+	}
+	return a.node.tlsConfig()
+}
+
+// serialSocket finds the serial console socket of a running instance.
+func (a *Agent) serialSocket(ctx context.Context, instanceID string) (string, error) {
+	a.mu.Lock()
+	vms := a.vms
+	a.mu.Unlock()
+	if vms == nil {
+		return "", errors.New("this host runs no instances")
+	}
+	st, err := vms.rt.Inspect(ctx, instanceID)
+	if errors.Is(err, runtime.ErrNotFound) {
+		return "", fmt.Errorf("instance %q does not run on this node", instanceID)
+	} else if err != nil {
+		return "", fmt.Errorf("inspect instance %q: %w", instanceID, err)
+	}
+	if st.State != runtime.StateRunning {
+		return "", fmt.Errorf("instance %q is %s, not running", instanceID, st.State)
+	}
+	if st.SerialSocket == "" {
+		return "", fmt.Errorf("instance %q has no serial console socket in this runtime", instanceID)
+	}
+	return st.SerialSocket, nil
+}

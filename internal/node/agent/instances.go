@@ -1,0 +1,177 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/drover-dev/drover/internal/node/accel"
+	"github.com/drover-dev/drover/internal/node/image"
+	"github.com/drover-dev/drover/internal/node/reconcile"
+	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/runtime/mock"
+	"github.com/drover-dev/drover/internal/node/runtime/qemu"
+	"github.com/drover-dev/drover/internal/node/slicevm"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// instancesPollWait is how long one desired-set long-poll may wait.
+const instancesPollWait = 30 * time.Second
+
+// orphanSweepEvery is the period of the orphan-overlay safety loop.
+const orphanSweepEvery = time.Minute
+
+// vmSide is what the agent runs instances with: the runtime, the reconciler
+// that converges declared instances on it, and the slice provisioner for
+// slice.vm_provision / slice.vm_release.
+type vmSide struct {
+	rt     runtime.Runtime
+	qemu   *qemu.Runtime // nil unless the runtime is QEMU (orphan loop)
+	rec    *reconcile.Reconciler
+	slices *slicevm.Provisioner
+}
+
+// buildRuntime builds the configured runtime, image cache, reconciler and
+// slice provisioner. NODE_AGENT_RUNTIME=none (or an empty Runtime in a
+// Config built by hand; LoadConfig defaults to qemu) gives nil.
+func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
+	kind := a.cfg.Runtime
+	if a.runtime == nil && (kind == RuntimeNone || kind == "") {
+		return nil, nil
+	}
+	root := a.cfg.RuntimeDir
+	if root == "" {
+		root = filepath.Join(a.cfg.StateDir, "runtime")
+	}
+	images, err := image.NewCache(image.Options{Dir: filepath.Join(root, "images"),
+		AllowedDirs: a.cfg.imageDirs(), AllowLocalURLs: a.cfg.ImageAllowLocalURLs, Log: a.log})
+	if err != nil {
+		return nil, fmt.Errorf("image cache: %w", err)
+	}
+	v := &vmSide{rt: a.runtime}
+	switch {
+	case v.rt != nil:
+	case kind == RuntimeMock:
+		v.rt = mock.New(mock.Options{Log: a.log})
+	case a.cfg.QEMUAccel == "":
+		return nil, errors.New("no working accelerator for QEMU (is qemu-system installed? see docs/runbooks/accelerators.md)")
+	default:
+		q, err := qemu.New(ctx, qemu.Options{Root: root, Images: images, Accel: a.cfg.QEMUAccel,
+			QEMUBinary: a.cfg.QEMUBinary, Log: a.log,
+			OnOrphanRemoved: func(string) { a.metrics.orphanOverlays.Inc() }})
+		if err != nil {
+			return nil, fmt.Errorf("qemu runtime: %w", err)
+		}
+		v.rt, v.qemu = q, q
+	}
+	v.rec = reconcile.New(v.rt, statusReporter{a}, reconcile.Options{Interval: a.cfg.ReconcileInterval,
+		Secrets: a.readSecret, Log: a.log})
+	v.slices, err = slicevm.New(slicevm.Options{Runtime: v.rt, Images: images, SysfsRoot: "/",
+		StateDir: filepath.Join(root, "slices"), CloudInitDir: filepath.Join(root, "cloud-init"), Log: a.log,
+		CheckAccel: a.checkAccel})
+	if err != nil {
+		return nil, fmt.Errorf("slice provisioner: %w", err)
+	}
+	return v, nil
+}
+
+// checkAccel says whether an accelerator works here, from the probe run at
+// start ("" is the selected one).
+func (a *Agent) checkAccel(_ context.Context, name string) error {
+	a.mu.Lock()
+	res, selected := a.accel, a.cfg.QEMUAccel
+	a.mu.Unlock()
+	if name == "" {
+		name = selected
+	}
+	if name == "" {
+		return errors.New("no working accelerator on this host")
+	}
+	return accel.Select(res, name)
+}
+
+// readSecret reads an instance secret from NODE_AGENT_SECRETS_DIR. A name
+// that is not there wraps fs.ErrNotExist (the reconciler reports
+// secrets_missing); any other failure is secrets_injection_failed.
+func (a *Agent) readSecret(name string) ([]byte, error) {
+	if a.cfg.SecretsDir == "" {
+		return nil, fmt.Errorf("secret %q: NODE_AGENT_SECRETS_DIR is not set: %w", name, fs.ErrNotExist)
+	}
+	if name == "" || name != filepath.Base(name) || name == "." || name == ".." {
+		return nil, fmt.Errorf("secret %q: not a plain file name: %w", name, fs.ErrNotExist)
+	}
+	b, err := os.ReadFile(filepath.Join(a.cfg.SecretsDir, name))
+	if err != nil {
+		return nil, fmt.Errorf("secret %q: %w", name, err)
+	}
+	return b, nil
+}
+
+// runVMs runs the reconciler, the desired-set long-poll and (for QEMU) the
+// orphan-overlay safety loop until ctx ends.
+func (a *Agent) runVMs(ctx context.Context, v *vmSide) error {
+	done := make(chan error, 1)
+	go func() { done <- v.rec.Run(ctx) }()
+	if v.qemu != nil {
+		go v.qemu.RunOrphanLoop(ctx, orphanSweepEvery)
+		// Let go of the VMs without stopping them: they outlive the agent
+		// and the next one re-adopts them.
+		defer v.qemu.Close()
+	}
+	err := a.instancesLoop(ctx, v.rec)
+	if rerr := <-done; err == nil && !errors.Is(rerr, context.Canceled) {
+		err = rerr
+	}
+	return err
+}
+
+// instancesLoop long-polls the node's desired instance set and hands every
+// change to the reconciler. The server answers at once when the set differs
+// from the ETag we hold, else when it changes or the wait ends.
+func (a *Agent) instancesLoop(ctx context.Context, rec *reconcile.Reconciler) error {
+	bo := newBackoff(time.Second, time.Minute)
+	etag := ""
+	for {
+		var set api.NodeInstances
+		pctx, cancel := context.WithTimeout(ctx, instancesPollWait+15*time.Second)
+		_, err := a.node.do(pctx, http.MethodGet,
+			a.node.nodePath("/instances?wait=%s&etag=%s", instancesPollWait, url.QueryEscape(etag)), "", nil, &set)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			wait := max(bo.next(), retryAfter(err))
+			a.log.Warn("fetch desired instances failed", "err", err, "retry_in", wait.Round(time.Millisecond))
+			if err := sleepUntil(ctx, a.now, a.now().Add(wait)); err != nil {
+				return nil
+			}
+			continue
+		}
+		bo.reset()
+		if set.ETag != etag || etag == "" {
+			etag = set.ETag
+			rec.SetDesired(set.Instances, set.Draining)
+		}
+	}
+}
+
+// statusReporter posts instance transitions to the control plane.
+type statusReporter struct{ a *Agent }
+
+// ReportStatus posts one transition. An instance the control plane no longer
+// knows (404: deleted with --force) needs no report.
+func (r statusReporter) ReportStatus(ctx context.Context, id string, rep api.InstanceStatusReport) error {
+	_, err := r.a.node.do(ctx, http.MethodPost, r.a.node.nodePath("/instances/%s/status", url.PathEscape(id)), "", rep, nil)
+	if IsStatus(err, http.StatusNotFound) {
+		r.a.log.Info("instance unknown to the control plane; status not reported", "instance_id", id, "phase", rep.Phase)
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,343 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/drover-dev/drover/internal/node/agent/statedir"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
+)
+
+const (
+	pollWait      = 30 * time.Second
+	maxConcurrent = 4
+	// recordKeep is how long executed task ids stay in the replay cache
+	// after their envelope expired (an expired envelope is refused anyway).
+	recordKeep = 24 * time.Hour
+	// jwksRefreshInterval is the least time between two JWKS refreshes that
+	// an unknown kid triggers.
+	jwksRefreshInterval = time.Minute
+)
+
+// errJWKSRefreshThrottled marks an unknown kid seen within
+// jwksRefreshInterval of the last JWKS refresh. Such a delivery is neither
+// run nor answered: its lease runs out and the control plane delivers it
+// again, when a refresh is allowed.
+var errJWKSRefreshThrottled = errors.New("task-signing key refresh throttled")
+
+// taskLoop long-polls for tasks and runs each in its own goroutine, at most
+// maxConcurrent at once. It returns only after every task it started has
+// finished, so that nothing touches the state directory once Run returned.
+func (a *Agent) taskLoop(ctx context.Context) error {
+	sem := make(chan struct{}, maxConcurrent)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	bo := newBackoff(500*time.Millisecond, 30*time.Second)
+	for {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		d, ok, err := a.waitTask(ctx)
+		if err != nil {
+			<-sem
+			if ctx.Err() != nil {
+				return nil
+			}
+			reason := failureReason(err)
+			a.metrics.pollFailures.WithLabelValues(reason).Inc()
+			if reason == "edge_rate_limited" {
+				a.setDiagnostic("edge_rate_limited") // slow down; do not add retry pressure
+			}
+			a.log.Warn("task poll failed", "err", err, "reason", reason)
+			if err := bo.wait(ctx, retryAfter(err)); err != nil {
+				return nil
+			}
+			continue
+		}
+		bo.reset()
+		if !ok {
+			<-sem
+			continue
+		}
+		inflight.Go(func() {
+			defer func() { <-sem }()
+			a.handleDelivery(ctx, d)
+		})
+	}
+}
+
+func (a *Agent) waitTask(ctx context.Context) (api.TaskDelivery, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, pollWait+15*time.Second)
+	defer cancel()
+	var d api.TaskDelivery
+	status, err := a.node.do(ctx, http.MethodGet, a.node.nodePath("/tasks/wait?timeout=%s", pollWait), "", nil, &d)
+	if err != nil {
+		return d, false, err
+	}
+	return d, status == http.StatusOK, nil
+}
+
+// verify checks the envelope (refreshing the JWKS on an unknown kid, at
+// most once per jwksRefreshInterval) and that the outer delivery matches
+// the signed claims.
+func (a *Agent) verify(ctx context.Context, d api.TaskDelivery) (api.TaskClaims, error) {
+	claims, err := a.verifier.Verify(d.Envelope, a.nodeID, a.now())
+	if errors.Is(err, task.ErrUnknownKey) {
+		claims, err = a.verifyAfterRefresh(ctx, d)
+	}
+	if err != nil {
+		return claims, err
+	}
+	return claims, task.CheckDelivery(d, claims)
+}
+
+// verifyAfterRefresh handles an unknown kid: it refreshes the JWKS and
+// verifies again, unless a refresh (successful or not) happened within
+// jwksRefreshInterval. Then it fails with errJWKSRefreshThrottled without
+// asking the control plane: a flood of deliveries with made-up kids costs
+// one JWKS request a minute. Refreshes are serialised, so deliveries that
+// arrive together after a key rotation share one request.
+func (a *Agent) verifyAfterRefresh(ctx context.Context, d api.TaskDelivery) (api.TaskClaims, error) {
+	a.jwksMu.Lock()
+	defer a.jwksMu.Unlock()
+	// Another delivery may have refreshed the keys while this one waited.
+	claims, err := a.verifier.Verify(d.Envelope, a.nodeID, a.now())
+	if !errors.Is(err, task.ErrUnknownKey) {
+		return claims, err
+	}
+	now := a.now()
+	if last := a.jwksRefreshedAt; !last.IsZero() && now.Sub(last) < jwksRefreshInterval {
+		a.metrics.jwksRefreshes.WithLabelValues("throttled").Inc()
+		return claims, fmt.Errorf("%w: %w (keys refreshed %s ago; the next refresh is allowed in %s)",
+			errJWKSRefreshThrottled, err, now.Sub(last).Round(time.Second),
+			(jwksRefreshInterval - now.Sub(last)).Round(time.Second))
+	}
+	a.jwksRefreshedAt = now
+	if rerr := a.refreshJWKS(ctx); rerr != nil {
+		a.metrics.jwksRefreshes.WithLabelValues("failed").Inc()
+		a.log.Warn("refresh task-signing keys", "err", rerr)
+		return claims, err
+	}
+	a.metrics.jwksRefreshes.WithLabelValues("ok").Inc()
+	return a.verifier.Verify(d.Envelope, a.nodeID, a.now())
+}
+
+func (a *Agent) refreshJWKS(ctx context.Context) error {
+	var jwks api.JWKS
+	if _, err := a.node.do(ctx, http.MethodGet, a.node.nodePath("/jwks"), "", nil, &jwks); err != nil {
+		return err
+	}
+	if err := a.verifier.SetKeys(jwks); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.ident.JWKS = jwks
+	id := a.ident
+	a.mu.Unlock()
+	return a.state.SaveIdentity(id)
+}
+
+// handleDelivery verifies, dedupes, runs and reports one task.
+func (a *Agent) handleDelivery(ctx context.Context, d api.TaskDelivery) {
+	log := a.log.With("task_id", d.TaskID, "task_type", d.TaskType, "correlation_id", d.CorrelationID)
+	a.metrics.tasksReceived.Inc()
+	claims, err := a.verify(ctx, d)
+	if errors.Is(err, errJWKSRefreshThrottled) {
+		// Not recorded as seen and no result: the redelivery after the
+		// lease ends is verified afresh.
+		a.metrics.tasksRejected.WithLabelValues("jwks_refresh_throttled").Inc()
+		log.Warn("task envelope signed with an unknown key; left for redelivery", "err", err, "attempt", d.Attempt)
+		return
+	}
+	if err != nil {
+		code := task.Code(err)
+		a.metrics.tasksRejected.WithLabelValues(code).Inc()
+		log.Error("task envelope rejected; not executing", "code", code, "err", err)
+		if _, berr := a.state.Begin(d.TaskID, a.now().Add(time.Hour), a.now()); berr != nil {
+			log.Error("cannot record rejected task", "err", berr)
+			return
+		}
+		a.finish(ctx, d.TaskID, api.TaskResult{Status: api.ResultFailed, CorrelationID: d.CorrelationID,
+			Error: &api.ResultError{Code: code, Message: err.Error()}})
+		return
+	}
+	rec, err := a.state.Begin(claims.TaskID, time.Unix(claims.ExpiresAt, 0), a.now())
+	if errors.Is(err, statedir.ErrSeen) {
+		a.metrics.tasksDuplicate.Inc()
+		if rec.Result != nil {
+			log.Info("task already executed; re-posting its result", "attempt", d.Attempt)
+			a.finish(ctx, claims.TaskID, *rec.Result)
+			return
+		}
+		log.Warn("task started before an agent restart and never finished; not running it again")
+		a.finish(ctx, claims.TaskID, api.TaskResult{Status: api.ResultFailed, CorrelationID: claims.CorrelationID,
+			Error: &api.ResultError{Code: "agent_restarted_during_task",
+				Message: "the agent restarted while this task ran; it is not re-executed"}})
+		return
+	} else if err != nil {
+		log.Error("replay cache unavailable; not executing", "err", err)
+		a.setDiagnostic("diagnostic_path_not_writable")
+		return
+	}
+	a.finish(ctx, claims.TaskID, a.run(ctx, claims, log))
+}
+
+// run executes a verified task with its handler, bounded by its timeout.
+func (a *Agent) run(ctx context.Context, c api.TaskClaims, log interface {
+	Info(string, ...any)
+	Error(string, ...any)
+}) api.TaskResult {
+	res := api.TaskResult{CorrelationID: c.CorrelationID}
+	h, ok := a.handlers[c.Type]
+	if !ok {
+		res.Status, res.Error = api.ResultFailed, &api.ResultError{Code: "unknown_task_type",
+			Message: fmt.Sprintf("this agent has no handler for %q", c.Type)}
+		return res
+	}
+	a.postEvent(ctx, c, api.TaskEvent{Phase: "started", Status: "started"})
+	timeout := h.Timeout
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := a.now()
+	log.Info("running task")
+	out, err := h.Run(hctx, Task{ID: c.TaskID, Type: c.Type, CorrelationID: c.CorrelationID, Params: c.Params,
+		Progress: func(phase string, d time.Duration, perr error) {
+			ev := api.TaskEvent{Phase: phase, Status: "succeeded", DurationMS: d.Milliseconds()}
+			if perr != nil {
+				ev.Status, ev.Message = "failed", perr.Error()
+			}
+			a.postEvent(ctx, c, ev)
+		}})
+	res.Timings = out.Timings
+	if res.Timings == nil {
+		res.Timings = map[string]int64{}
+	}
+	res.Timings["total_ms"] = a.now().Sub(start).Milliseconds()
+	if out.Output != nil {
+		b, merr := json.Marshal(out.Output)
+		if merr != nil {
+			err = errors.Join(err, fmt.Errorf("encode output: %w", merr))
+		}
+		res.Output = b
+	}
+	switch {
+	case err == nil:
+		res.Status = api.ResultSucceeded
+	default:
+		res.Status = api.ResultFailed
+		var he *HandlerError
+		switch {
+		case errors.As(err, &he):
+			res.Error = &api.ResultError{Code: he.Code, Message: he.Message}
+		case ctx.Err() != nil:
+			res.Error = &api.ResultError{Code: "agent_shutdown", Message: "the agent stopped while this task ran: " + err.Error()}
+		case errors.Is(hctx.Err(), context.DeadlineExceeded):
+			res.Error = &api.ResultError{Code: "handler_timeout", Message: fmt.Sprintf("handler exceeded %s: %v", timeout, err)}
+		default:
+			res.Error = &api.ResultError{Code: "handler_failed", Message: err.Error()}
+		}
+		log.Error("task failed", "code", res.Error.Code, "err", err)
+	}
+	return res
+}
+
+// postEvent reports progress; failures are logged, never fatal.
+func (a *Agent) postEvent(ctx context.Context, c api.TaskClaims, ev api.TaskEvent) {
+	ev.At = a.now().UTC()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := a.node.do(ctx, http.MethodPost, a.node.nodePath("/tasks/%s/events", c.TaskID), c.CorrelationID, ev, nil); err != nil {
+		a.log.Warn("post task event", "task_id", c.TaskID, "phase", ev.Phase, "err", err, "correlation_id", c.CorrelationID)
+	}
+}
+
+// finish makes the result durable, then tries to post it once; the result
+// loop retries what could not be posted.
+func (a *Agent) finish(ctx context.Context, taskID string, res api.TaskResult) {
+	if res.FinishedAt.IsZero() {
+		res.FinishedAt = a.now().UTC()
+	}
+	if err := a.state.SaveResult(taskID, res); err != nil {
+		a.log.Error("spool task result", "task_id", taskID, "err", err, "correlation_id", res.CorrelationID)
+	}
+	if err := a.postResult(ctx, taskID, res); err != nil {
+		a.log.Warn("post task result; will retry", "task_id", taskID, "err", err, "correlation_id", res.CorrelationID)
+		select {
+		case a.wakeSpool <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// postResult posts a result and marks it posted. A 404 or 409 is final: the
+// control plane will never accept it, so it is logged and dropped from the
+// spool.
+func (a *Agent) postResult(ctx context.Context, taskID string, res api.TaskResult) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	_, err := a.node.do(ctx, http.MethodPost, a.node.nodePath("/tasks/%s/result", taskID), res.CorrelationID, res, nil)
+	if err != nil && !IsStatus(err, http.StatusNotFound) && !IsStatus(err, http.StatusConflict) {
+		a.metrics.resultFailures.Inc()
+		a.setDiagnostic("task_result_post_failed")
+		return err
+	}
+	if err != nil {
+		a.log.Error("control plane refused task result for good", "task_id", taskID, "err", err,
+			"correlation_id", res.CorrelationID)
+	} else {
+		a.metrics.resultsPosted.Inc()
+	}
+	if a.getDiagnostic() == "task_result_post_failed" {
+		a.setDiagnostic("")
+	}
+	return a.state.MarkPosted(taskID)
+}
+
+// resultLoop retries spooled results with backoff and prunes the cache.
+func (a *Agent) resultLoop(ctx context.Context) error {
+	bo := newBackoff(time.Second, time.Minute)
+	for {
+		pending, err := a.state.Pending()
+		if err != nil {
+			a.log.Error("read result spool", "err", err)
+		}
+		a.metrics.spoolPending.Set(float64(len(pending)))
+		failed := false
+		for _, rec := range pending {
+			if err := a.postResult(ctx, rec.TaskID, *rec.Result); err != nil {
+				failed = true
+				a.log.Warn("retry task result", "task_id", rec.TaskID, "err", err)
+				break
+			}
+		}
+		if _, err := a.state.Prune(a.now(), recordKeep); err != nil {
+			a.log.Warn("prune replay cache", "err", err)
+		}
+		wait := 30 * time.Second
+		if failed {
+			wait = bo.next()
+		} else {
+			bo.reset()
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-a.wakeSpool:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,234 @@
+package qemu
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// ErrInvalidSpec is wrapped by every spec validation failure (inside a
+// *runtime.Error whose reason says which step the spec cannot pass).
+var ErrInvalidSpec = errors.New("invalid spec")
+
+var (
+	bdfRE       = regexp.MustCompile(`^([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+	macRE       = regexp.MustCompile(`^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$`)
+	ifnameRE    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
+	secretRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+	knownAccels = []string{"kvm", "nvmm", "hvf", "tcg", "whpx"}
+)
+
+const (
+	maxSunPath = 107 // sizeof(sockaddr_un.sun_path) - 1 on Linux
+	serialSock = "serial.sock"
+	qmpSock    = "qmp.sock"
+)
+
+// invalid returns a validation error with reason.
+func invalid(reason api.ReasonCode, id, format string, args ...any) *runtime.Error {
+	return &runtime.Error{Reason: reason, Op: "create", ID: id,
+		Err: fmt.Errorf("%w: %s", ErrInvalidSpec, fmt.Sprintf(format, args...))}
+}
+
+// validate checks spec against the runtime's options. It does no I/O.
+func (r *Runtime) validate(spec runtime.Spec) error {
+	id := spec.ID
+	if !runtime.ValidID(id) {
+		return invalid(api.ReasonVMStartFailed, id, "id %q: want 1-63 of [a-z0-9_-], starting with a letter or digit", id)
+	}
+	if spec.VCPUs < 1 || spec.VCPUs > 1024 {
+		return invalid(api.ReasonVMStartFailed, id, "vcpus %d: want 1-1024", spec.VCPUs)
+	}
+	if spec.MemoryMiB < 16 || spec.MemoryMiB > 16<<20 {
+		return invalid(api.ReasonVMStartFailed, id, "memory_mib %d: want 16-16777216", spec.MemoryMiB)
+	}
+	if spec.DiskGiB < 0 {
+		return invalid(api.ReasonRootfsBuildFailed, id, "disk_gib %d is negative", spec.DiskGiB)
+	}
+	hasImage := spec.Image.URL != "" || spec.Image.SHA256 != ""
+	switch {
+	case hasImage && spec.BootDevice != "":
+		return invalid(api.ReasonRootfsBuildFailed, id, "image and boot_device are exclusive")
+	case !hasImage && spec.BootDevice == "":
+		return invalid(api.ReasonRootfsBuildFailed, id, "one of image or boot_device is required")
+	case hasImage && (spec.Image.URL == "" || spec.Image.SHA256 == ""):
+		return invalid(api.ReasonImagePullFailed, id, "image needs both url and sha256")
+	case spec.BootDevice != "":
+		if err := r.checkDevice(spec.BootDevice); err != nil {
+			return invalid(api.ReasonVolumeAttachFailed, id, "boot_device: %v", err)
+		}
+		if spec.DiskGiB != 0 {
+			return invalid(api.ReasonRootfsBuildFailed, id, "disk_gib needs an image (a boot device is not resized)")
+		}
+	}
+	if b := spec.Boot; b != nil {
+		if b.Kernel.URL == "" || b.Kernel.SHA256 == "" {
+			return invalid(api.ReasonImagePullFailed, id, "boot.kernel needs both url and sha256")
+		}
+		if b.Initrd != nil && (b.Initrd.URL == "" || b.Initrd.SHA256 == "") {
+			return invalid(api.ReasonImagePullFailed, id, "boot.initrd needs both url and sha256")
+		}
+	}
+	if spec.Accel != "" && spec.Accel != r.opts.Accel && spec.Accel != "tcg" {
+		return invalid(api.ReasonVMStartFailed, id, "accel %q: this host runs %q (or tcg)", spec.Accel, r.opts.Accel)
+	}
+	if err := validateNetwork(spec); err != nil {
+		return invalid(api.ReasonNetworkSetupFailed, id, "%v", err)
+	}
+	for i, bdf := range spec.PCIDevices {
+		if !bdfRE.MatchString(bdf) {
+			return invalid(api.ReasonVMStartFailed, id, "pci_devices[%d] %q: want a PCI address like 0000:3b:00.0", i, bdf)
+		}
+	}
+	if spec.CloudInit != nil && spec.SeedISO != "" {
+		return invalid(api.ReasonRootfsBuildFailed, id, "cloud_init and seed_iso are exclusive")
+	}
+	if spec.SeedISO != "" && !filepath.IsAbs(spec.SeedISO) {
+		return invalid(api.ReasonRootfsBuildFailed, id, "seed_iso %q is not absolute", spec.SeedISO)
+	}
+	if len(spec.Secrets) > 0 && spec.CloudInit == nil {
+		return invalid(api.ReasonSecretsInjectionFailed, id, "secrets need cloud_init (they travel in its seed)")
+	}
+	for name := range spec.Secrets {
+		if !secretRE.MatchString(name) {
+			return invalid(api.ReasonSecretsInjectionFailed, id, "secret name %q: want 1-128 of [A-Za-z0-9_.-]", name)
+		}
+	}
+	if m := spec.Readiness.SerialMarker; strings.ContainsAny(m, "\r\n") {
+		return invalid(api.ReasonVMStartFailed, id, "readiness.serial_marker must be one line")
+	}
+	if p := spec.Readiness.TCPPort; p != 0 {
+		if spec.Network.Mode == api.NetworkTap {
+			return invalid(api.ReasonVMStartFailed, id, "readiness.tcp_port needs user networking (the guest's tap address is unknown)")
+		}
+		if _, ok := forwardFor(spec, p); !ok {
+			return invalid(api.ReasonVMStartFailed, id, "readiness.tcp_port %d has no forward for that guest port", p)
+		}
+	}
+	if n := len(filepath.Join(r.instDir, id, serialSock)); n > maxSunPath {
+		return invalid(api.ReasonVMStartFailed, id, "socket path %s is %d bytes, over the unix socket limit %d (use a shorter root)",
+			filepath.Join(r.instDir, id, serialSock), n, maxSunPath)
+	}
+	return nil
+}
+
+func validateNetwork(spec runtime.Spec) error {
+	n := spec.Network
+	if n.MAC != "" && !macRE.MatchString(n.MAC) {
+		return fmt.Errorf("network.mac %q: want xx:xx:xx:xx:xx:xx", n.MAC)
+	}
+	switch n.Mode {
+	case "", api.NetworkUser:
+		if n.Bridge != "" {
+			return errors.New("network.bridge needs tap mode")
+		}
+		seen := map[string]bool{}
+		hostPorts := map[int]bool{}
+		for i, f := range n.Forwards {
+			if f.GuestPort < 1 || f.GuestPort > 65535 || f.HostPort < 0 || f.HostPort > 65535 {
+				return fmt.Errorf("network.forwards[%d]: ports out of range", i)
+			}
+			name := forwardName(f)
+			if seen[name] {
+				return fmt.Errorf("network.forwards[%d]: duplicate name %q", i, name)
+			}
+			seen[name] = true
+			if f.HostPort != 0 {
+				if hostPorts[f.HostPort] {
+					return fmt.Errorf("network.forwards[%d]: host port %d used twice", i, f.HostPort)
+				}
+				hostPorts[f.HostPort] = true
+			}
+		}
+	case api.NetworkTap:
+		if !ifnameRE.MatchString(n.Bridge) {
+			return fmt.Errorf("network.bridge %q: tap mode needs a bridge interface name", n.Bridge)
+		}
+		if len(n.Forwards) > 0 {
+			return errors.New("network.forwards need user networking")
+		}
+	default:
+		return fmt.Errorf("network.mode %q: want user or tap", n.Mode)
+	}
+	return nil
+}
+
+// forwardFor returns the forward of a guest port.
+func forwardFor(spec runtime.Spec, guestPort int) (api.PortForward, bool) {
+	for _, f := range spec.Network.Forwards {
+		if f.GuestPort == guestPort {
+			return f, true
+		}
+	}
+	return api.PortForward{}, false
+}
+
+// checkDevice reports whether dev lies under one of the allowed device
+// prefixes: an existing directory (/dev/disk/by-id) allows what is inside
+// it, any other prefix (/dev/nvme) the names in its directory that start
+// with it. The check is lexical: /dev/disk/by-id entries are symlinks by
+// design.
+func (r *Runtime) checkDevice(dev string) error {
+	if !filepath.IsAbs(dev) {
+		return fmt.Errorf("%q is not absolute", dev)
+	}
+	clean := filepath.Clean(dev)
+	for _, p := range r.opts.DeviceDirs {
+		p = filepath.Clean(p)
+		if clean == p || !strings.HasPrefix(clean, p) {
+			continue
+		}
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			if clean[len(p)] == '/' {
+				return nil
+			}
+			continue
+		}
+		if filepath.Dir(clean) == filepath.Dir(p) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is not under %s", dev, strings.Join(r.opts.DeviceDirs, ", "))
+}
+
+// specJSON is the persisted form of a spec (secrets are never encoded).
+func specJSON(spec runtime.Spec) ([]byte, error) {
+	return json.MarshalIndent(spec, "", "  ")
+}
+
+// sameSpec compares specs by their persisted form.
+func sameSpec(a, b runtime.Spec) bool {
+	ja, errA := specJSON(a)
+	jb, errB := specJSON(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+// secretsDigest identifies a set of secrets (names and values) without
+// storing them; "" for none.
+func secretsDigest(s map[string][]byte) string {
+	if len(s) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(s))
+	for n := range s {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		fmt.Fprintf(h, "%d:%s%d:", len(n), n, len(s[n]))
+		h.Write(s[n])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,307 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// maxSerialLog is the size past which Start rotates serial.log to
+// serial.log.1.
+const maxSerialLog = 8 << 20
+
+// qmpDialTimeout bounds the greeting and capability negotiation.
+const qmpDialTimeout = 10 * time.Second
+
+// Start boots a created or stopped instance: it checks again the base
+// image the instance's overlay sits on (recheckBase; an unsafe one is
+// image_pull_failed naming spec.image), launches a daemonized QEMU (its
+// start-up errors come back as vm_start_failed carrying QEMU's message)
+// and returns once the process runs and QMP answers. Starting a running
+// instance is a no-op.
+func (r *Runtime) Start(ctx context.Context, id string) (runtime.Status, error) {
+	unlock := r.lockID(id)
+	defer unlock()
+	in := r.get(id)
+	if in == nil {
+		return runtime.Status{}, notFound("start", id)
+	}
+	in.mu.Lock()
+	running := in.proc != nil
+	in.mu.Unlock()
+	if running {
+		return in.status(), nil
+	}
+	err := r.launch(ctx, in)
+	return in.status(), err
+}
+
+// CommandLine returns the QEMU binary and the arguments Start would run for
+// a created or stopped instance, with host ports for its forwards chosen
+// now. It changes nothing (a tap device is not created).
+func (r *Runtime) CommandLine(ctx context.Context, id string) (string, []string, error) {
+	unlock := r.lockID(id)
+	defer unlock()
+	in := r.get(id)
+	if in == nil {
+		return "", nil, notFound("command line", id)
+	}
+	ports, err := pickPorts(in.spec.Network.Forwards)
+	if err != nil {
+		return "", nil, err
+	}
+	in.mu.Lock()
+	st := in.st
+	in.mu.Unlock()
+	return r.opts.QEMUBinary, CommandLine(in.spec, r.launchFor(in, st, ports, tapName(in.dir))), nil
+}
+
+// accelFor is the accelerator an instance runs with.
+func (r *Runtime) accelFor(spec runtime.Spec) string {
+	if spec.Accel != "" {
+		return spec.Accel
+	}
+	return r.opts.Accel
+}
+
+// launchFor fills a Launch from an instance's prepared files.
+func (r *Runtime) launchFor(in *instance, st persisted, ports map[string]int, tap string) Launch {
+	l := Launch{
+		Arch:         r.arch,
+		Accel:        r.accelFor(in.spec),
+		Disk:         st.Disk,
+		DiskFormat:   st.DiskFormat,
+		BlockDisk:    st.BlockDisk,
+		Seed:         st.Seed,
+		Kernel:       st.Kernel,
+		Initrd:       st.Initrd,
+		QMPSocket:    in.path(qmpSock),
+		SerialSocket: in.path(serialSock),
+		SerialLog:    in.path(serialLogName),
+		PIDFile:      in.path(pidFileName),
+		Ports:        ports,
+		Daemonize:    true,
+	}
+	if in.spec.Network.Mode == api.NetworkTap {
+		l.Tap = tap
+	}
+	return l
+}
+
+// launch starts QEMU for in; the id lock is held and no process runs.
+func (r *Runtime) launch(ctx context.Context, in *instance) error {
+	id, spec := in.id, in.spec
+	in.mu.Lock()
+	prev := in.st
+	in.mu.Unlock()
+	fail := func(reason api.ReasonCode, format string, args ...any) error {
+		in.mu.Lock()
+		in.st = prev
+		if err := in.persistLocked(); err != nil {
+			r.log.Error("persist state", "id", id, "err", err)
+		}
+		in.mu.Unlock()
+		return runtime.Errorf(reason, "start", id, format, args...)
+	}
+	for _, f := range []struct {
+		path   string
+		reason api.ReasonCode
+	}{{prev.Disk, api.ReasonRootfsBuildFailed}, {prev.Seed, api.ReasonRootfsBuildFailed},
+		{prev.Kernel, api.ReasonImagePullFailed}, {prev.Initrd, api.ReasonImagePullFailed}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return fail(f.reason, "%w", err)
+		}
+	}
+	if prev.Overlay != "" {
+		// An instance made before Create inspected its base, or whose
+		// cached base blob changed since, is checked again here.
+		if reason, err := r.recheckBase(ctx, prev.Overlay); err != nil {
+			return fail(reason, "%w", err)
+		}
+	}
+
+	ports, err := pickPorts(spec.Network.Forwards)
+	if err != nil {
+		return fail(api.ReasonNetworkSetupFailed, "%w", err)
+	}
+	tap := ""
+	if spec.Network.Mode == api.NetworkTap {
+		tap = tapName(in.dir)
+		if err := setupTap(ctx, tap, spec.Network.Bridge); err != nil {
+			return fail(api.ReasonNetworkSetupFailed, "tap %s on bridge %s: %w", tap, spec.Network.Bridge, err)
+		}
+	}
+	for _, n := range []string{qmpSock, serialSock, pidFileName} {
+		_ = os.Remove(in.path(n))
+	}
+	offset, err := rotateSerialLog(in.path(serialLogName))
+	if err != nil {
+		return fail(api.ReasonVMStartFailed, "serial log: %w", err)
+	}
+
+	next := prev
+	next.State, next.PID, next.Accel = runtime.StateRunning, 0, r.accelFor(spec)
+	next.StartedAt, next.ExitedAt, next.ExitReason, next.ExitDetail = r.now(), time.Time{}, "", ""
+	next.Ports, next.Tap, next.SerialOffset, next.StopRequested = ports, tap, offset, false
+	l := r.launchFor(in, next, ports, tap)
+	args := CommandLine(spec, l)
+	// Persist first: if the agent dies now, Recover finds the pid file.
+	in.mu.Lock()
+	in.st, in.ready, in.adopted = next, false, false
+	err = in.persistLocked()
+	in.mu.Unlock()
+	if err != nil {
+		return fail(api.ReasonVMStartFailed, "write state: %w", err)
+	}
+
+	cleanup := func() {
+		pid, _ := readPidFile(l.PIDFile)
+		_ = killProcess(pid, l.QMPSocket)
+		waitGone(context.Background(), pid, l.QMPSocket, 10*time.Second)
+		if tap != "" {
+			_ = removeTap(context.Background(), tap)
+		}
+	}
+	t0 := time.Now()
+	cmd := exec.CommandContext(ctx, r.opts.QEMUBinary, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		cleanup()
+		msg := strings.TrimSpace(out.String())
+		if len(msg) > 4096 {
+			msg = msg[:4096] + "..."
+		}
+		if msg == "" {
+			msg = err.Error()
+		}
+		return fail(api.ReasonVMStartFailed, "qemu: %s", msg)
+	}
+	pid, err := readPidFile(l.PIDFile)
+	if err != nil || !processAlive(pid, l.QMPSocket) {
+		cleanup()
+		return fail(api.ReasonVMStartFailed, "qemu exited right after start (pid file: %v)", err)
+	}
+
+	p := newProc(pid, l.QMPSocket, r.log.With("id", id, "pid", pid))
+	c, err := dialQMP(ctx, l.QMPSocket, qmpDialTimeout, p.onEvent)
+	if err != nil {
+		cleanup()
+		return fail(api.ReasonVMStartFailed, "%w", err)
+	}
+	p.setClient(c)
+	in.mu.Lock()
+	in.st.PID = pid
+	in.proc = p
+	if err := in.persistLocked(); err != nil {
+		r.log.Error("persist state", "id", id, "err", err)
+	}
+	in.mu.Unlock()
+	r.watch(in, p, offset)
+	r.log.Info("instance started", "id", id, "pid", pid, "accel", next.Accel, "ports", ports, "took", time.Since(t0))
+	r.emit(runtime.Event{ID: id, Kind: runtime.EventStarted, State: runtime.StateRunning})
+	return nil
+}
+
+// pickPorts returns the host port of every forward, choosing a free one on
+// 127.0.0.1 where HostPort is 0. (A chosen port can be taken by someone else
+// before QEMU binds it; QEMU then fails to start with its message.)
+func pickPorts(fwds []api.PortForward) (map[string]int, error) {
+	if len(fwds) == 0 {
+		return nil, nil
+	}
+	ports := make(map[string]int, len(fwds))
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
+	for _, f := range fwds {
+		if f.HostPort != 0 {
+			ports[forwardName(f)] = f.HostPort
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("pick a host port for %s: %w", forwardName(f), err)
+		}
+		held = append(held, l)
+		ports[forwardName(f)] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
+}
+
+// tapName is the instance's tap device: "dt" and 13 hex digits of its state
+// directory's hash (IFNAMSIZ allows 15).
+func tapName(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return "dt" + hex.EncodeToString(sum[:])[:13]
+}
+
+// rotateSerialLog moves a large serial.log aside and returns the size of the
+// one QEMU will append to.
+func rotateSerialLog(path string) (int64, error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if fi.Size() <= maxSerialLog {
+		return fi.Size(), nil
+	}
+	if err := os.Rename(path, path+".1"); err != nil {
+		return 0, err
+	}
+	return 0, nil
+}
+
+// readPidFile reads QEMU's -pidfile.
+func readPidFile(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("pid file %s: bad content %q", path, b)
+	}
+	return pid, nil
+}
+
+// waitGone polls until pid is no longer this instance's live QEMU, up to d.
+// It reports whether the process is gone.
+func waitGone(ctx context.Context, pid int, qmpPath string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if !processAlive(pid, qmpPath) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return !processAlive(pid, qmpPath)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

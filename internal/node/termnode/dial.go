@@ -1,0 +1,201 @@
+package termnode
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
+	"github.com/drover-dev/drover/internal/wire/terminal"
+)
+
+// streamURL is BaseURL + /internal/v1/nodes/{node}/terminal/{session}.
+func streamURL(base, nodeID, sessionID string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("terminal URL %q: %w", base, err)
+	}
+	if (u.Scheme != "https" && u.Scheme != "wss") || u.Host == "" {
+		return "", fmt.Errorf("terminal URL %q: must be an https:// URL of the gateway's node-facing listener", base)
+	}
+	if nodeID == "" {
+		return "", errors.New("node id is not known yet")
+	}
+	return strings.TrimRight(u.String(), "/") + "/internal/v1/nodes/" + url.PathEscape(nodeID) +
+		"/terminal/" + url.PathEscape(sessionID), nil
+}
+
+// dialStages records how far a dial got, so a failure names its hop.
+type dialStages struct {
+	connected atomic.Bool // a TCP connection was made
+	handshook atomic.Bool // the server's certificate was verified (TLS 1.3: our certificate is sent next)
+}
+
+// dial opens the node leg of session p: a WebSocket over HTTP/1.1 and mTLS
+// with the agent's current client certificate.
+func (m *Manager) dial(ctx context.Context, p task.TerminalOpenParams, cid string) (*websocket.Conn, error) {
+	u, err := streamURL(m.cfg.BaseURL, m.cfg.NodeID, p.SessionID)
+	if err != nil {
+		return nil, &Error{Code: CodeNodeStreamTimeout, Msg: "cannot build the stream URL", Err: err}
+	}
+	var base *tls.Config
+	if m.cfg.TLSConfig != nil {
+		base = m.cfg.TLSConfig()
+	}
+	if base == nil {
+		return nil, &Error{Code: CodeNodeStreamMTLSFailed, Msg: "the agent has no node certificate to present"}
+	}
+	var st dialStages
+	tlsCfg := base.Clone()
+	tlsCfg.NextProtos = []string{"http/1.1"} // an HTTP/2 stream cannot be upgraded
+	verify := tlsCfg.VerifyConnection
+	tlsCfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if verify != nil {
+			if err := verify(cs); err != nil {
+				return err
+			}
+		}
+		st.handshook.Store(true)
+		return nil
+	}
+	dialer := &net.Dialer{Timeout: m.cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err == nil {
+				st.connected.Store(true)
+			}
+			return c, err
+		},
+		TLSClientConfig:     tlsCfg,
+		TLSHandshakeTimeout: m.cfg.DialTimeout,
+	}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr,
+		// The nonce must reach the gateway named in the URL, nobody else.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	hdr := http.Header{}
+	hdr.Set(terminal.HeaderNonce, p.Nonce)
+	if cid != "" {
+		hdr.Set(api.HeaderCorrelationID, cid)
+	}
+	dctx, cancel := context.WithTimeout(ctx, m.cfg.DialTimeout)
+	defer cancel()
+	conn, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{HTTPClient: hc, HTTPHeader: hdr,
+		Subprotocols: []string{terminal.Subprotocol}})
+	if err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return nil, &Error{Code: CodeShuttingDown, Msg: "the terminal open was cancelled", Err: err}
+		}
+		return nil, classifyDial(err, resp, &st, dctx.Err() != nil, m.cfg.DialTimeout)
+	}
+	if got := conn.Subprotocol(); got != terminal.Subprotocol {
+		_ = conn.Close(websocket.StatusPolicyViolation, "subprotocol "+terminal.Subprotocol+" required")
+		return nil, &Error{Code: CodeSessionRejected,
+			Msg: fmt.Sprintf("the gateway selected subprotocol %q, want %q", got, terminal.Subprotocol)}
+	}
+	conn.SetReadLimit(readLimit)
+	return conn, nil
+}
+
+// classifyDial maps a failed dial to the hop that failed: an HTTP answer
+// from the gateway, the TLS handshake (either side rejecting the other's
+// certificate), or reaching the endpoint at all.
+func classifyDial(err error, resp *http.Response, st *dialStages, timedOut bool, timeout time.Duration) error {
+	if resp != nil {
+		return classifyResponse(err, resp)
+	}
+	var rhe tls.RecordHeaderError
+	var alert tls.AlertError
+	var cve *tls.CertificateVerificationError
+	tlsRefused := errors.As(err, &alert) || errors.As(err, &cve) || strings.Contains(err.Error(), "remote error: tls")
+	switch {
+	case errors.As(err, &rhe) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return &Error{Code: CodeNodeStreamTimeout,
+			Msg: "the terminal endpoint does not speak TLS; is NODE_AGENT_TERMINAL_URL the gateway's node-facing listener?", Err: err}
+	case tlsRefused:
+		return &Error{Code: CodeNodeStreamMTLSFailed, Msg: "the TLS handshake with the gateway failed (certificate rejected)", Err: err}
+	case timedOut || isTimeout(err):
+		return &Error{Code: CodeNodeStreamTimeout, Msg: fmt.Sprintf("the gateway did not answer within %s", timeout), Err: err}
+	case !st.connected.Load():
+		return &Error{Code: CodeNodeStreamTimeout, Msg: "cannot reach the gateway's node-facing terminal endpoint", Err: err}
+	case !st.handshook.Load():
+		return &Error{Code: CodeNodeStreamMTLSFailed, Msg: "the TLS handshake with the gateway failed", Err: err}
+	default:
+		// TLS 1.3: the server verifies our certificate after the client's
+		// side of the handshake is done; a server that drops the
+		// connection right then has rejected it.
+		return &Error{Code: CodeNodeStreamMTLSFailed,
+			Msg: "the gateway closed the connection after the TLS handshake (client certificate rejected?)", Err: err}
+	}
+}
+
+// classifyResponse maps a non-101 answer (or a 101 that broke the protocol).
+func classifyResponse(err error, resp *http.Response) error {
+	status := resp.StatusCode
+	if status == http.StatusSwitchingProtocols {
+		return &Error{Code: CodeSessionRejected, Msg: "the gateway's upgrade answer broke the WebSocket protocol", Err: err}
+	}
+	var body []byte
+	if resp.Body != nil {
+		body, _ = io.ReadAll(io.LimitReader(resp.Body, 1024))
+		_ = resp.Body.Close()
+	}
+	var eb api.ErrorBody
+	hasEnvelope := json.Unmarshal(body, &eb) == nil && eb.Error.Code != ""
+	detail := fmt.Sprintf("the gateway answered HTTP %d", status)
+	if hasEnvelope {
+		detail += " " + eb.Error.Code + ": " + eb.Error.Message
+	}
+	switch {
+	case status == http.StatusUnauthorized:
+		return &Error{Code: CodeNodeStreamMTLSFailed, Msg: detail + " (no client certificate reached the gateway; does something in between terminate TLS?)", Err: err}
+	case status == http.StatusForbidden || status == http.StatusConflict || status == http.StatusGone ||
+		(status == http.StatusNotFound && hasEnvelope):
+		return &Error{Code: CodeSessionRejected, Msg: detail, Err: err}
+	default:
+		// A 404 without our envelope, a redirect, a proxy's 502: the URL
+		// does not lead to the gateway's node-facing stream route.
+		return &Error{Code: CodeNodeStreamTimeout,
+			Msg: detail + "; is NODE_AGENT_TERMINAL_URL the gateway's node-facing listener?", Err: err}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// writeControl sends one control message.
+func writeControl(ctx context.Context, conn *websocket.Conn, c terminal.Control) error {
+	b, err := terminal.EncodeControl(c)
+	if err != nil {
+		return err
+	}
+	return conn.Write(ctx, websocket.MessageBinary, terminal.Encode(terminal.ChanControl, b))
+}
+
+// failStream tells the gateway why the session cannot start and closes the
+// stream with the code's close code.
+func failStream(conn *websocket.Conn, code terminal.ErrorCode, msg string) {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	if err := writeControl(ctx, conn, terminal.Error(code, msg)); err != nil {
+		_ = conn.CloseNow()
+		return
+	}
+	_ = conn.Close(websocket.StatusCode(terminal.CloseCode(code)), string(code))
+}

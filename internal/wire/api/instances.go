@@ -1,0 +1,267 @@
+package api
+
+import (
+	"regexp"
+	"time"
+)
+
+var runtimeIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ValidRuntimeID reports whether id may name an instance or VM on a node:
+// 1-63 of [a-z0-9_-], starting with a letter or digit.
+func ValidRuntimeID(id string) bool { return runtimeIDRE.MatchString(id) }
+
+// InstancePhase is an instance's status, seed 001's state machine:
+// Pending → Booting → Ready → Draining → Stopped, or Failed with a reason.
+type InstancePhase string
+
+// Instance phases.
+const (
+	InstancePending  InstancePhase = "Pending"
+	InstanceBooting  InstancePhase = "Booting"
+	InstanceReady    InstancePhase = "Ready"
+	InstanceDraining InstancePhase = "Draining"
+	InstanceStopped  InstancePhase = "Stopped"
+	InstanceFailed   InstancePhase = "Failed"
+)
+
+// ValidInstancePhase reports whether p is one of the phases above.
+func ValidInstancePhase(p InstancePhase) bool {
+	switch p {
+	case InstancePending, InstanceBooting, InstanceReady, InstanceDraining, InstanceStopped, InstanceFailed:
+		return true
+	}
+	return false
+}
+
+// ReasonCode says why an instance failed or stopped (seed 001's table).
+type ReasonCode string
+
+// Reason codes. VMStartFailed is the QEMU runtime's start failure (seed
+// 001's firecracker_start_failed names the Firecracker one).
+const (
+	ReasonImagePullFailed        ReasonCode = "image_pull_failed"
+	ReasonRootfsBuildFailed      ReasonCode = "rootfs_build_failed"
+	ReasonFirecrackerStartFailed ReasonCode = "firecracker_start_failed"
+	ReasonVMStartFailed          ReasonCode = "vm_start_failed"
+	ReasonNetworkSetupFailed     ReasonCode = "network_setup_failed"
+	ReasonVolumeAttachFailed     ReasonCode = "volume_attach_failed"
+	ReasonSecretsMissing         ReasonCode = "secrets_missing"
+	ReasonSecretsInjectionFailed ReasonCode = "secrets_injection_failed"
+	ReasonHealthcheckFailed      ReasonCode = "healthcheck_failed"
+	ReasonOOMKilled              ReasonCode = "oom_killed"
+	ReasonCrashLoopBackoff       ReasonCode = "crash_loop_backoff"
+	ReasonTerminatedByOperator   ReasonCode = "terminated_by_operator"
+	ReasonNodeDraining           ReasonCode = "node_draining"
+)
+
+// ReasonCodes lists every reason code (for validation and docs).
+func ReasonCodes() []ReasonCode {
+	return []ReasonCode{
+		ReasonImagePullFailed, ReasonRootfsBuildFailed, ReasonFirecrackerStartFailed,
+		ReasonVMStartFailed, ReasonNetworkSetupFailed, ReasonVolumeAttachFailed,
+		ReasonSecretsMissing, ReasonSecretsInjectionFailed, ReasonHealthcheckFailed,
+		ReasonOOMKilled, ReasonCrashLoopBackoff, ReasonTerminatedByOperator, ReasonNodeDraining,
+	}
+}
+
+// ValidReasonCode reports whether c is a known reason code ("" is not).
+func ValidReasonCode(c ReasonCode) bool {
+	for _, k := range ReasonCodes() {
+		if c == k {
+			return true
+		}
+	}
+	return false
+}
+
+// DesiredState is what the operator wants of an instance.
+type DesiredState string
+
+// Desired states. Deleted means stop, destroy, then forget the record.
+const (
+	DesiredRunning DesiredState = "running"
+	DesiredStopped DesiredState = "stopped"
+	DesiredDeleted DesiredState = "deleted"
+)
+
+// Artifact is a file the agent fetches into its content-addressed image
+// cache: URL is http, https or file (file only under the agent's image
+// directories); SHA256 is the lowercase hex digest it must match.
+type Artifact struct {
+	URL    string `json:"url"`
+	SHA256 string `json:"sha256"`
+}
+
+// DirectBoot boots a kernel and initrd directly instead of the disk's
+// bootloader (small guests, tests).
+type DirectBoot struct {
+	Kernel  Artifact  `json:"kernel"`
+	Initrd  *Artifact `json:"initrd,omitempty"`
+	Cmdline string    `json:"cmdline,omitempty"`
+}
+
+// PortForward forwards a host port on 127.0.0.1 to a guest TCP port
+// (user-mode networking). HostPort 0 lets the agent pick a free port.
+type PortForward struct {
+	Name      string `json:"name"`
+	GuestPort int    `json:"guest_port"`
+	HostPort  int    `json:"host_port,omitempty"`
+}
+
+// Network modes.
+const (
+	NetworkUser = "user" // QEMU user-mode networking with host port forwards (default)
+	NetworkTap  = "tap"  // a tap device enslaved to Bridge
+)
+
+// NetworkSpec is an instance's network.
+type NetworkSpec struct {
+	Mode     string        `json:"mode,omitempty"` // "user" (default) or "tap"
+	Forwards []PortForward `json:"forwards,omitempty"`
+	Bridge   string        `json:"bridge,omitempty"` // tap mode only
+	MAC      string        `json:"mac,omitempty"`
+}
+
+// CloudInit is the NoCloud seed the agent builds for the guest.
+type CloudInit struct {
+	Hostname          string   `json:"hostname,omitempty"`
+	User              string   `json:"user,omitempty"`
+	SSHAuthorizedKeys []string `json:"ssh_authorized_keys,omitempty"`
+}
+
+// Readiness says when a booted instance is Ready: when SerialMarker appears
+// on its serial console, or when GuestPort accepts TCP connections (through
+// its forward), or both. With neither, Ready means "process running".
+type Readiness struct {
+	SerialMarker string   `json:"serial_marker,omitempty"`
+	TCPPort      int      `json:"tcp_port,omitempty"`
+	Timeout      Duration `json:"timeout,omitempty"` // default 5m
+}
+
+// HealthCheck configures periodic checks after Ready. FailureThreshold
+// consecutive failures make the instance Failed (healthcheck_failed).
+type HealthCheck struct {
+	Interval         Duration `json:"interval,omitempty"`          // default 10s
+	FailureThreshold int      `json:"failure_threshold,omitempty"` // default 3
+}
+
+// InstanceSpec is what an instance runs.
+type InstanceSpec struct {
+	Image       Artifact     `json:"image"`
+	Boot        *DirectBoot  `json:"boot,omitempty"`
+	VCPUs       int          `json:"vcpus"`
+	MemoryMiB   int          `json:"memory_mib"`
+	DiskGiB     int          `json:"disk_gib,omitempty"` // overlay size; 0 = the image's size
+	GPUs        int          `json:"gpus,omitempty"`
+	Slots       []string     `json:"slots,omitempty"` // approved slot ids on the host
+	Network     NetworkSpec  `json:"network,omitempty"`
+	CloudInit   *CloudInit   `json:"cloud_init,omitempty"`
+	Readiness   Readiness    `json:"readiness,omitempty"`
+	HealthCheck *HealthCheck `json:"health_check,omitempty"`
+	// Secrets names secrets the instance needs; a missing one fails the
+	// instance with secrets_missing.
+	Secrets []string `json:"secrets,omitempty"`
+	// GracefulTimeout bounds a graceful stop before the VM is killed
+	// (default 30s).
+	GracefulTimeout Duration `json:"graceful_timeout,omitempty"`
+}
+
+// Resources is the capacity the spec takes on its host.
+func (s InstanceSpec) Resources() Capacity {
+	return Capacity{VCPUs: s.VCPUs, MemoryMiB: s.MemoryMiB, DiskGiB: s.DiskGiB, GPUs: s.GPUs}
+}
+
+// InstanceRuntime is what the agent reports about a running instance.
+type InstanceRuntime struct {
+	Runtime   string         `json:"runtime,omitempty"` // "qemu", "mock"
+	Accel     string         `json:"accel,omitempty"`
+	PID       int            `json:"pid,omitempty"`
+	Ports     map[string]int `json:"ports,omitempty"` // forward name → host port
+	StartedAt *time.Time     `json:"started_at,omitempty"`
+	Restarts  int            `json:"restarts,omitempty"`
+}
+
+// Instance is an instance record as the operator API shows it.
+type Instance struct {
+	ID           string            `json:"instance_id"`
+	Name         string            `json:"name"`
+	Group        string            `json:"group,omitempty"`
+	HostID       string            `json:"host_id"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Spec         InstanceSpec      `json:"spec"`
+	DesiredState DesiredState      `json:"desired_state"`
+	Generation   int64             `json:"generation"`
+	// Status as last reported by the agent.
+	Phase              InstancePhase    `json:"phase"`
+	ReasonCode         ReasonCode       `json:"reason_code,omitempty"`
+	Message            string           `json:"message,omitempty"`
+	ObservedGeneration int64            `json:"observed_generation"`
+	Runtime            *InstanceRuntime `json:"runtime,omitempty"`
+	StatusAt           *time.Time       `json:"status_at,omitempty"`
+	CreatedBy          string           `json:"created_by,omitempty"`
+	CreatedAt          time.Time        `json:"created_at"`
+	UpdatedAt          time.Time        `json:"updated_at"`
+}
+
+// CreateInstanceRequest is POST /api/v1/instances. HostID pins the
+// instance to a host; otherwise the control plane places it on a
+// schedulable host whose labels include HostLabels and that has room.
+type CreateInstanceRequest struct {
+	Name       string            `json:"name"`
+	Group      string            `json:"group,omitempty"`
+	HostID     string            `json:"host_id,omitempty"`
+	HostLabels map[string]string `json:"host_labels,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Spec       InstanceSpec      `json:"spec"`
+}
+
+// ScaleRequest is POST /api/v1/instance-groups/{group}/scale: create or
+// delete instances named <group>-<n> until Replicas are wanted. Template is
+// needed only when the group has no instance yet.
+type ScaleRequest struct {
+	Replicas   int                    `json:"replicas"`
+	Template   *CreateInstanceRequest `json:"template,omitempty"`
+	HostLabels map[string]string      `json:"host_labels,omitempty"`
+}
+
+// ScaleResponse lists what a scale created and deleted.
+type ScaleResponse struct {
+	Group    string     `json:"group"`
+	Replicas int        `json:"replicas"`
+	Created  []Instance `json:"created,omitempty"`
+	Deleted  []string   `json:"deleted,omitempty"`
+}
+
+// DesiredInstance is one instance in a node's desired set.
+type DesiredInstance struct {
+	ID           string       `json:"instance_id"`
+	Name         string       `json:"name"`
+	Generation   int64        `json:"generation"`
+	DesiredState DesiredState `json:"desired_state"`
+	Spec         InstanceSpec `json:"spec"`
+	// PCIDevices are the host PCI addresses of the instance's approved slots
+	// (each slot's GPU, then its fabric VF), resolved by the control plane;
+	// the agent passes them through with VFIO.
+	PCIDevices []string `json:"pci_devices,omitempty"`
+}
+
+// NodeInstances is GET /internal/v1/nodes/{id}/instances: the node's whole
+// desired set. ETag changes whenever the set changes; the agent passes it
+// back as ?etag= to long-poll for the next change (&wait=30s).
+type NodeInstances struct {
+	ETag      string            `json:"etag"`
+	Draining  bool              `json:"draining"`
+	Instances []DesiredInstance `json:"instances"`
+}
+
+// InstanceStatusReport is POST /internal/v1/nodes/{id}/instances/{iid}/status:
+// one transition, sent only when the phase or reason changes.
+type InstanceStatusReport struct {
+	Generation int64            `json:"generation"`
+	Phase      InstancePhase    `json:"phase"`
+	ReasonCode ReasonCode       `json:"reason_code,omitempty"`
+	Message    string           `json:"message,omitempty"`
+	At         time.Time        `json:"at"`
+	Runtime    *InstanceRuntime `json:"runtime,omitempty"`
+}
