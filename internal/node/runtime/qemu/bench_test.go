@@ -15,7 +15,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/runtime/qemu/qemutest"
 )
 
-// Run with: go test -run '^$' -bench . -benchtime 20x ./internal/runtime/qemu/
+// Run with: go test -run '^$' -bench . -benchtime 20x ./internal/node/runtime/qemu/
 // (boot benchmarks: -bench 'ToReady' -benchtime 3x).
 
 func overlayBase(b *testing.B) (qemutest.Guest, string) {
