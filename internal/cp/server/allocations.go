@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/taskbus"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
@@ -198,14 +199,19 @@ func (s *Server) releaseAllocation(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
+// subscribeAllocationTasks runs the allocation state machine on the
+// results of the user tasks.
+func (s *Server) subscribeAllocationTasks(b *taskbus.Bus) {
+	b.OnFinished(task.TypeAllocProvisionUser, s.allocationTaskDone)
+	b.OnFinished(task.TypeAllocDeprovisionUser, s.allocationTaskDone)
+}
+
 // allocationTaskDone moves an allocation on when its user task finishes:
 // provision succeeded → active, failed → failed; deprovision succeeded →
 // released (a failed deprovision stays releasing, with the reason, for an
 // operator to retry).
-func (s *Server) allocationTaskDone(ctx context.Context, t store.Task) {
-	if t.Type != task.TypeAllocProvisionUser && t.Type != task.TypeAllocDeprovisionUser {
-		return
-	}
+func (s *Server) allocationTaskDone(ctx context.Context, e taskbus.Finished) {
+	t := e.Task
 	var p struct {
 		AllocationID string `json:"allocation_id"`
 	}
@@ -215,9 +221,8 @@ func (s *Server) allocationTaskDone(ctx context.Context, t store.Task) {
 	reason := ""
 	if t.State != api.TaskSucceeded {
 		reason = string(t.State)
-		var res api.TaskResult
-		if json.Unmarshal(t.Result, &res) == nil && res.Error != nil {
-			reason = res.Error.Code + ": " + res.Error.Message
+		if e.Result != nil && e.Result.Error != nil {
+			reason = e.Result.Error.Code + ": " + e.Result.Error.Message
 		}
 	}
 	a, err := s.store.UpdateAllocation(ctx, p.AllocationID, func(a *store.Allocation) error {

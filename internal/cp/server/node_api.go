@@ -300,7 +300,7 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c nodeCaller, t
 		return fmt.Errorf("sign task %s: %w", t.ID, err)
 	}
 	s.metrics.tasksClaimed.Inc()
-	s.term.taskChanged(t.ID)
+	s.taskDispatched(ctx, t)
 	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "task.claim", target: t.ID, result: "dispatched",
 		cid: t.CorrelationID, detail: fmt.Sprintf("type=%s attempt=%d", t.Type, t.Attempts)})
 	writeJSON(w, http.StatusOK, api.TaskDelivery{TaskID: t.ID, TaskType: t.Type, Envelope: env,

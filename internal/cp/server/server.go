@@ -25,6 +25,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/cp/kek"
 	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/taskbus"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/pki"
 	"github.com/drover-dev/drover/internal/wire/task"
@@ -246,6 +247,9 @@ type Server struct {
 	authFails *failLimiter
 	// term holds this replica's live terminal sessions.
 	term *termGateway
+	// tasks carries task events (claimed, finished) from the task path to
+	// the consumers subscribed by task type (newTaskBus).
+	tasks *taskbus.Bus
 	// polls caps each node's concurrent long-polls per route.
 	polls *longPolls
 	// baseCtx ends when Serve returns; terminal sessions (hijacked
@@ -299,6 +303,7 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	s.instWaiters = newWaiters()
 	s.live = newLiveness(s)
 	s.term = newTermGateway()
+	s.tasks = s.newTaskBus()
 	s.polls = newLongPolls(s.cfg.NodeLongPollLimit, s.reg)
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "drover_terminal_live_sessions",
 		Help: "Terminal sessions this replica holds a browser for."}, func() float64 { return float64(s.term.count()) }))
@@ -446,11 +451,4 @@ func (s *Server) reapLoop(ctx context.Context) {
 				result: "expired", cid: t.CorrelationID, detail: "node=" + t.NodeID})
 		}
 	}
-}
-
-// taskFinished runs what follows a task reaching a final state on this
-// replica: the terminal gateway's wait and the allocation state machine.
-func (s *Server) taskFinished(ctx context.Context, t store.Task) {
-	s.term.taskChanged(t.ID)
-	s.allocationTaskDone(ctx, t)
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/taskbus"
+	"github.com/drover-dev/drover/internal/wire/task"
 	"github.com/drover-dev/drover/internal/wire/terminal"
 )
 
@@ -118,6 +120,13 @@ func (g *termGateway) taskChanged(id string) {
 	if l != nil {
 		l.notifyTask()
 	}
+}
+
+// subscribeTerminalTasks wakes the session waiting on a terminal.open when
+// a node claims it and when it finishes on this replica.
+func (s *Server) subscribeTerminalTasks(b *taskbus.Bus) {
+	b.OnDispatched(task.TypeTerminalOpen, func(_ context.Context, e taskbus.Dispatched) { s.term.taskChanged(e.Task.ID) })
+	b.OnFinished(task.TypeTerminalOpen, func(_ context.Context, e taskbus.Finished) { s.term.taskChanged(e.Task.ID) })
 }
 
 // closeAllocation ends every live session of an allocation.
