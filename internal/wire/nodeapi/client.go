@@ -1,0 +1,213 @@
+package nodeapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// maxResponse bounds how much of an answer the client reads.
+const maxResponse = 4 << 20
+
+// Error is a non-2xx answer from the control plane, with the fields of its
+// error envelope ({"error": {"code", "message"}}) when it had one.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+	Body    string // the whole answer, for logs
+	// RetryAfter is the answer's Retry-After (seconds), zero when absent.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	if e.Code != "" {
+		return fmt.Sprintf("control plane answered %d %s: %s", e.Status, e.Code, e.Message)
+	}
+	return fmt.Sprintf("control plane answered %d: %s", e.Status, e.Body)
+}
+
+// Retryable reports whether trying again later may succeed: server errors,
+// rate limits and request timeouts are; auth and validation errors are not.
+func (e *Error) Retryable() bool {
+	return e.Status >= 500 || e.Status == http.StatusTooManyRequests || e.Status == http.StatusRequestTimeout
+}
+
+// IsStatus reports whether err is an *Error with the given status.
+func IsStatus(err error, status int) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == status
+}
+
+// Client calls the node-facing API over an *http.Client the caller
+// configures (TLS, client certificate, proxies). Transport errors are
+// returned as the *http.Client returns them (*url.Error).
+type Client struct {
+	base *url.URL
+	hc   *http.Client
+}
+
+// NewClient returns a client for the node API at baseURL. A route's path
+// replaces baseURL's path.
+func NewClient(hc *http.Client, baseURL string) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("control plane URL: %w", err)
+	}
+	return &Client{base: u, hc: hc}, nil
+}
+
+// Register enrols a host with its bootstrap token.
+func (c *Client) Register(ctx context.Context, req api.RegisterRequest) (api.Identity, error) {
+	var ident api.Identity
+	_, err := call(ctx, c, Register, Register.Path(), "", "", &req, &ident)
+	return ident, err
+}
+
+// Renew asks for a fresh certificate for node nodeID.
+func (c *Client) Renew(ctx context.Context, nodeID string, req api.RenewRequest) (api.Identity, error) {
+	var ident api.Identity
+	_, err := call(ctx, c, Renew, Renew.Path(nodeID), "", "", &req, &ident)
+	return ident, err
+}
+
+// Heartbeat reports liveness and capacity.
+func (c *Client) Heartbeat(ctx context.Context, nodeID string, hb api.Heartbeat) (api.HeartbeatResponse, error) {
+	var resp api.HeartbeatResponse
+	_, err := call(ctx, c, Heartbeat, Heartbeat.Path(nodeID), "", "", &hb, &resp)
+	return resp, err
+}
+
+// JWKS fetches the task-signing public keys.
+func (c *Client) JWKS(ctx context.Context, nodeID string) (api.JWKS, error) {
+	var jwks api.JWKS
+	_, err := call(ctx, c, JWKS, JWKS.Path(nodeID), "", "", nil, &jwks)
+	return jwks, err
+}
+
+// PutCapabilities replaces the host's reported capabilities.
+func (c *Client) PutCapabilities(ctx context.Context, nodeID string, caps api.Capabilities) error {
+	_, err := call(ctx, c, PutCapabilities, PutCapabilities.Path(nodeID), "", "", &caps, nil)
+	return err
+}
+
+// WaitTask long-polls for the node's next task for at most timeout. ok is
+// false when the wait ended without one (204).
+func (c *Client) WaitTask(ctx context.Context, nodeID string, timeout time.Duration) (d api.TaskDelivery, ok bool, err error) {
+	q := "timeout=" + url.QueryEscape(timeout.String())
+	status, err := call(ctx, c, WaitTask, WaitTask.Path(nodeID), q, "", nil, &d)
+	return d, err == nil && status == http.StatusOK, err
+}
+
+// PostEvent reports progress of task taskID; cid is its correlation id.
+func (c *Client) PostEvent(ctx context.Context, nodeID, taskID, cid string, ev api.TaskEvent) error {
+	_, err := call(ctx, c, PostEvent, PostEvent.Path(nodeID, taskID), "", cid, &ev, nil)
+	return err
+}
+
+// PostResult reports the result of task taskID; cid is its correlation id.
+func (c *Client) PostResult(ctx context.Context, nodeID, taskID, cid string, res api.TaskResult) (ResultAck, error) {
+	var ack ResultAck
+	_, err := call(ctx, c, PostResult, PostResult.Path(nodeID, taskID), "", cid, &res, &ack)
+	return ack, err
+}
+
+// DesiredInstances long-polls the node's desired instance set: the server
+// answers at once when it differs from etag, else when it changes or wait
+// ends.
+func (c *Client) DesiredInstances(ctx context.Context, nodeID string, wait time.Duration, etag string) (api.NodeInstances, error) {
+	var set api.NodeInstances
+	q := "wait=" + wait.String() + "&etag=" + url.QueryEscape(etag)
+	_, err := call(ctx, c, DesiredInstances, DesiredInstances.Path(nodeID), q, "", nil, &set)
+	return set, err
+}
+
+// InstanceStatus reports a transition of instance instanceID.
+func (c *Client) InstanceStatus(ctx context.Context, nodeID, instanceID string, rep api.InstanceStatusReport) (api.Instance, error) {
+	var in api.Instance
+	_, err := call(ctx, c, InstanceStatus, InstanceStatus.Path(nodeID, instanceID), "", "", &rep, &in)
+	return in, err
+}
+
+// TerminalURL is the URL of the node leg of terminal session sessionID.
+func (c *Client) TerminalURL(nodeID, sessionID string) string {
+	return TerminalURL(c.base, nodeID, sessionID)
+}
+
+// TerminalURL is base (its path kept, without a trailing slash) followed by
+// the terminal stream path of session sessionID of node nodeID.
+func TerminalURL(base *url.URL, nodeID, sessionID string) string {
+	return strings.TrimRight(base.String(), "/") + TerminalStream.Path(nodeID, sessionID)
+}
+
+// typed is a route whose bodies are Req and Resp.
+type typed[Req, Resp any] interface {
+	Method() string
+	bodies(*Req, *Resp)
+}
+
+// call sends in (JSON, none if nil) to path?query and decodes a 2xx answer
+// other than 204 into out (if non-nil). It returns the HTTP status, and an
+// *Error for a status of 300 or more.
+func call[Req, Resp any](ctx context.Context, c *Client, r typed[Req, Resp], path, query, cid string, in *Req, out *Resp) (int, error) {
+	method := r.Method()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, err
+		}
+		body = bytes.NewReader(b)
+	}
+	ref, err := url.Parse(path)
+	if err != nil {
+		return 0, err
+	}
+	ref.RawQuery = query
+	req, err := http.NewRequestWithContext(ctx, method, c.base.ResolveReference(ref).String(), body)
+	if err != nil {
+		return 0, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if cid != "" {
+		req.Header.Set(api.HeaderCorrelationID, cid)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("read response: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		e := &Error{Status: resp.StatusCode, Body: string(raw)}
+		var eb api.ErrorBody
+		if json.Unmarshal(raw, &eb) == nil {
+			e.Code, e.Message = eb.Error.Code, eb.Error.Message
+		}
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			e.RetryAfter = time.Duration(s) * time.Second
+		}
+		return resp.StatusCode, e
+	}
+	if out != nil && resp.StatusCode != http.StatusNoContent {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decode %s %s response: %w", method, req.URL.RequestURI(), err)
+		}
+	}
+	return resp.StatusCode, nil
+}

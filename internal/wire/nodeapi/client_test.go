@@ -1,0 +1,208 @@
+package nodeapi
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// seen is one request as the test server got it.
+type seen struct {
+	method, uri, cid, ctype, body string
+}
+
+// recorder serves answer for every route and records the requests.
+type recorder struct {
+	mu   sync.Mutex
+	reqs []seen
+}
+
+func (rec *recorder) last(t *testing.T) seen {
+	t.Helper()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.reqs) == 0 {
+		t.Fatal("no request reached the server")
+	}
+	return rec.reqs[len(rec.reqs)-1]
+}
+
+func newServer(t *testing.T, answer func(w http.ResponseWriter, r *http.Request)) (*Client, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	mux := http.NewServeMux()
+	for _, rt := range Routes() {
+		mux.HandleFunc(rt.MuxPattern(), func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			rec.mu.Lock()
+			rec.reqs = append(rec.reqs, seen{r.Method, r.URL.RequestURI(), r.Header.Get(api.HeaderCorrelationID),
+				r.Header.Get("Content-Type"), string(b)})
+			rec.mu.Unlock()
+			answer(w, r)
+		})
+	}
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c, err := NewClient(srv.Client(), srv.URL+"/ignored/base/path")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, rec
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// TestClientRequests: each method sends its route's method and path, a JSON
+// body with Content-Type only when it has one, the correlation id where
+// given, and decodes the answer.
+func TestClientRequests(t *testing.T) {
+	c, rec := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/tasks/wait"):
+			w.WriteHeader(http.StatusNoContent)
+		case strings.HasSuffix(r.URL.Path, "/heartbeat"):
+			writeJSON(w, http.StatusOK, api.HeartbeatResponse{HeartbeatInterval: api.Duration(7 * time.Second)})
+		case strings.HasSuffix(r.URL.Path, "/result"):
+			writeJSON(w, http.StatusOK, ResultAck{TaskID: r.PathValue("task_id"), State: api.TaskSucceeded})
+		case strings.HasSuffix(r.URL.Path, "/instances"):
+			writeJSON(w, http.StatusOK, api.NodeInstances{ETag: "e2"})
+		case strings.HasSuffix(r.URL.Path, "/jwks"):
+			writeJSON(w, http.StatusOK, api.JWKS{Keys: []api.JWK{{Kid: "k1"}}})
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	})
+	ctx := t.Context()
+
+	hb, err := c.Heartbeat(ctx, "n1", api.Heartbeat{AgentVersion: "v"})
+	if err != nil || hb.HeartbeatInterval != api.Duration(7*time.Second) {
+		t.Fatalf("Heartbeat: %+v %v", hb, err)
+	}
+	if s := rec.last(t); s.method != "POST" || s.uri != "/internal/v1/nodes/n1/heartbeat" ||
+		s.ctype != "application/json" || s.body != `{"agent_version":"v"}` || s.cid != "" {
+		t.Errorf("heartbeat request %+v", s)
+	}
+
+	if _, ok, err := c.WaitTask(ctx, "n1", 25*time.Second); err != nil || ok {
+		t.Fatalf("WaitTask on 204: ok=%v err=%v", ok, err)
+	}
+	if s := rec.last(t); s.method != "GET" || s.uri != "/internal/v1/nodes/n1/tasks/wait?timeout=25s" || s.ctype != "" || s.body != "" {
+		t.Errorf("wait request %+v", s)
+	}
+
+	ack, err := c.PostResult(ctx, "n1", "t-1", "cid-1", api.TaskResult{Status: api.ResultSucceeded})
+	if err != nil || ack.TaskID != "t-1" || ack.State != api.TaskSucceeded {
+		t.Fatalf("PostResult: %+v %v", ack, err)
+	}
+	if s := rec.last(t); s.uri != "/internal/v1/nodes/n1/tasks/t-1/result" || s.cid != "cid-1" {
+		t.Errorf("result request %+v", s)
+	}
+
+	if err := c.PostEvent(ctx, "n1", "t-1", "cid-2", api.TaskEvent{Phase: "started"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := rec.last(t); s.uri != "/internal/v1/nodes/n1/tasks/t-1/events" || s.cid != "cid-2" {
+		t.Errorf("event request %+v", s)
+	}
+
+	set, err := c.DesiredInstances(ctx, "n1", 30*time.Second, "a b&c")
+	if err != nil || set.ETag != "e2" {
+		t.Fatalf("DesiredInstances: %+v %v", set, err)
+	}
+	if s := rec.last(t); s.uri != "/internal/v1/nodes/n1/instances?wait=30s&etag=a+b%26c" {
+		t.Errorf("instances request %+v", s)
+	}
+
+	if err := c.PutCapabilities(ctx, "n1", api.Capabilities{Hostname: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := rec.last(t); s.method != "PUT" || s.uri != "/internal/v1/nodes/n1/capabilities" {
+		t.Errorf("capabilities request %+v", s)
+	}
+	if jwks, err := c.JWKS(ctx, "n1"); err != nil || len(jwks.Keys) != 1 {
+		t.Fatalf("JWKS: %+v %v", jwks, err)
+	}
+	if _, err := c.InstanceStatus(ctx, "n1", "i/1", api.InstanceStatusReport{}); err != nil {
+		t.Fatal(err)
+	}
+	if s := rec.last(t); s.uri != "/internal/v1/nodes/n1/instances/i%2F1/status" {
+		t.Errorf("status request %+v", s)
+	}
+}
+
+// TestClientErrors: a non-2xx answer is an *Error with the envelope's code
+// and message, the whole body and a positive Retry-After; a 2xx answer that
+// does not decode names the request.
+func TestClientErrors(t *testing.T) {
+	c, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/heartbeat"):
+			w.Header().Set("Retry-After", "3")
+			writeJSON(w, http.StatusTooManyRequests, api.ErrorBody{Error: api.ErrorDetail{Code: "rate_limited", Message: "slow down"}})
+		case strings.HasSuffix(r.URL.Path, "/renew"):
+			w.Header().Set("Retry-After", "0")
+			http.Error(w, "plain failure", http.StatusBadGateway)
+		case strings.HasSuffix(r.URL.Path, "/tasks/wait"):
+			writeJSON(w, http.StatusOK, "not a delivery")
+		default:
+			writeJSON(w, http.StatusForbidden, api.ErrorBody{Error: api.ErrorDetail{Code: "node_mismatch", Message: "no"}})
+		}
+	})
+	ctx := t.Context()
+	_, err := c.Heartbeat(ctx, "n1", api.Heartbeat{})
+	var e *Error
+	if !errors.As(err, &e) || e.Status != 429 || e.Code != "rate_limited" || e.Message != "slow down" ||
+		e.RetryAfter != 3*time.Second || !e.Retryable() || !IsStatus(err, 429) {
+		t.Fatalf("heartbeat error %#v", err)
+	}
+	if got := err.Error(); got != "control plane answered 429 rate_limited: slow down" {
+		t.Errorf("Error() = %q", got)
+	}
+	_, err = c.Renew(ctx, "n1", api.RenewRequest{})
+	if !errors.As(err, &e) || e.Status != 502 || e.Code != "" || e.RetryAfter != 0 || !strings.Contains(e.Body, "plain failure") {
+		t.Fatalf("renew error %#v", err)
+	}
+	if got := err.Error(); got != "control plane answered 502: plain failure\n" {
+		t.Errorf("Error() = %q", got)
+	}
+	_, err = c.JWKS(ctx, "n1")
+	if !errors.As(err, &e) || e.Retryable() || !IsStatus(err, http.StatusForbidden) {
+		t.Fatalf("jwks error %#v", err)
+	}
+	_, _, err = c.WaitTask(ctx, "n1", time.Second)
+	if err == nil || errors.As(err, &e) || !strings.Contains(err.Error(), "decode GET /internal/v1/nodes/n1/tasks/wait?timeout=1s response") {
+		t.Fatalf("undecodable delivery: %v", err)
+	}
+	var ue *url.Error
+	dead, _ := NewClient(http.DefaultClient, "http://127.0.0.1:1")
+	if _, err := dead.Register(ctx, api.RegisterRequest{}); !errors.As(err, &ue) {
+		t.Fatalf("unreachable: %T %v", err, err)
+	}
+}
+
+// TestTerminalURL keeps the base URL's path and drops its trailing slash.
+func TestTerminalURL(t *testing.T) {
+	for base, want := range map[string]string{
+		"https://gw:8443":       "https://gw:8443/internal/v1/nodes/n%2F1/terminal/s1",
+		"wss://gw/prefix/":      "wss://gw/prefix/internal/v1/nodes/n%2F1/terminal/s1",
+		"https://gw:8443/a/b//": "https://gw:8443/a/b/internal/v1/nodes/n%2F1/terminal/s1",
+	} {
+		u, _ := url.Parse(base)
+		if got := TerminalURL(u, "n/1", "s1"); got != want {
+			t.Errorf("TerminalURL(%s) = %s, want %s", base, got, want)
+		}
+	}
+}
