@@ -12,6 +12,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/nodeapi"
 	"github.com/drover-dev/drover/internal/wire/pki"
 )
 
@@ -22,22 +23,33 @@ const leaseSlack = 30 * time.Second
 // s.nodeTLS so that client certificates are verified.
 func (s *Server) NodeHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("POST /internal/v1/register", s.handle(s.register))
-	mux.Handle("POST /internal/v1/nodes/{id}/renew", s.nodeAuth(s.renew))
-	mux.Handle("POST /internal/v1/nodes/{id}/heartbeat", s.nodeAuth(s.heartbeat))
-	mux.Handle("GET /internal/v1/nodes/{id}/jwks", s.nodeAuth(s.nodeJWKS))
-	mux.Handle("PUT /internal/v1/nodes/{id}/capabilities", s.nodeAuth(s.putCapabilities))
-	mux.Handle("GET /internal/v1/nodes/{id}/tasks/wait", s.nodeAuth(s.limitLongPolls(s.polls.tasks, nil, s.waitTask)))
-	mux.Handle("POST /internal/v1/nodes/{id}/tasks/{task_id}/events", s.nodeAuth(s.taskEvent))
-	mux.Handle("POST /internal/v1/nodes/{id}/tasks/{task_id}/result", s.nodeAuth(s.taskResult))
-	mux.Handle("GET /internal/v1/nodes/{id}/instances",
-		s.nodeAuth(s.limitLongPolls(s.polls.instances, instancesLongPoll, s.nodeInstances)))
-	mux.Handle("POST /internal/v1/nodes/{id}/instances/{iid}/status", s.nodeAuth(s.instanceStatus))
-	mux.Handle("GET /internal/v1/nodes/{id}/terminal/{session_id}", s.terminalNodeMTLS(s.nodeAuth(s.terminalNodeStream)))
+	for pattern, h := range s.nodeRoutes() {
+		mux.Handle(pattern, h)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	return withCorrelation(mux)
+}
+
+// nodeRoutes is the handler of every route of the node API table
+// (internal/wire/nodeapi), keyed by its ServeMux pattern; TestNodeRoutes
+// checks it serves the table, all of it and nothing else.
+func (s *Server) nodeRoutes() map[string]http.Handler {
+	return map[string]http.Handler{
+		nodeapi.Register.MuxPattern():        s.handle(s.register),
+		nodeapi.Renew.MuxPattern():           s.nodeAuth(s.renew),
+		nodeapi.Heartbeat.MuxPattern():       s.nodeAuth(s.heartbeat),
+		nodeapi.JWKS.MuxPattern():            s.nodeAuth(s.nodeJWKS),
+		nodeapi.PutCapabilities.MuxPattern(): s.nodeAuth(s.putCapabilities),
+		nodeapi.WaitTask.MuxPattern():        s.nodeAuth(s.limitLongPolls(s.polls.tasks, nil, s.waitTask)),
+		nodeapi.PostEvent.MuxPattern():       s.nodeAuth(s.taskEvent),
+		nodeapi.PostResult.MuxPattern():      s.nodeAuth(s.taskResult),
+		nodeapi.DesiredInstances.MuxPattern(): s.nodeAuth(
+			s.limitLongPolls(s.polls.instances, instancesLongPoll, s.nodeInstances)),
+		nodeapi.InstanceStatus.MuxPattern(): s.nodeAuth(s.instanceStatus),
+		nodeapi.TerminalStream.MuxPattern(): s.terminalNodeMTLS(s.nodeAuth(s.terminalNodeStream)),
+	}
 }
 
 // nodeCaller is the authenticated identity of a node request.
