@@ -17,11 +17,13 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/nodeapi"
 	"github.com/drover-dev/drover/internal/wire/task"
 	"github.com/drover-dev/drover/internal/wire/terminal"
 )
 
-// streamURL is BaseURL + /internal/v1/nodes/{node}/terminal/{session}.
+// streamURL is BaseURL followed by the node API's terminal stream path
+// (nodeapi.TerminalStream).
 func streamURL(base, nodeID, sessionID string) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil {
@@ -33,8 +35,7 @@ func streamURL(base, nodeID, sessionID string) (string, error) {
 	if nodeID == "" {
 		return "", errors.New("node id is not known yet")
 	}
-	return strings.TrimRight(u.String(), "/") + "/internal/v1/nodes/" + url.PathEscape(nodeID) +
-		"/terminal/" + url.PathEscape(sessionID), nil
+	return nodeapi.TerminalURL(u, nodeID, sessionID), nil
 }
 
 // dialStages records how far a dial got, so a failure names its hop.

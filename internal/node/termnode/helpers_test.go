@@ -23,6 +23,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/node/termnode"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/nodeapi"
 	"github.com/drover-dev/drover/internal/wire/pki"
 	"github.com/drover-dev/drover/internal/wire/task"
 	"github.com/drover-dev/drover/internal/wire/terminal"
@@ -142,7 +143,7 @@ func newGateway(t *testing.T, fx *pkiFixture, nonce string, opts ...func(*gatewa
 		o(g)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /internal/v1/nodes/{node}/terminal/{sid}", g.serve)
+	mux.HandleFunc(nodeapi.TerminalStream.MuxPattern(), g.serve)
 	g.srv = startGateway(t, fx, mux)
 	t.Cleanup(g.wg.Wait)
 	t.Cleanup(func() { close(g.done) }) // runs first
@@ -156,7 +157,7 @@ func writeAPIError(w http.ResponseWriter, status int, code, msg string) {
 }
 
 func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
-	if len(r.TLS.PeerCertificates) == 0 || r.TLS.PeerCertificates[0].Subject.CommonName != r.PathValue("node") {
+	if len(r.TLS.PeerCertificates) == 0 || r.TLS.PeerCertificates[0].Subject.CommonName != r.PathValue("id") {
 		writeAPIError(w, http.StatusForbidden, "node_mismatch", "certificate does not name this node")
 		return
 	}
