@@ -1,23 +1,21 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/nodeapi"
 	"github.com/drover-dev/drover/internal/wire/pki"
 )
 
@@ -29,20 +27,13 @@ type simAgent struct {
 	local *net.TCPAddr // loopback source address, or nil
 	base  string       // node URL
 	tr    *http.Transport
-	hc    *http.Client
+	nc    *nodeapi.Client // over tr, with the agent's certificate
 }
 
-// httpError is a non-2xx answer.
-type httpError struct {
-	status     int
-	code       string
-	retryAfter time.Duration
-}
-
-func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d %s", e.status, e.code) }
-
-func (e *httpError) retryable() bool {
-	return e.status == http.StatusTooManyRequests || e.status >= 500
+// retryable is the bench's rule for retrying an answer: rate limits and
+// server errors.
+func retryable(e *nodeapi.Error) bool {
+	return e.Status == http.StatusTooManyRequests || e.Status >= 500
 }
 
 // sourceAddr spreads agents over 127.1.0.0/16 when the control plane is on
@@ -81,47 +72,6 @@ func transport(tlsCfg *tls.Config, local *net.TCPAddr) *http.Transport {
 	}
 }
 
-// do sends body (JSON, may be nil) and decodes a 2xx answer into out.
-func do(ctx context.Context, hc *http.Client, method, u string, body []byte, out any) (int, error) {
-	var r io.Reader
-	if body != nil {
-		r = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, r)
-	if err != nil {
-		return 0, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return resp.StatusCode, err
-	}
-	if resp.StatusCode >= 300 {
-		he := &httpError{status: resp.StatusCode}
-		var eb api.ErrorBody
-		if json.Unmarshal(raw, &eb) == nil {
-			he.code = eb.Error.Code
-		}
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
-			he.retryAfter = time.Duration(s) * time.Second
-		}
-		return resp.StatusCode, he
-	}
-	if out != nil && resp.StatusCode != http.StatusNoContent && len(raw) > 0 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decode %s %s: %w", method, u, err)
-		}
-	}
-	return resp.StatusCode, nil
-}
-
 // enrol registers the agent with its bootstrap token exactly as the real
 // agent does (own P-256 key, CSR, pinned CA hash) and installs the issued
 // client certificate. roots is shared by all agents once known.
@@ -134,34 +84,34 @@ func (a *simAgent) enrol(ctx context.Context, token, caHash string, roots *atomi
 	if err != nil {
 		return err
 	}
-	body, err := json.Marshal(api.RegisterRequest{HostID: a.id, BootstrapToken: token, CSRPEM: string(csrPEM),
+	req := api.RegisterRequest{HostID: a.id, BootstrapToken: token, CSRPEM: string(csrPEM),
 		Capabilities: api.Capabilities{Hostname: a.id, OSFamily: api.OSLinux, Arch: "amd64", CPUCores: 2,
-			RAMTotalMB: 2048, AgentVersion: "bench"}})
-	if err != nil {
-		return err
-	}
+			RAMTotalMB: 2048, AgentVersion: "bench"}}
 	u, _ := url.Parse(a.base)
 	bootTLS := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true, // checked by the pin below
 		VerifyPeerCertificate: pki.PinnedVerify(caHash, u.Hostname())}
 	btr := transport(bootTLS, a.local)
 	btr.DisableKeepAlives = true
 	defer btr.CloseIdleConnections()
-	boot := &http.Client{Transport: btr, Timeout: 30 * time.Second}
+	boot, err := nodeapi.NewClient(&http.Client{Transport: btr, Timeout: 30 * time.Second}, a.base)
+	if err != nil {
+		return err
+	}
 	var ident api.Identity
 	wait := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		_, err = do(ctx, boot, http.MethodPost, a.base+"/internal/v1/register", body, &ident)
+		ident, err = boot.Register(ctx, req)
 		if err == nil {
 			break
 		}
-		var he *httpError
-		if (errors.As(err, &he) && !he.retryable()) || attempt >= 20 || ctx.Err() != nil {
+		var he *nodeapi.Error
+		if (errors.As(err, &he) && !retryable(he)) || attempt >= 20 || ctx.Err() != nil {
 			return fmt.Errorf("register %s: %w", a.id, err)
 		}
 		retries.Add(1)
 		d := wait
-		if he != nil && he.retryAfter > d {
-			d = he.retryAfter
+		if he != nil && he.RetryAfter > d {
+			d = he.RetryAfter
 		}
 		select {
 		case <-ctx.Done():
@@ -188,25 +138,22 @@ func (a *simAgent) enrol(ctx context.Context, token, caHash string, roots *atomi
 		}
 	}
 	a.tr = transport(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, Certificates: []tls.Certificate{cert}}, a.local)
-	a.hc = &http.Client{Transport: a.tr}
-	return nil
+	a.nc, err = nodeapi.NewClient(&http.Client{Transport: a.tr}, a.base)
+	return err
 }
 
-func (a *simAgent) nodeURL(rest string) string {
-	return a.base + "/internal/v1/nodes/" + url.PathEscape(a.id) + rest
-}
-
-// heartbeatBody is what the real agent sends (capacity unchanged between
+// benchHeartbeat is what the real agent sends (capacity unchanged between
 // beats, so the server writes nothing after the first).
-var heartbeatBody, _ = json.Marshal(api.Heartbeat{AgentVersion: "bench", Capacity: &api.CapacityReport{
-	Total: api.Capacity{VCPUs: 2, MemoryMiB: 2048, DiskGiB: 20},
-	Free:  api.Capacity{VCPUs: 2, MemoryMiB: 2048, DiskGiB: 20}}})
+func benchHeartbeat() api.Heartbeat {
+	return api.Heartbeat{AgentVersion: "bench", Capacity: &api.CapacityReport{
+		Total: api.Capacity{VCPUs: 2, MemoryMiB: 2048, DiskGiB: 20},
+		Free:  api.Capacity{VCPUs: 2, MemoryMiB: 2048, DiskGiB: 20}}}
+}
 
 func (a *simAgent) heartbeat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var resp api.HeartbeatResponse
-	_, err := do(ctx, a.hc, http.MethodPost, a.nodeURL("/heartbeat"), heartbeatBody, &resp)
+	resp, err := a.nc.Heartbeat(ctx, a.id, benchHeartbeat())
 	if err == nil && resp.HeartbeatInterval == 0 {
 		err = errors.New("heartbeat: empty response")
 	}
@@ -224,8 +171,7 @@ func (a *simAgent) pollLoop(ctx context.Context, tr *tracker, errs *atomic.Int64
 			rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
 				WroteRequest: func(httptrace.WroteRequestInfo) { written() }})
 		}
-		var d api.TaskDelivery
-		st, err := do(rctx, a.hc, http.MethodGet, a.nodeURL("/tasks/wait?timeout=25s"), nil, &d)
+		d, ok, err := a.nc.WaitTask(rctx, a.id, 25*time.Second)
 		at := time.Now()
 		cancel()
 		if err != nil {
@@ -236,18 +182,18 @@ func (a *simAgent) pollLoop(ctx context.Context, tr *tracker, errs *atomic.Int64
 			sleep(ctx, 200*time.Millisecond)
 			continue
 		}
-		if st != http.StatusOK {
+		if !ok {
 			continue
 		}
 		p := tr.get(d.CorrelationID)
 		if p != nil {
 			p.deliver(at)
 		}
-		res, _ := json.Marshal(api.TaskResult{Status: api.ResultSucceeded, Output: json.RawMessage(`{"bench":true}`),
-			CorrelationID: d.CorrelationID, FinishedAt: time.Now().UTC()})
+		res := api.TaskResult{Status: api.ResultSucceeded, Output: json.RawMessage(`{"bench":true}`),
+			CorrelationID: d.CorrelationID, FinishedAt: time.Now().UTC()}
 		for attempt := 0; ; attempt++ {
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			_, err = do(rctx, a.hc, http.MethodPost, a.nodeURL("/tasks/"+url.PathEscape(d.TaskID)+"/result"), res, nil)
+			_, err = a.nc.PostResult(rctx, a.id, d.TaskID, "", res)
 			cancel()
 			if err == nil || ctx.Err() != nil || attempt >= 5 {
 				break

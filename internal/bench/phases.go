@@ -1,0 +1,213 @@
+package bench
+
+// The measured phases of a fleet run: memory with the long-polls open,
+// dispatch latency, claim+result throughput and heartbeats.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	mrand "math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
+)
+
+// memSample measures the control plane after a pause.
+func (f *fleet) memSample(ctx context.Context) (MemSample, error) {
+	sleep(ctx, f.cfg.Settle)
+	if f.t.mode == ModeServerProcess {
+		return childMem(ctx, f.t.pid, f.t.opURL+"/metrics")
+	}
+	return selfMem(), nil
+}
+
+// dispatch enqueues tasks one at a time to random long-polling agents and
+// times enqueue → the agent's wait returning the delivery.
+func (f *fleet) dispatch(ctx context.Context, pollers []*simAgent) error {
+	n := f.cfg.DispatchSamples
+	rng := mrand.New(mrand.NewPCG(f.cfg.Seed, 1))
+	var lat, call recorder
+	var errs int64
+	params := json.RawMessage(`{}`)
+	for i := range n {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		a := pollers[rng.IntN(len(pollers))]
+		cid := fmt.Sprintf("bench-%s-d%d", f.runID, i)
+		p := f.track.add(cid)
+		t0 := time.Now()
+		err := f.op.call(ctx, http.MethodPost, "/api/v1/tasks", api.EnqueueTaskRequest{NodeID: a.id,
+			Type: task.TypeHealthProbe, Params: params, CorrelationID: cid}, nil)
+		call.add(time.Since(t0))
+		if err != nil {
+			errs++
+			f.track.remove(cid)
+			f.logf("dispatch enqueue: %v", err)
+			continue
+		}
+		select {
+		case at := <-p.delivered:
+			lat.add(at.Sub(t0))
+		case <-time.After(30 * time.Second):
+			errs++
+			f.logf("dispatch: task for %s not delivered in 30s", a.id)
+		}
+		// Let the agent post its result before the next sample.
+		select {
+		case r := <-p.done:
+			if r.err != nil {
+				errs++
+			}
+		case <-time.After(30 * time.Second):
+			errs++
+		}
+		f.track.remove(cid)
+	}
+	f.rep.Dispatch = DispatchReport{LongPolls: len(pollers), Samples: n, Errors: errs, Latency: lat.summary(),
+		EnqueueCall: call.summary()}
+	f.logf("dispatch: %+v", f.rep.Dispatch.Latency)
+	return nil
+}
+
+// throughput enqueues many tasks over the long-polling agents as fast as the
+// operator API takes them; the agents claim them through their waits and
+// post results at once.
+func (f *fleet) throughput(ctx context.Context, pollers []*simAgent) error {
+	n := f.cfg.Tasks
+	pends := make([]*pending, n)
+	cids := make([]string, n)
+	for i := range n {
+		cids[i] = fmt.Sprintf("bench-%s-t%d", f.runID, i)
+		pends[i] = f.track.add(cids[i])
+	}
+	defer func() {
+		for _, c := range cids {
+			f.track.remove(c)
+		}
+	}()
+	var enqErrs atomic.Int64
+	start := time.Now()
+	_ = parallel(ctx, n, 8, func(i int) error {
+		a := pollers[i%len(pollers)]
+		pends[i].start = time.Now()
+		if err := f.op.call(ctx, http.MethodPost, "/api/v1/tasks", api.EnqueueTaskRequest{NodeID: a.id,
+			Type: task.TypeHealthProbe, Params: json.RawMessage(`{}`), CorrelationID: cids[i]}, nil); err != nil {
+			enqErrs.Add(1)
+			pends[i].finish(time.Time{}, err)
+		}
+		return nil
+	})
+	enqDone := time.Since(start)
+	var lat recorder
+	var errs int64
+	completed := 0
+	var last time.Time
+	deadline := time.After(2*time.Minute + time.Duration(n)*time.Millisecond)
+wait:
+	for _, p := range pends {
+		select {
+		case r := <-p.done:
+			if r.err != nil {
+				errs++
+				continue
+			}
+			completed++
+			lat.add(r.at.Sub(p.start))
+			if r.at.After(last) {
+				last = r.at
+			}
+		case <-deadline:
+			f.logf("throughput: timed out with %d of %d results", completed, n)
+			break wait
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	el := last.Sub(start)
+	f.rep.Throughput = ThroughputReport{Tasks: n, Completed: completed, Errors: errs, ElapsedS: secs(el),
+		TasksPerSec: perSec(completed, el), EnqueuePerSec: perSec(n-int(enqErrs.Load()), enqDone),
+		EnqueueToResult: lat.summary()}
+	f.logf("throughput: %d tasks in %.2fs = %.0f/s", completed, secs(el), f.rep.Throughput.TasksPerSec)
+	return nil
+}
+
+// heartbeats runs the heartbeat phase: closed loop (every agent sends its
+// next heartbeat as soon as the last was answered) or, with HeartbeatRate,
+// open loop (each agent on a fixed schedule; latency counts from the
+// scheduled time, so a late send is not hidden).
+func (f *fleet) heartbeats(ctx context.Context) {
+	hbAgents := f.agents[:f.cfg.HeartbeatAgents]
+	d := f.cfg.Duration
+	var lat recorder
+	var count, errs atomic.Int64
+	var wg sync.WaitGroup
+	cpu0, srv0 := selfCPU(), f.serverCPU()
+	start := time.Now()
+	deadline := start.Add(d)
+	closed := f.cfg.HeartbeatRate <= 0
+	var period time.Duration
+	if !closed {
+		period = time.Duration(float64(len(hbAgents)) / f.cfg.HeartbeatRate * float64(time.Second))
+	}
+	for i, a := range hbAgents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			next := start
+			if !closed {
+				next = start.Add(period * time.Duration(i) / time.Duration(len(hbAgents)))
+			}
+			for ctx.Err() == nil {
+				if closed {
+					next = time.Now()
+				} else {
+					sleep(ctx, time.Until(next))
+				}
+				if !next.Before(deadline) {
+					return
+				}
+				err := a.heartbeat(ctx)
+				now := time.Now()
+				if err != nil {
+					errs.Add(1)
+					sleep(ctx, 50*time.Millisecond)
+				} else {
+					lat.add(now.Sub(next))
+					if !now.After(deadline) {
+						count.Add(1)
+					}
+				}
+				next = next.Add(period)
+			}
+		}()
+	}
+	wg.Wait()
+	hb := HeartbeatReport{Agents: len(hbAgents), Mode: "closed-loop", DurationS: d.Seconds(), Count: count.Load(),
+		Errors: errs.Load(), PerSec: perSec(int(count.Load()), d), Latency: lat.summary()}
+	if !closed {
+		hb.Mode, hb.OfferedPerSec = "open-loop", f.cfg.HeartbeatRate
+	}
+	hb.HarnessCPUS = round2(selfCPU() - cpu0)
+	if f.t.mode == ModeServerProcess {
+		hb.ServerCPUS = round2(f.serverCPU() - srv0)
+	}
+	if n := lat.len(); n > 0 {
+		hb.HarnessCPUPerBeatUs = round2(hb.HarnessCPUS / float64(n) * 1e6)
+		hb.ServerCPUPerBeatUs = round2(hb.ServerCPUS / float64(n) * 1e6)
+	}
+	f.rep.Heartbeats = hb
+	f.logf("heartbeats: %d in %s = %.0f/s, %+v", hb.Count, d, hb.PerSec, hb.Latency)
+}
+
+func (f *fleet) serverCPU() float64 {
+	if f.t.pid == 0 {
+		return 0
+	}
+	return procCPU(f.t.pid)
+}
