@@ -11,7 +11,7 @@ import (
 )
 
 // TestUnsupportedSelectedAccel: NODE_AGENT_QEMU_ACCEL=kvm on a host where
-// only tcg works is refused at start-up with seed 000's wording, shown on
+// only tcg works is refused at start-up with accel.UnsupportedMessage's wording, shown on
 // the host, and the host is not schedulable.
 func TestUnsupportedSelectedAccel(t *testing.T) {
 	e := startEnv(t, openSQLite(t))

@@ -114,6 +114,24 @@ func (s *Server) publicRoutes() []publicRoute {
 	}
 }
 
+// Route is one route of the operator listener as docs/contract.md lists
+// it: Auth is the lowest operator role that may call it, or "none".
+type Route struct{ Method, Path, Auth string }
+
+// OperatorRouteTable returns the operator listener's routes: those of
+// operatorRoutes with their roles, then the public ones.
+func (s *Server) OperatorRouteTable() []Route {
+	var out []Route
+	for _, rt := range s.operatorRoutes() {
+		out = append(out, Route{rt.method, rt.pattern, string(rt.role)})
+	}
+	for _, rt := range s.publicRoutes() {
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		out = append(out, Route{method, path, "none"})
+	}
+	return out
+}
+
 func (s *Server) showCA(w http.ResponseWriter, _ *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]string{"ca_hash": s.ca.Hash(), "ca_pem": string(s.ca.CertPEM()), "node_url": s.cfg.NodeURL})
 	return nil

@@ -213,7 +213,7 @@ func (s *Server) terminalNodeStream(w http.ResponseWriter, r *http.Request, c no
 // terminalNodeMTLS runs before nodeAuth on the stream route: a stream that
 // arrives without a client certificate but with the right nonce is the
 // node of that session behind something that strips client certificates
-// (seed 002: a public edge in front of the node-facing endpoint). The
+// (a public edge in front of the node-facing endpoint, say). The
 // session fails at once with terminal_node_stream_mtls_failed instead of
 // waiting for node_stream_timeout; the request is refused by nodeAuth.
 func (s *Server) terminalNodeMTLS(next http.Handler) http.Handler {

@@ -18,8 +18,8 @@ import (
 	"github.com/drover-dev/drover/internal/wire/terminal"
 )
 
-// maxTerminalTokenTTL is the longest a terminal token may live (seed 002:
-// tokens are short-lived; the issue caps them at 60 s).
+// maxTerminalTokenTTL is the longest a terminal token may live: tokens
+// are short-lived, at most 60 s.
 const maxTerminalTokenTTL = 60 * time.Second
 
 // mintTerminalToken mints a single-use terminal token for an active

@@ -191,8 +191,8 @@ type AllocationFilter struct {
 
 // TerminalSession is one browser terminal session, created when its token
 // is minted. Only the token's SHA-256 is stored. States is the JSON array of
-// api.TerminalStateEvent the gateway appends to as the session passes seed
-// 002's readiness hops; State is the last of them.
+// api.TerminalStateEvent the gateway appends to as the session passes the
+// readiness hops (terminal.State); State is the last of them.
 type TerminalSession struct {
 	ID             string
 	AllocationID   string

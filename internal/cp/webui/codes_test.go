@@ -64,7 +64,7 @@ func renderCodesJS() string {
 	p("export const PROGRESS = Object.freeze(%s);\n\n", jsList([]terminal.Progress{
 		terminal.ProgressQueued, terminal.ProgressDispatched,
 		terminal.ProgressNodeConnecting, terminal.ProgressSpawning}))
-	p("/** Readiness states of a session (seed 002), in order; \"failed\" may follow any. */\n")
+	p("/** Readiness states of a session (docs/contract.md), in order; \"failed\" may follow any. */\n")
 	p("export const STATES = Object.freeze(%s);\n\n", jsList(terminal.States()))
 	p("/** Every error code of protocol v1: retryable, WebSocket close code, recovery text. */\n")
 	p("export const ERROR_CODES = Object.freeze({\n")

@@ -106,7 +106,7 @@ func (e *UnknownError) Error() string {
 	return fmt.Sprintf("unknown accelerator %q: valid values are %s", e.Name, strings.Join(Names(), ", "))
 }
 
-// UnsupportedMessage starts the text of every *UnsupportedError (seed 000's
+// UnsupportedMessage starts the text of every *UnsupportedError (a fixed
 // wording; operators grep for it).
 const UnsupportedMessage = "selected_accel not supported by host"
 

@@ -11,7 +11,7 @@ import (
 )
 
 // capabilities describes this host for enrolment. Memory is total system
-// memory, not the agent's heap (seed 003's bug).
+// memory, not the agent's heap (reporting the heap was a known bug).
 func (a *Agent) capabilities(ctx context.Context) api.Capabilities {
 	a.mu.Lock()
 	c := api.Capabilities{

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// serveLocal serves the agent's local API (seed 000): GET /healthz,
+// serveLocal serves the agent's local API: GET /healthz,
 // GET /v1/capacity, GET /v1/instances (what the reconciler observes) and
 // GET /metrics. It is meant for loopback.
 func (a *Agent) serveLocal(ctx context.Context, ln net.Listener) error {

@@ -1,4 +1,4 @@
-// Package reconcile owns the node agent's instance reconciler (seed 001): it
+// Package reconcile owns the node agent's instance reconciler: it
 // converges the desired instances the control plane sends (SetDesired)
 // against a runtime.Runtime, and reports each instance's status to the
 // control plane only on transitions. It must not know any runtime adapter

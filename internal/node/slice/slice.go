@@ -1,5 +1,5 @@
 // Package slice owns the slice.topology_discover task handler of the node
-// agent (seed 004): an operator-onboarding scan of a GPU host that reports
+// agent: an operator-onboarding scan of a GPU host that reports
 // readiness prerequisites (KVM, IOMMU, CPU virtualisation, VFIO modules,
 // required commands, slice network, pending reboot), the GPUs, Mellanox
 // fabric adapters with their SR-IOV VFs and NVMe namespaces it found, and

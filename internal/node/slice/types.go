@@ -1,6 +1,6 @@
 package slice
 
-// The output of slice.topology_discover (seed 004). Key names are a
+// The output of slice.topology_discover. Key names are a
 // contract: the control plane and operators read them as they are.
 
 // Topology is the whole discovery result.

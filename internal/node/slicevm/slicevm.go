@@ -1,5 +1,5 @@
 // Package slicevm owns the slice.vm_provision and slice.vm_release work of
-// the node agent (seed 004): provisioning a VM with its GPU slots passed
+// the node agent: provisioning a VM with its GPU slots passed
 // through (per-slot leases, host checks, VFIO binding, image fetch and
 // digest check, per-VM terminal key, guest telemetry registration, the
 // cloud-init seed, DHCP reservation, the boot NVMe image write, then the
@@ -59,7 +59,7 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
-// Provision phases, in the order Provision runs them (seed 004). Timings
+// Provision phases, in the order Provision runs them (docs/contract.md). Timings
 // are keyed "<phase>_ms".
 const (
 	PhaseLeaseAcquire          = "lease_acquire"

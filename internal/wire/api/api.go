@@ -16,7 +16,7 @@ const (
 	HeaderCorrelationID = "X-Correlation-ID"
 )
 
-// OS families a host may declare (seed 000 plus the ones Drover adds).
+// OS families a host may declare.
 const (
 	OSLinux     = "linux"
 	OSDragonfly = "dragonflybsd"
@@ -42,7 +42,7 @@ func OSFamilyOf(goos string) string {
 	return goos
 }
 
-// HostStatus is the node-agent status enum of seed 002, exactly.
+// HostStatus is a host's status as its agent is seen (docs/contract.md).
 type HostStatus string
 
 // Host statuses. A host is schedulable only when enabled and healthy.
@@ -78,7 +78,7 @@ func (s TaskState) Terminal() bool {
 	return false
 }
 
-// Capacity is a resource summary (seed 000's /v1/capacity).
+// Capacity is a resource summary (also the agent's local GET /v1/capacity).
 type Capacity struct {
 	VCPUs     int `json:"vcpus"`
 	MemoryMiB int `json:"memory_mib"`

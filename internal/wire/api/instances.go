@@ -11,7 +11,7 @@ var runtimeIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 // 1-63 of [a-z0-9_-], starting with a letter or digit.
 func ValidRuntimeID(id string) bool { return runtimeIDRE.MatchString(id) }
 
-// InstancePhase is an instance's status, seed 001's state machine:
+// InstancePhase is an instance's status (docs/contract.md), a state machine:
 // Pending → Booting → Ready → Draining → Stopped, or Failed with a reason.
 type InstancePhase string
 
@@ -34,11 +34,11 @@ func ValidInstancePhase(p InstancePhase) bool {
 	return false
 }
 
-// ReasonCode says why an instance failed or stopped (seed 001's table).
+// ReasonCode says why an instance failed or stopped (docs/contract.md).
 type ReasonCode string
 
-// Reason codes. VMStartFailed is the QEMU runtime's start failure (seed
-// 001's firecracker_start_failed names the Firecracker one).
+// Reason codes. VMStartFailed is the QEMU runtime's start failure
+// (firecracker_start_failed names the Firecracker one).
 const (
 	ReasonImagePullFailed        ReasonCode = "image_pull_failed"
 	ReasonRootfsBuildFailed      ReasonCode = "rootfs_build_failed"

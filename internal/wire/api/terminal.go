@@ -103,7 +103,7 @@ type TerminalSession struct {
 	// Mode is "pty" (host allocation) or "serial" (instance console).
 	Mode       string `json:"mode"`
 	InstanceID string `json:"instance_id,omitempty"`
-	// State is the last readiness state reached (seed 002's vocabulary).
+	// State is the last readiness state reached (a terminal.State).
 	State         string               `json:"state"`
 	States        []TerminalStateEvent `json:"states"`
 	ErrorCode     string               `json:"error_code,omitempty"`

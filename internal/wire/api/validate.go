@@ -109,7 +109,7 @@ func (r RegisterRequest) Validate() []FieldError {
 
 // Validate checks the capabilities an agent reports. prefix names the
 // enclosing field ("capabilities"); field errors are "<prefix>.<name>", or
-// just "<name>" when prefix is empty. Messages keep seed 000's wording, e.g.
+// just "<name>" when prefix is empty. Messages keep a fixed wording, e.g.
 // "ram_total_mb >= 256".
 func (c Capabilities) Validate(prefix string) []FieldError {
 	field := func(name string) string {

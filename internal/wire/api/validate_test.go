@@ -89,7 +89,7 @@ func TestDecodeRegister(t *testing.T) {
 		{name: "trailing garbage", body: mod(func(*RegisterRequest) {}) + `x`, wantErr: true},
 		{name: "trailing whitespace ok", body: mod(func(*RegisterRequest) {}) + "\n\t "},
 		{
-			name:       "ram too small (seed 000 wording)",
+			name:       "ram too small (fixed wording)",
 			body:       mod(func(r *RegisterRequest) { r.Capabilities.RAMTotalMB = 255 }),
 			wantFields: []FieldError{{Field: "capabilities.ram_total_mb", Message: "ram_total_mb >= 256"}},
 		},

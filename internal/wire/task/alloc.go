@@ -8,7 +8,7 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
-// Bare-metal allocation task types (seed 004, "Baremetal family"): the OS
+// Bare-metal allocation task types (the bare-metal task family): the OS
 // user a tenant gets on a whole host (internal/node/osuser runs them).
 const (
 	// TypeAllocProvisionUser creates (or updates) an allocation's OS user,

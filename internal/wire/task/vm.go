@@ -10,7 +10,7 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
-// Slice VM task types (seed 004) and their limits.
+// Slice VM task types and their limits (docs/contract.md).
 const (
 	// TypeVMProvision provisions a slice VM with its slots passed through
 	// (internal/node/slicevm). Phase-timed; a failure runs deferred cleanup.
@@ -79,8 +79,8 @@ type VMSlot struct {
 	PrivateIP  string `json:"private_ip,omitempty"`
 }
 
-// VMProvisionParams are the params of slice.vm_provision (seed 004). The
-// fields after GracefulTimeoutSeconds are Drover additions.
+// VMProvisionParams are the params of slice.vm_provision. The
+// fields after GracefulTimeoutSeconds are Drover's additions to the task.
 type VMProvisionParams struct {
 	AllocationID string `json:"allocation_id"`
 	// VMName names the VM, its leases and files: runtime.ValidID.

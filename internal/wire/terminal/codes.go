@@ -2,7 +2,7 @@ package terminal
 
 // ErrorCode names why a terminal session failed or ended. It travels in the
 // "code" field of an error Control message and, as the close reason, in the
-// WebSocket close frame. The terminal_* names are seed 002's dashboard
+// WebSocket close frame. The terminal_* names are also the dashboard's
 // signals, so the UI, the gateway logs and the dashboard agree.
 type ErrorCode string
 
@@ -16,7 +16,7 @@ const (
 	// CodeDispatchTimeout: the terminal.open task was not claimed in time.
 	CodeDispatchTimeout ErrorCode = "dispatch_timeout"
 	// CodeNodeStreamTimeout: the browser was accepted but the node's stream
-	// to the gateway never arrived (seed 002: endpoint/profile drift).
+	// to the gateway never arrived (typically endpoint or profile drift).
 	CodeNodeStreamTimeout ErrorCode = "node_stream_timeout"
 	// CodePTYFailed: the node stream connected but the PTY or shell failed.
 	CodePTYFailed ErrorCode = "terminal_pty_failed"
@@ -185,8 +185,8 @@ func CloseCode(code ErrorCode) int {
 	return CloseUnknown
 }
 
-// State is a readiness hop of a terminal session, exactly seed 002's
-// vocabulary. The gateway records the last state reached, so a failure
+// State is a readiness hop of a terminal session, as docs/contract.md
+// lists them. The gateway records the last state reached, so a failure
 // names the failed hop rather than "terminal failed".
 type State string
 
@@ -207,7 +207,7 @@ func States() []State {
 		StateNodeStreamConnected, StatePTYReady, StateFailed}
 }
 
-// ValidState reports whether s is one of seed 002's readiness states.
+// ValidState reports whether s is one of the readiness states.
 func ValidState(s State) bool {
 	for _, v := range States() {
 		if s == v {

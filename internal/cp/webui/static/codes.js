@@ -22,7 +22,7 @@ export const MAX_ROWS = 500;
 /** The "state" values of status messages, in order. */
 export const PROGRESS = Object.freeze(["queued", "dispatched", "node_connecting", "spawning"]);
 
-/** Readiness states of a session (seed 002), in order; "failed" may follow any. */
+/** Readiness states of a session (docs/contract.md), in order; "failed" may follow any. */
 export const STATES = Object.freeze(["token_ready", "browser_ws_ready", "terminal_open_sent", "node_stream_connected", "pty_ready", "failed"]);
 
 /** Every error code of protocol v1: retryable, WebSocket close code, recovery text. */

@@ -13,7 +13,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/runtime"
 )
 
-// SweepOrphans is one pass of the orphan-overlay safety loop (seed 000):
+// SweepOrphans is one pass of the orphan-overlay safety loop:
 // every file in OverlayDir that belongs to no known instance (neither in
 // memory nor with a state directory) and is older than OrphanGrace is
 // removed, logged with its age and reported to OnOrphanRemoved. It returns

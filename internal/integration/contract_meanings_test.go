@@ -1,0 +1,196 @@
+package integration
+
+// The meanings docs/contract.md gives the names the code declares without
+// a description of its own. TestContractDoc fails when a name here is not
+// in the code, or a name in the code is not here.
+
+// nodeRouteMeaning is keyed by nodeapi.Route.Name.
+func nodeRouteMeaning() map[string]string {
+	return map[string]string{
+		"register":          "enrol a host: bootstrap token, CSR and capabilities → identity (certificate, CA bundle, JWKS, heartbeat interval)",
+		"renew":             "a new certificate for a new CSR",
+		"heartbeat":         "liveness, capacity and agent diagnostic → the heartbeat interval",
+		"jwks":              "the current task-signing keys",
+		"put_capabilities":  "capabilities and inventory, re-sent when they change",
+		"wait_task":         "long-poll for the next signed task: 200 with a delivery, or 204",
+		"post_event":        "task progress; the first event moves the task to running",
+		"post_result":       "the task's result",
+		"desired_instances": "the node's desired instance set; long-polls while the etag is current",
+		"instance_status":   "one instance status transition (phase, reason, generation)",
+		"terminal_stream":   "the node's terminal stream for a session (with the session's nonce in X-Drover-Terminal-Nonce)",
+	}
+}
+
+func operatorRouteMeaning() map[string]string {
+	return map[string]string{
+		"GET /api/v1/hosts":                             "list hosts",
+		"POST /api/v1/hosts":                            "create a host record (answers its bootstrap token once)",
+		"GET /api/v1/hosts/{id}":                        "show a host",
+		"POST /api/v1/hosts/{id}/enable":                "enable a host",
+		"POST /api/v1/hosts/{id}/disable":               "disable a host: no scheduling, its node requests refused",
+		"POST /api/v1/hosts/{id}/rotate-token":          "issue a new bootstrap token",
+		"POST /api/v1/hosts/{id}/revoke":                "revoke a host's identity for good",
+		"GET /api/v1/hosts/{id}/slots":                  "list a host's approved slots",
+		"POST /api/v1/hosts/{id}/slots":                 "approve candidates of a succeeded slice.topology_discover task",
+		"DELETE /api/v1/hosts/{id}/slots/{slot_id}":     "remove an approved slot",
+		"POST /api/v1/hosts/{id}/drain":                 "drain a host: no new instances, its instances stop",
+		"POST /api/v1/hosts/{id}/undrain":               "end a drain",
+		"POST /api/v1/placements/check":                 "where would these resources fit",
+		"GET /api/v1/instances":                         "list instances",
+		"POST /api/v1/instances":                        "create an instance",
+		"GET /api/v1/instances/{id}":                    "show an instance (by id or name)",
+		"POST /api/v1/instances/{id}/stop":              "desired state stopped",
+		"POST /api/v1/instances/{id}/start":             "desired state running (retries a Failed instance)",
+		"DELETE /api/v1/instances/{id}":                 "delete an instance (force=true: forget the record at once)",
+		"POST /api/v1/instance-groups/{group}/scale":    "scale an instance group to a replica count",
+		"GET /api/v1/allocations":                       "list allocations",
+		"POST /api/v1/allocations":                      "create an allocation (a user on a host, or an instance)",
+		"GET /api/v1/allocations/{id}":                  "show an allocation",
+		"DELETE /api/v1/allocations/{id}":               "release an allocation",
+		"POST /api/v1/allocations/{id}/terminal-token":  "mint a single-use terminal token",
+		"GET /api/v1/allocations/{id}/sessions":         "an allocation's terminal sessions",
+		"GET /api/v1/terminal-sessions/{sid}":           "a terminal session with its readiness hops",
+		"GET /api/v1/terminal-sessions/{sid}/recording": "a session's asciicast recording",
+		"GET /api/v1/tasks":                             "list tasks",
+		"POST /api/v1/tasks":                            "enqueue a task",
+		"GET /api/v1/tasks/{id}":                        "show a task (wait= long-polls for its end)",
+		"POST /api/v1/tasks/{id}/cancel":                "cancel a task",
+		"GET /api/v1/task-types":                        "the registered task types",
+		"GET /api/v1/tokens":                            "list operator tokens",
+		"POST /api/v1/tokens":                           "create an operator token",
+		"POST /api/v1/tokens/{id}/revoke":               "revoke an operator token",
+		"GET /api/v1/audit":                             "the audit log",
+		"POST /api/v1/signing-keys/rotate":              "rotate the task-signing key",
+		"GET /api/v1/ca":                                "the CA certificate, its pin hash and the node URL",
+		"GET /healthz":                                  "liveness",
+		"GET /readyz":                                   "readiness (the store answers)",
+		"GET /metrics":                                  "Prometheus metrics",
+		"GET /api/v1/terminal":                          "the browser's terminal WebSocket; the terminal token (a subprotocol) is the credential",
+		"GET /ui/":                                      "the web console",
+		"GET /{$}":                                      "redirects to /ui/",
+	}
+}
+
+func taskTypeMeaning() map[string]string {
+	return map[string]string{
+		"diag.health_probe":           "the agent's health probe",
+		"slice.topology_discover":     "scan the host for GPU slice candidates (reads only)",
+		"slice.vm_provision":          "provision a VM with its GPU slots passed through (the phases below)",
+		"slice.vm_release":            "stop and remove a slice VM, rebind and optionally wipe its devices",
+		"allocation.provision_user":   "create or update the allocation's OS user and its SSH keys",
+		"allocation.deprovision_user": "remove the allocation's OS user",
+		"terminal.open":               "open a terminal stream to the gateway (queued by the gateway)",
+		"diag.echo":                   "echo a message back from the node: proves the task path end to end",
+	}
+}
+
+func instancePhaseMeaning() map[string]string {
+	return map[string]string{
+		"Pending":  "placed on a host; the agent has not started it yet",
+		"Booting":  "the runtime started it; readiness is not met yet",
+		"Ready":    "readiness met (serial marker and/or TCP port, or process running)",
+		"Draining": "being stopped: graceful shutdown under way",
+		"Stopped":  "stopped (by the operator, a drain or a delete)",
+		"Failed":   "failed; the reason code says why",
+	}
+}
+
+func reasonCodeMeaning() map[string]string {
+	return map[string]string{
+		"image_pull_failed":        "the image could not be fetched, verified or was unsafe",
+		"rootfs_build_failed":      "the instance's disk or cloud-init seed could not be built, or the disk spec is invalid",
+		"firecracker_start_failed": "a Firecracker VM failed to start (no Drover runtime reports it; QEMU reports vm_start_failed)",
+		"vm_start_failed":          "QEMU failed to start the VM",
+		"network_setup_failed":     "the network (forwards, tap on a bridge) could not be set up",
+		"volume_attach_failed":     "the boot device could not be attached",
+		"secrets_missing":          "a secret the instance names is not on the host",
+		"secrets_injection_failed": "secrets could not be put into the guest's cloud-init seed",
+		"healthcheck_failed":       "readiness timed out or a health check failed",
+		"oom_killed":               "the guest was killed for lack of memory",
+		"crash_loop_backoff":       "five restarts within ten minutes; restarts go on with backoff",
+		"terminated_by_operator":   "stopped or deleted by an operator",
+		"node_draining":            "stopped because its host is draining",
+	}
+}
+
+func hostStatusMeaning() map[string]string {
+	return map[string]string{
+		"healthy":            "heartbeating; schedulable when also enabled, not revoked and not draining",
+		"stale":              "three heartbeat intervals missed",
+		"auth_failed":        "a superseded certificate of the host was presented (another party holds an identity of it)",
+		"api_unreachable":    "reserved for agent-reported reachability problems",
+		"task_result_failed": "the agent reports it cannot post task results",
+		"unknown":            "never heard from",
+	}
+}
+
+func taskStateMeaning() map[string]string {
+	return map[string]string{
+		"queued":     "waiting for its node to claim it (again, after a lease ran out)",
+		"dispatched": "claimed by the node; the lease runs",
+		"running":    "the agent reported progress",
+		"succeeded":  "the agent reported success",
+		"failed":     "the agent reported failure",
+		"expired":    "not finished by its expires_at",
+		"canceled":   "canceled by an operator",
+	}
+}
+
+func allocationStateMeaning() map[string]string {
+	return map[string]string{
+		"provisioning": "allocation.provision_user is queued or running",
+		"active":       "usable: terminals may be opened",
+		"failed":       "provisioning failed (the task's error code)",
+		"releasing":    "allocation.deprovision_user is queued or running",
+		"released":     "released; its terminals are closed",
+	}
+}
+
+func terminalStateMeaning() map[string]string {
+	return map[string]string{
+		"token_ready":           "a terminal token was minted for an active allocation",
+		"browser_ws_ready":      "the browser's WebSocket was accepted and its token redeemed",
+		"terminal_open_sent":    "the gateway queued the signed terminal.open task",
+		"node_stream_connected": "the agent's stream reached the gateway over mTLS",
+		"pty_ready":             "the shell (or serial console) is attached; the agent sent ready",
+		"failed":                "the session failed after the last state it reached; its error code says why",
+	}
+}
+
+// vmPhaseMeaning is keyed by phase name: provision phases, cleanup steps
+// (run after a failed provision) and release phases.
+func vmPhaseMeaning() map[string]string {
+	return map[string]string{
+		"device_check":             "before any phase: every device the task touches is a candidate slot's and not leased to another VM",
+		"lease_acquire":            "take per-slot leases",
+		"host_dependencies":        "the host commands the task needs are present (a missing one is a blocker)",
+		"host_passthrough_check":   "the accelerator works and, with slots, /dev/kvm and the vfio-pci driver are there",
+		"vfio_bind_check":          "bind the slots' GPUs and fabric VFs to vfio-pci; their IOMMU groups hold no host driver",
+		"image_stat_download":      "find or fetch the image",
+		"image_digest_verify":      "check the image's digest",
+		"cloud_init_dir":           "create the VM's cloud-init directory",
+		"terminal_key":             "create the VM's terminal key",
+		"guest_telemetry_register": "register the guest for telemetry",
+		"cloud_init_seed_files":    "write the cloud-init seed files",
+		"cloud_localds":            "build the seed ISO (in Go, no cloud-localds)",
+		"runtime_validate":         "validate the VM spec with the runtime",
+		"dhcp_reservation":         "write the VM's DHCP reservation",
+		"image_write_convert":      "write the image to the boot NVMe (qemu-img convert)",
+		"virt_install":             "start the VM through the runtime (QEMU, no virt-install)",
+		"readiness":                "wait for the runtime's Ready and the guest's readiness",
+		"performance_probe":        "probe the VM's performance",
+		"cleanup_vm":               "destroy the VM if it was defined",
+		"cleanup_dhcp":             "drop the DHCP reservation this task wrote",
+		"cleanup_telemetry":        "unregister telemetry this task registered",
+		"cleanup_leases":           "release the leases this task took",
+		"cleanup_cloud_init_dir":   "remove the cloud-init directory",
+		"shutdown":                 "shut the VM down (graceful, then hard)",
+		"undefine":                 "remove the VM from the runtime",
+		"vfio_rebind":              "make sure the GPUs and fabric VFs are bound to vfio-pci again",
+		"remove_cloud_init_dir":    "remove the cloud-init directory",
+		"drop_dhcp_reservation":    "drop the DHCP reservation",
+		"wipe":                     "zero the NVMe namespaces (only with params.wipe)",
+		"release_leases":           "release the VM's leases",
+		"unregister_telemetry":     "unregister the guest's telemetry",
+	}
+}
