@@ -108,3 +108,38 @@ Flags:
 	_ = tw.Flush()
 	return b.String()
 }
+
+// ConfigKey is one NODE_AGENT_* configuration key: the flag that overrides
+// it and that flag's usage text.
+type ConfigKey struct {
+	Key   string // e.g. NODE_AGENT_STATE_DIR
+	Flag  string // e.g. -state-dir; "" when no flag sets the key
+	Usage string
+}
+
+// ConfigKeys returns every configuration key LoadConfig reads, sorted by
+// key (docs/contract.md lists them).
+func ConfigKeys() []ConfigKey {
+	var f Config
+	fs, _ := newFlagSet(&f, "")
+	flagOf := map[string]*flag.Flag{}
+	fs.VisitAll(func(fl *flag.Flag) {
+		if _, alias := flagAliases[fl.Name]; !alias {
+			flagOf[envKeyOf(fl.Name)] = fl
+		}
+	})
+	keys := append([]string{"NODE_AGENT_CONFIG"}, numericKeys...)
+	for k := range f.fields() {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]ConfigKey, 0, len(keys))
+	for _, k := range keys {
+		ck := ConfigKey{Key: k}
+		if fl := flagOf[k]; fl != nil {
+			ck.Flag, ck.Usage = "-"+fl.Name, fl.Usage
+		}
+		out = append(out, ck)
+	}
+	return out
+}
