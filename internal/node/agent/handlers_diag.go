@@ -27,6 +27,7 @@ func DefaultHandlers(cfg Config) Handlers {
 			}
 			return Outcome{Output: out, Timings: rep.Timings}, err
 		}},
+		"diag.echo": EchoHandler(cfg.HostID, time.Now),
 	}
 	maps.Copy(h, AllocHandlers(cfg))
 	for typ, handler := range SliceHandlers(cfg) {

@@ -51,6 +51,7 @@ func Builtin() []Spec {
 		{Type: TypeAllocProvisionUser, Validate: validateAllocProvisionUser, Timeout: AllocProvisionUserTimeout},
 		{Type: TypeAllocDeprovisionUser, Validate: validateAllocDeprovisionUser, Timeout: AllocDeprovisionUserTimeout},
 		{Type: TypeTerminalOpen, Validate: validateTerminalOpen, Timeout: TerminalOpenTimeout, Internal: true},
+		EchoSpec(),
 	}
 }
 
