@@ -1,6 +1,6 @@
 package slicevm
 
-// slice.vm_provision: the seed's 17 phases and the deferred cleanup.
+// slice.vm_provision: its 17 phases (docs/contract.md) and the deferred cleanup.
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	"github.com/drover-dev/drover/internal/wire/task"
 )
 
-// Output values fixed by the seed.
+// Output values fixed by the task's contract.
 const (
 	ConsoleModel = "gateway_required"
 	// UserNetGuestIP is the guest's address on QEMU user-mode networking.
@@ -55,7 +55,8 @@ type ProvisionOutput struct {
 	Phases       []PhaseResult    `json:"phases"`
 	FailedPhase  string           `json:"failed_phase,omitempty"`
 	Cleanup      []PhaseResult    `json:"cleanup,omitempty"`
-	// Notes say where Drover does a step differently from the seed.
+	// Notes say where Drover does a step differently from the phase's name
+	// (cloud_localds, virt_install).
 	Notes []string `json:"notes"`
 }
 

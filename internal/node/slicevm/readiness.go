@@ -146,7 +146,7 @@ func sshBanner(ctx context.Context, addr string) (string, error) {
 	return "", errors.New("no SSH banner in the first 256 bytes")
 }
 
-// cleanup undoes what a failed provision made, in the seed's order (drop
+// cleanup undoes what a failed provision made, in this order (drop
 // DHCP, unregister telemetry, release leases, remove the cloud-init dir),
 // after destroying the VM if this call created it. It runs even when ctx
 // has ended, bounded by cleanupTimeout, and returns what failed ("" for

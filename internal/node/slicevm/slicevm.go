@@ -4,7 +4,7 @@
 // digest check, per-VM terminal key, guest telemetry registration, the
 // cloud-init seed, DHCP reservation, the boot NVMe image write, then the
 // VM itself through the runtime.Runtime port and its readiness), in the
-// seed's 17 timed phases with deferred cleanup on failure; and releasing it
+// 17 timed phases (docs/contract.md) with deferred cleanup on failure; and releasing it
 // again (shutdown, undefine, VFIO rebind, file cleanup, optional NVMe wipe,
 // lease release).
 //
@@ -106,7 +106,7 @@ func ProvisionPhases() []string {
 const Owner = "slice"
 
 // ReadyFile is the guest file cloud-init touches just before it prints the
-// readiness marker (the seed's /var/lib/gpuaas/slice-ready).
+// readiness marker.
 const ReadyFile = "/var/lib/drover/slice-ready"
 
 // Error codes (Error.Code).
@@ -198,8 +198,7 @@ type Options struct {
 	// StateDir holds leases/, dhcp-hosts.d/ (dnsmasq --dhcp-hostsdir),
 	// telemetry/ and keys/.
 	StateDir string
-	// CloudInitDir holds one directory per VM (the seed's
-	// /var/lib/gpuaas/slices/).
+	// CloudInitDir holds one directory per VM.
 	CloudInitDir string
 	// DeviceDirs are the directories nvme_device must lie in, before and
 	// after resolving symlinks (default /dev).
