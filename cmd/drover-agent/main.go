@@ -12,6 +12,8 @@ import (
 
 	"github.com/drover-dev/drover/internal/node/accel"
 	"github.com/drover-dev/drover/internal/node/agent"
+	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/runtime/qemu"
 )
 
 func main() {
@@ -20,7 +22,10 @@ func main() {
 		fmt.Println("drover-agent", agent.Version)
 		return
 	}
-	cfg, err := agent.LoadConfig(os.Args[1:], os.Getenv)
+	// The instance runtimes this binary links in (NODE_AGENT_RUNTIME; none
+	// is built in). A new runtime is one package and one entry here.
+	runtimes := runtime.Registry{qemu.Name: qemu.Factory}
+	cfg, err := agent.LoadConfig(os.Args[1:], os.Getenv, runtimes)
 	var help *agent.HelpError
 	if errors.As(err, &help) {
 		fmt.Print(help.Usage)

@@ -16,6 +16,9 @@ import (
 	"github.com/drover-dev/drover/internal/cp/server"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/node/agent"
+	noderuntime "github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/runtime/mock"
+	"github.com/drover-dev/drover/internal/node/runtime/qemu"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -90,7 +93,10 @@ func (c *DevCmd) Run(ctx context.Context, env *Env) error {
 	// a fresh one is issued when its stored identity is missing or expired.
 	agentCfg := agent.Config{ControlPlaneURL: srv.NodeURL(), HostID: hostID, CAHash: srv.CAHash(),
 		OSFamily: "linux", StateDir: filepath.Join(c.DataDir, "agent"), ListenAddr: c.AgentListen,
-		Runtime: c.Runtime, ImageDirs: c.ImageDirs}
+		Runtime: c.Runtime, ImageDirs: c.ImageDirs,
+		// dev's agent can also run the mock (runs nothing: demos without a
+		// hypervisor); drover-agent links only qemu.
+		Runtimes: noderuntime.Registry{qemu.Name: qemu.Factory, mock.Name: mock.Factory}}
 	if agentCfg.ImageDirs == "" {
 		abs, err := filepath.Abs(filepath.Join(c.DataDir, "images"))
 		if err != nil {

@@ -26,6 +26,8 @@ import (
 	"github.com/drover-dev/drover/internal/node/accel"
 	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/runtime/mock"
+	"github.com/drover-dev/drover/internal/node/runtime/qemu"
 	"github.com/drover-dev/drover/internal/pgtest"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/pki"
@@ -285,7 +287,8 @@ func (e *env) startAgent(hostID, token string, o agentOpts) (a *agent.Agent, sto
 	cfg := agent.Config{ControlPlaneURL: o.url, HostID: hostID, BootstrapToken: token, CAHash: e.srv.CAHash(),
 		OSFamily: "linux", StateDir: o.stateDir, ListenAddr: "127.0.0.1:0", HeartbeatInterval: 100 * time.Millisecond,
 		QEMUAccel: o.accel, AccelFallback: o.fallback, Runtime: o.runtime, ImageDirs: o.imageDirs, RuntimeDir: o.runtimeDir,
-		ReconcileInterval: 200 * time.Millisecond}
+		ReconcileInterval: 200 * time.Millisecond,
+		Runtimes:          runtime.Registry{qemu.Name: qemu.Factory, mock.Name: mock.Factory}}
 	if cfg.Runtime == "" && o.rt == nil {
 		cfg.Runtime = agent.RuntimeNone
 	}

@@ -15,12 +15,13 @@ import (
 	"strings"
 	"time"
 
+	noderuntime "github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // Config is the agent's configuration. It comes from, in increasing order of
 // precedence: an env-style config file (-config), NODE_AGENT_* environment
-// variables (seed 000's env file), and command-line flags.
+// variables (docs/contract.md lists the keys), and command-line flags.
 type Config struct {
 	ControlPlaneURL   string        // NODE_AGENT_CONTROL_PLANE_URL: node-facing mTLS URL, e.g. https://cp:8443
 	TerminalURL       string        // NODE_AGENT_TERMINAL_URL: the terminal gateway's node-facing mTLS URL (LoadConfig defaults it to ControlPlaneURL)
@@ -39,7 +40,7 @@ type Config struct {
 	ReservedMemoryMiB int           // NODE_AGENT_RESERVED_MEMORY_MIB
 
 	// Instances (VMs).
-	Runtime           string        // NODE_AGENT_RUNTIME: qemu (LoadConfig's default) | mock | none (also "")
+	Runtime           string        // NODE_AGENT_RUNTIME: a name in Runtimes (LoadConfig's default: qemu) | none (also "")
 	RuntimeDir        string        // NODE_AGENT_RUNTIME_DIR: instances, overlays, image cache (default <state dir>/runtime)
 	ImageDirs         string        // NODE_AGENT_IMAGE_DIRS: comma-separated dirs local images and file:// URLs may come from (default /var/lib/drover/images)
 	QEMUBinary        string        // NODE_AGENT_QEMU_BINARY: default qemu-system-<arch>
@@ -50,17 +51,22 @@ type Config struct {
 	// loopback, link-local (cloud metadata) and unspecified addresses
 	// (default false: refused; for rigs serving images on 127.0.0.1).
 	ImageAllowLocalURLs bool
+
+	// Runtimes are the runtimes this binary links in, by name; Runtime
+	// must be one of them or none. The binary builds it (drover-agent:
+	// qemu; `drover dev`: qemu and mock), LoadConfig sets it.
+	Runtimes noderuntime.Registry
 }
 
-// Runtimes the agent can run instances with.
-const (
-	RuntimeQEMU = "qemu"
-	RuntimeMock = "mock" // in-memory, for demos and tests: runs nothing
-	RuntimeNone = "none" // no instances on this host
-)
+// DefaultRuntime is NODE_AGENT_RUNTIME when nothing sets it.
+const DefaultRuntime = "qemu"
+
+// RuntimeNone runs no instances on this host. It is built in: no
+// registry entry names it.
+const RuntimeNone = "none"
 
 // DefaultImageDir is where local images may live when NODE_AGENT_IMAGE_DIRS
-// is unset (seed 004's sandboxed image paths).
+// is unset: local image paths are confined to these directories.
 const DefaultImageDir = "/var/lib/drover/images"
 
 func defaultStateDir() string {
@@ -95,37 +101,13 @@ func (c *Config) fields() map[string]*string {
 
 // LoadConfig builds the configuration from args (without the program name),
 // the environment lookup function and the optional config file.
-func LoadConfig(args []string, getenv func(string) string) (Config, error) {
+// NODE_AGENT_RUNTIME may name any runtime in runtimes, or none.
+func LoadConfig(args []string, getenv func(string) string, runtimes noderuntime.Registry) (Config, error) {
 	c := Config{OSFamily: api.OSFamilyOf(runtime.GOOS), StateDir: defaultStateDir(), ListenAddr: "127.0.0.1:9000",
-		Runtime: RuntimeQEMU, ImageDirs: DefaultImageDir}
-	fs := flag.NewFlagSet("drover-agent", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	configFile := fs.String("config", getenv("NODE_AGENT_CONFIG"), "env-style config file (KEY=VALUE lines, NODE_AGENT_* keys)")
+		Runtime: DefaultRuntime, ImageDirs: DefaultImageDir, Runtimes: runtimes}
 	var f Config
-	fs.StringVar(&f.ControlPlaneURL, "control-plane-url", "", "node-facing control plane URL (https://host:8443)")
-	fs.StringVar(&f.TerminalURL, "terminal-url", "", "terminal gateway's node-facing URL (default: the control plane URL)")
-	fs.StringVar(&f.HostID, "host-id", "", "host id of this node's host record")
-	fs.StringVar(&f.HostID, "node-id", "", "alias of -host-id")
-	fs.StringVar(&f.BootstrapToken, "bootstrap-token", "", "one-time bootstrap token")
-	fs.StringVar(&f.CAHash, "ca-hash", "", "pinned control plane CA hash (sha256:...)")
-	fs.StringVar(&f.CAFile, "ca-file", "", "control plane CA bundle (instead of -ca-hash)")
-	fs.StringVar(&f.OSFamily, "os-family", "", "linux | dragonflybsd | windows | darwin")
-	fs.StringVar(&f.QEMUAccel, "qemu-accel", "", "kvm | nvmm | hvf | tcg")
-	fs.StringVar(&f.StateDir, "state-dir", "", "directory for identity, spool and replay cache")
-	fs.StringVar(&f.ListenAddr, "listen", "", "local API address (default 127.0.0.1:9000)")
-	fs.StringVar(&f.Hostname, "hostname", "", "hostname to report (default: the system's)")
-	fs.DurationVar(&f.HeartbeatInterval, "heartbeat-interval", 0, "heartbeat interval (default: the server's, 5s)")
-	fs.IntVar(&f.ReservedVCPUs, "reserved-vcpus", 0, "vCPUs reserved for the host OS")
-	fs.IntVar(&f.ReservedMemoryMiB, "reserved-memory-mib", 0, "memory reserved for the host OS, MiB")
-	fs.StringVar(&f.AccelFallback, "accel-fallback", "", `"tcg": run VMs under TCG when the selected accelerator does not work`)
-	fs.StringVar(&f.Runtime, "runtime", "", "instance runtime: qemu (default) | mock | none")
-	fs.StringVar(&f.RuntimeDir, "runtime-dir", "", "instances, overlays and image cache (default <state dir>/runtime)")
-	fs.StringVar(&f.ImageDirs, "image-dirs", "", "comma-separated dirs local images may come from")
-	fs.BoolVar(&f.ImageAllowLocalURLs, "image-allow-local-urls", false,
-		"let http(s) image URLs point at loopback, link-local (cloud metadata) and unspecified addresses (default false)")
-	fs.StringVar(&f.QEMUBinary, "qemu-binary", "", "QEMU system emulator (default qemu-system-<arch>)")
-	fs.StringVar(&f.SecretsDir, "secrets-dir", "", "directory with one file per instance secret")
-	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
+	fs, configFile := newFlagSet(&f, getenv("NODE_AGENT_CONFIG"))
+	fs.Lookup("runtime").Usage = "instance runtime: " + strings.Join(c.runtimeNames(), " | ")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return Config{}, &HelpError{Usage: usage(fs, c)}
@@ -184,6 +166,39 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 		c.TerminalURL = c.ControlPlaneURL
 	}
 	return c, c.Validate()
+}
+
+// newFlagSet defines the agent's flags, each setting its field of f, and
+// -config, whose default is configDefault.
+func newFlagSet(f *Config, configDefault string) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("drover-agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	configFile := fs.String("config", configDefault, "env-style config file (KEY=VALUE lines, NODE_AGENT_* keys)")
+	fs.StringVar(&f.ControlPlaneURL, "control-plane-url", "", "node-facing control plane URL (https://host:8443)")
+	fs.StringVar(&f.TerminalURL, "terminal-url", "", "terminal gateway's node-facing URL (default: the control plane URL)")
+	fs.StringVar(&f.HostID, "host-id", "", "host id of this node's host record")
+	fs.StringVar(&f.HostID, "node-id", "", "alias of -host-id")
+	fs.StringVar(&f.BootstrapToken, "bootstrap-token", "", "one-time bootstrap token")
+	fs.StringVar(&f.CAHash, "ca-hash", "", "pinned control plane CA hash (sha256:...)")
+	fs.StringVar(&f.CAFile, "ca-file", "", "control plane CA bundle (instead of -ca-hash)")
+	fs.StringVar(&f.OSFamily, "os-family", "", "linux | dragonflybsd | windows | darwin")
+	fs.StringVar(&f.QEMUAccel, "qemu-accel", "", "kvm | nvmm | hvf | tcg")
+	fs.StringVar(&f.StateDir, "state-dir", "", "directory for identity, spool and replay cache")
+	fs.StringVar(&f.ListenAddr, "listen", "", "local API address (default 127.0.0.1:9000)")
+	fs.StringVar(&f.Hostname, "hostname", "", "hostname to report (default: the system's)")
+	fs.DurationVar(&f.HeartbeatInterval, "heartbeat-interval", 0, "heartbeat interval (default: the server's, 5s)")
+	fs.IntVar(&f.ReservedVCPUs, "reserved-vcpus", 0, "vCPUs reserved for the host OS")
+	fs.IntVar(&f.ReservedMemoryMiB, "reserved-memory-mib", 0, "memory reserved for the host OS, MiB")
+	fs.StringVar(&f.AccelFallback, "accel-fallback", "", `"tcg": run VMs under TCG when the selected accelerator does not work`)
+	fs.StringVar(&f.Runtime, "runtime", "", "instance runtime: one this binary registers, or none")
+	fs.StringVar(&f.RuntimeDir, "runtime-dir", "", "instances, overlays and image cache (default <state dir>/runtime)")
+	fs.StringVar(&f.ImageDirs, "image-dirs", "", "comma-separated dirs local images may come from")
+	fs.BoolVar(&f.ImageAllowLocalURLs, "image-allow-local-urls", false,
+		"let http(s) image URLs point at loopback, link-local (cloud metadata) and unspecified addresses (default false)")
+	fs.StringVar(&f.QEMUBinary, "qemu-binary", "", "QEMU system emulator (default qemu-system-<arch>)")
+	fs.StringVar(&f.SecretsDir, "secrets-dir", "", "directory with one file per instance secret")
+	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
+	return fs, configFile
 }
 
 // terminalURL is where terminal streams are dialed: TerminalURL, or the
@@ -297,10 +312,9 @@ func (c Config) Validate() error {
 	if c.AccelFallback != "" && c.AccelFallback != "tcg" {
 		errs = append(errs, fmt.Errorf("NODE_AGENT_ACCEL_FALLBACK %q: must be tcg or empty", c.AccelFallback))
 	}
-	switch c.Runtime {
-	case RuntimeQEMU, RuntimeMock, RuntimeNone, "":
-	default:
-		errs = append(errs, fmt.Errorf("NODE_AGENT_RUNTIME %q: must be qemu, mock or none", c.Runtime))
+	if _, ok := c.Runtimes[c.Runtime]; !ok && c.Runtime != RuntimeNone && c.Runtime != "" {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_RUNTIME %q: must be one of %s (the runtimes this binary has)",
+			c.Runtime, strings.Join(c.runtimeNames(), ", ")))
 	}
 	for _, d := range c.imageDirs() {
 		if !filepath.IsAbs(d) {
@@ -311,6 +325,12 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("NODE_AGENT_RECONCILE_INTERVAL %s: must be at least 100ms", c.ReconcileInterval))
 	}
 	return errors.Join(errs...)
+}
+
+// runtimeNames are the values NODE_AGENT_RUNTIME may take: the registered
+// runtimes, then none.
+func (c Config) runtimeNames() []string {
+	return append(c.Runtimes.Names(), RuntimeNone)
 }
 
 // imageDirs splits ImageDirs (comma-separated).

@@ -5,12 +5,28 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"github.com/drover-dev/drover/internal/node/agent"
+	noderuntime "github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/runtime/mock"
+	"github.com/drover-dev/drover/internal/node/runtime/qemu"
 )
+
+// testRuntimes is the registry the tests' configurations are loaded with:
+// drover-agent's (qemu) plus the mock.
+var testRuntimes = noderuntime.Registry{qemu.Name: qemu.Factory, mock.Name: mock.Factory}
+
+// loadConfig is agent.LoadConfig with testRuntimes.
+func loadConfig(args []string, getenv func(string) string) (agent.Config, error) {
+	return agent.LoadConfig(args, getenv, testRuntimes)
+}
 
 // env returns a getenv over m.
 func env(m map[string]string) func(string) string {
@@ -66,7 +82,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := agent.LoadConfig(tc.args, env(tc.env))
+			c, err := loadConfig(tc.args, env(tc.env))
 			if err != nil {
 				t.Fatalf("LoadConfig: %v", err)
 			}
@@ -80,7 +96,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	}
 
 	t.Run("-config flag over NODE_AGENT_CONFIG", func(t *testing.T) {
-		c, err := agent.LoadConfig([]string{"-config", file},
+		c, err := loadConfig([]string{"-config", file},
 			env(map[string]string{"NODE_AGENT_CONFIG": filepath.Join(t.TempDir(), "missing.env")}))
 		if err != nil {
 			t.Fatalf("LoadConfig: %v", err)
@@ -93,7 +109,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 
 func TestLoadConfigDefaults(t *testing.T) {
 	t.Parallel()
-	c, err := agent.LoadConfig([]string{"-control-plane-url", "https://cp.example:8443"}, env(nil))
+	c, err := loadConfig([]string{"-control-plane-url", "https://cp.example:8443"}, env(nil))
 	if err != nil {
 		t.Fatalf("LoadConfig: %v", err)
 	}
@@ -137,7 +153,7 @@ NODE_AGENT_RECONCILE_INTERVAL=2s
 NODE_AGENT_TERMINAL_URL=https://term.example:9443
 NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS=true
 `)
-	c, err := agent.LoadConfig([]string{"-config", file}, env(nil))
+	c, err := loadConfig([]string{"-config", file}, env(nil))
 	if err != nil {
 		t.Fatalf("LoadConfig: %v", err)
 	}
@@ -148,8 +164,11 @@ NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS=true
 		ImageDirs: "/srv/images,/var/lib/libvirt/images", QEMUBinary: "/opt/qemu/bin/qemu-system-x86_64",
 		SecretsDir: "/etc/drover/secrets", ReconcileInterval: 2 * time.Second, TerminalURL: "https://term.example:9443",
 		ImageAllowLocalURLs: true}
-	if c != want {
-		t.Errorf("config =\n%+v\nwant\n%+v", c, want)
+	if diff := cmp.Diff(c, want, cmpopts.IgnoreFields(agent.Config{}, "Runtimes")); diff != "" {
+		t.Errorf("config (-got +want):\n%s", diff)
+	}
+	if got := c.Runtimes.Names(); !slices.Equal(got, []string{"mock", "qemu"}) {
+		t.Errorf("Runtimes = %v, want LoadConfig's registry (mock, qemu)", got)
 	}
 }
 
@@ -169,7 +188,7 @@ func TestLoadConfigFileErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			file := writeConfigFile(t, tc.content)
-			_, err := agent.LoadConfig([]string{"-config", file,
+			_, err := loadConfig([]string{"-config", file,
 				"-control-plane-url", "https://cp.example:8443"}, env(nil))
 			if err == nil {
 				t.Fatal("LoadConfig accepted a bad config file")
@@ -183,7 +202,7 @@ func TestLoadConfigFileErrors(t *testing.T) {
 	}
 	t.Run("missing file", func(t *testing.T) {
 		missing := filepath.Join(t.TempDir(), "nope.env")
-		_, err := agent.LoadConfig(nil, env(map[string]string{"NODE_AGENT_CONFIG": missing}))
+		_, err := loadConfig(nil, env(map[string]string{"NODE_AGENT_CONFIG": missing}))
 		if err == nil || !strings.Contains(err.Error(), "config file") || !strings.Contains(err.Error(), missing) {
 			t.Errorf("error = %v, want a config file error naming %s", err, missing)
 		}
@@ -225,7 +244,7 @@ func TestLoadConfigFlags(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := agent.LoadConfig(append(append([]string{}, base...), tc.args...), env(tc.env))
+			c, err := loadConfig(append(append([]string{}, base...), tc.args...), env(tc.env))
 			if err != nil {
 				t.Fatalf("LoadConfig: %v", err)
 			}
@@ -267,7 +286,7 @@ func TestLoadConfigValidation(t *testing.T) {
 		{"bad accel fallback", append([]string{"-accel-fallback", "kvm"}, url...), nil, "",
 			[]string{`NODE_AGENT_ACCEL_FALLBACK "kvm"`, "tcg or empty"}},
 		{"unknown runtime", append([]string{"-runtime", "xen"}, url...), nil, "",
-			[]string{`NODE_AGENT_RUNTIME "xen"`, "qemu, mock or none"}},
+			[]string{`NODE_AGENT_RUNTIME "xen"`, "one of mock, qemu, none"}},
 		{"relative image dir", append([]string{"-image-dirs", "/ok,images"}, url...), nil, "",
 			[]string{"NODE_AGENT_IMAGE_DIRS", `"images" is not an absolute path`}},
 		{"reconcile below 100ms", append([]string{"-reconcile-interval", "10ms"}, url...), nil, "",
@@ -287,7 +306,7 @@ func TestLoadConfigValidation(t *testing.T) {
 			if tc.file != "" {
 				args = append([]string{"-config", writeConfigFile(t, tc.file)}, args...)
 			}
-			_, err := agent.LoadConfig(args, env(tc.env))
+			_, err := loadConfig(args, env(tc.env))
 			if err == nil {
 				t.Fatal("LoadConfig accepted an invalid configuration")
 			}
@@ -320,7 +339,7 @@ func TestLoadConfigTerminalURL(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := agent.LoadConfig(tc.args, env(tc.env))
+			c, err := loadConfig(tc.args, env(tc.env))
 			if err != nil {
 				t.Fatalf("LoadConfig: %v", err)
 			}
@@ -351,19 +370,19 @@ func TestLoadConfigReservedCapacity(t *testing.T) {
 		"NODE_AGENT_RESERVED_VCPUS":      "2",
 		"NODE_AGENT_RESERVED_MEMORY_MIB": "4096",
 	}
-	c, err := agent.LoadConfig(nil, func(k string) string { return env[k] })
+	c, err := loadConfig(nil, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.ReservedVCPUs != 2 || c.ReservedMemoryMiB != 4096 {
 		t.Fatalf("reserved = %d vCPU, %d MiB; want 2, 4096", c.ReservedVCPUs, c.ReservedMemoryMiB)
 	}
-	c, err = agent.LoadConfig([]string{"-reserved-vcpus", "1"}, func(k string) string { return env[k] })
+	c, err = loadConfig([]string{"-reserved-vcpus", "1"}, func(k string) string { return env[k] })
 	if err != nil || c.ReservedVCPUs != 1 {
 		t.Fatalf("flag should win: %d, %v", c.ReservedVCPUs, err)
 	}
 	env["NODE_AGENT_RESERVED_VCPUS"] = "-1"
-	if _, err := agent.LoadConfig(nil, func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "NODE_AGENT_RESERVED_VCPUS") {
+	if _, err := loadConfig(nil, func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "NODE_AGENT_RESERVED_VCPUS") {
 		t.Fatalf("negative reserve: err = %v, want it to name NODE_AGENT_RESERVED_VCPUS", err)
 	}
 }
@@ -372,7 +391,7 @@ func TestLoadConfigReservedCapacity(t *testing.T) {
 // variable and default instead of running (or failing on missing settings).
 func TestHelp(t *testing.T) {
 	for _, arg := range []string{"-h", "-help", "--help"} {
-		_, err := agent.LoadConfig([]string{arg}, env(nil))
+		_, err := loadConfig([]string{arg}, env(nil))
 		var help *agent.HelpError
 		if !errors.As(err, &help) {
 			t.Fatalf("%s: err = %v, want *HelpError", arg, err)
@@ -393,6 +412,46 @@ func TestHelp(t *testing.T) {
 			if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[0], "-") && f[1] == "-" {
 				t.Errorf("flag %s has no environment variable LoadConfig reads", f[0])
 			}
+		}
+	}
+}
+
+// TestLoadConfigRuntimes: NODE_AGENT_RUNTIME may name a runtime of the
+// registry LoadConfig is given, or none; the error and -help list them.
+func TestLoadConfigRuntimes(t *testing.T) {
+	t.Parallel()
+	url := []string{"-control-plane-url", "https://cp.example:8443"}
+	qemuOnly := noderuntime.Registry{qemu.Name: qemu.Factory} // drover-agent's
+	cases := []struct {
+		name     string
+		runtimes noderuntime.Registry
+		args     []string
+		want     string // substring of the error; "" for success
+	}{
+		{"default qemu, registered", qemuOnly, nil, ""},
+		{"mock not linked into drover-agent", qemuOnly, []string{"-runtime", "mock"},
+			`NODE_AGENT_RUNTIME "mock": must be one of qemu, none`},
+		{"mock registered", testRuntimes, []string{"-runtime", "mock"}, ""},
+		{"none is built in", nil, []string{"-runtime", "none"}, ""},
+		{"default qemu, nothing registered", nil, nil, `NODE_AGENT_RUNTIME "qemu": must be one of none`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := agent.LoadConfig(append(append([]string{}, url...), tc.args...), env(nil), tc.runtimes)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("LoadConfig: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("LoadConfig = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	_, err := agent.LoadConfig([]string{"-help"}, env(nil), qemuOnly)
+	var help *agent.HelpError
+	if !errors.As(err, &help) || !strings.Contains(help.Usage, "instance runtime: qemu | none (default qemu)") {
+		t.Errorf("usage does not list the registered runtimes: %v", err)
+		if help != nil {
+			t.Log(help.Usage)
 		}
 	}
 }

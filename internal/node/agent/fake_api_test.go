@@ -111,6 +111,7 @@ func newFakeCP(t *testing.T) *fakeCP {
 	mux.HandleFunc("PUT /internal/v1/nodes/{id}/capabilities", f.nodeAuth(f.capabilities))
 	mux.HandleFunc("POST /internal/v1/nodes/{id}/tasks/{task_id}/events", f.nodeAuth(f.event))
 	mux.HandleFunc("POST /internal/v1/nodes/{id}/tasks/{task_id}/result", f.nodeAuth(f.result))
+	mux.HandleFunc("GET /internal/v1/nodes/{id}/instances", f.nodeAuth(f.instances))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("fake control plane: unexpected request %s %s", r.Method, r.URL.Path)
 		writeError(w, http.StatusNotFound, "not_found", "no such route")
@@ -302,6 +303,20 @@ func (f *fakeCP) result(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"task_id": id, "state": string(res.Status)})
+}
+
+// instances answers the desired-set long-poll of an agent that runs
+// instances: always the empty set, after a short wait so the agent does not
+// spin.
+func (f *fakeCP) instances(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("etag") != "" {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	writeJSON(w, http.StatusOK, api.NodeInstances{ETag: "empty", Instances: []api.DesiredInstance{}})
 }
 
 // enqueue makes d the next delivery of GET .../tasks/wait.
@@ -580,15 +595,25 @@ func (r *runningAgent) stop(t *testing.T) {
 // until it has heartbeated once (so it is enrolled and all loops run).
 func startAgent(t *testing.T, f *fakeCP, stateDir string, h agent.Handlers, opts ...agent.Option) *runningAgent {
 	t.Helper()
+	return startAgentConfig(t, f, testConfig(f, stateDir), h, opts...)
+}
+
+// testConfig is the configuration startAgent runs with: no instances.
+func testConfig(f *fakeCP, stateDir string) agent.Config {
+	return agent.Config{ControlPlaneURL: f.srv.URL, HostID: testNodeID, BootstrapToken: testToken,
+		CAHash: f.ca.Hash(), OSFamily: api.OSLinux, StateDir: stateDir, ListenAddr: "127.0.0.1:0",
+		HeartbeatInterval: 100 * time.Millisecond}
+}
+
+// startAgentConfig is startAgent with a configuration of the test's own.
+func startAgentConfig(t *testing.T, f *fakeCP, cfg agent.Config, h agent.Handlers, opts ...agent.Option) *runningAgent {
+	t.Helper()
 	logs := &syncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("agent logs:\n%s", logs.String())
 		}
 	})
-	cfg := agent.Config{ControlPlaneURL: f.srv.URL, HostID: testNodeID, BootstrapToken: testToken,
-		CAHash: f.ca.Hash(), OSFamily: api.OSLinux, StateDir: stateDir, ListenAddr: "127.0.0.1:0",
-		HeartbeatInterval: 100 * time.Millisecond}
 	a, err := agent.New(cfg, append([]agent.Option{agent.WithHandlers(h), agent.WithAccelProbe(fixedAccel(accel.TCG)),
 		agent.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))}, opts...)...)
 	if err != nil {

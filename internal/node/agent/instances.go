@@ -15,8 +15,6 @@ import (
 	"github.com/drover-dev/drover/internal/node/image"
 	"github.com/drover-dev/drover/internal/node/reconcile"
 	"github.com/drover-dev/drover/internal/node/runtime"
-	"github.com/drover-dev/drover/internal/node/runtime/mock"
-	"github.com/drover-dev/drover/internal/node/runtime/qemu"
 	"github.com/drover-dev/drover/internal/node/slicevm"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -24,7 +22,8 @@ import (
 // instancesPollWait is how long one desired-set long-poll may wait.
 const instancesPollWait = 30 * time.Second
 
-// orphanSweepEvery is the period of the orphan-overlay safety loop.
+// orphanSweepEvery is the period of a runtime's orphan safety loop
+// (runtime.OrphanSweeper).
 const orphanSweepEvery = time.Minute
 
 // vmSide is what the agent runs instances with: the runtime, the reconciler
@@ -32,14 +31,14 @@ const orphanSweepEvery = time.Minute
 // slice.vm_provision / slice.vm_release.
 type vmSide struct {
 	rt     runtime.Runtime
-	qemu   *qemu.Runtime // nil unless the runtime is QEMU (orphan loop)
 	rec    *reconcile.Reconciler
 	slices *slicevm.Provisioner
 }
 
-// buildRuntime builds the configured runtime, image cache, reconciler and
-// slice provisioner. NODE_AGENT_RUNTIME=none (or an empty Runtime in a
-// Config built by hand; LoadConfig defaults to qemu) gives nil.
+// buildRuntime builds the configured runtime (from cfg.Runtimes), image
+// cache, reconciler and slice provisioner. NODE_AGENT_RUNTIME=none (or an
+// empty Runtime in a Config built by hand; LoadConfig defaults to qemu)
+// gives nil.
 func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 	kind := a.cfg.Runtime
 	if a.runtime == nil && (kind == RuntimeNone || kind == "") {
@@ -55,20 +54,19 @@ func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 		return nil, fmt.Errorf("image cache: %w", err)
 	}
 	v := &vmSide{rt: a.runtime}
-	switch {
-	case v.rt != nil:
-	case kind == RuntimeMock:
-		v.rt = mock.New(mock.Options{Log: a.log})
-	case a.cfg.QEMUAccel == "":
-		return nil, errors.New("no working accelerator for QEMU (is qemu-system installed? see docs/runbooks/accelerators.md)")
-	default:
-		q, err := qemu.New(ctx, qemu.Options{Root: root, Images: images, Accel: a.cfg.QEMUAccel,
-			QEMUBinary: a.cfg.QEMUBinary, Log: a.log,
-			OnOrphanRemoved: func(string) { a.metrics.orphanOverlays.Inc() }})
-		if err != nil {
-			return nil, fmt.Errorf("qemu runtime: %w", err)
+	if v.rt == nil {
+		build, ok := a.cfg.Runtimes[kind]
+		if !ok { // Validate saw to it; a Config changed since would land here
+			return nil, fmt.Errorf("runtime %q is not registered in this binary", kind)
 		}
-		v.rt, v.qemu = q, q
+		a.mu.Lock()
+		acc := a.cfg.QEMUAccel // the probe's selection (or its fallback)
+		a.mu.Unlock()
+		if v.rt, err = build(ctx, runtime.Options{Root: root, Images: images, Accel: acc,
+			QEMUBinary: a.cfg.QEMUBinary, Log: a.log,
+			OnOrphanRemoved: func(string) { a.metrics.orphanOverlays.Inc() }}); err != nil {
+			return nil, fmt.Errorf("%s runtime: %w", kind, err)
+		}
 	}
 	v.rec = reconcile.New(v.rt, statusReporter{a}, reconcile.Options{Interval: a.cfg.ReconcileInterval,
 		Secrets: a.readSecret, Log: a.log})
@@ -113,16 +111,18 @@ func (a *Agent) readSecret(name string) ([]byte, error) {
 	return b, nil
 }
 
-// runVMs runs the reconciler, the desired-set long-poll and (for QEMU) the
-// orphan-overlay safety loop until ctx ends.
+// runVMs runs the reconciler, the desired-set long-poll and, for a runtime
+// that has one, its orphan safety loop until ctx ends.
 func (a *Agent) runVMs(ctx context.Context, v *vmSide) error {
 	done := make(chan error, 1)
 	go func() { done <- v.rec.Run(ctx) }()
-	if v.qemu != nil {
-		go v.qemu.RunOrphanLoop(ctx, orphanSweepEvery)
+	if s, ok := v.rt.(runtime.OrphanSweeper); ok {
+		go s.RunOrphanLoop(ctx, orphanSweepEvery)
+	}
+	if r, ok := v.rt.(runtime.Releaser); ok {
 		// Let go of the VMs without stopping them: they outlive the agent
 		// and the next one re-adopts them.
-		defer v.qemu.Close()
+		defer r.Close()
 	}
 	err := a.instancesLoop(ctx, v.rec)
 	if rerr := <-done; err == nil && !errors.Is(rerr, context.Canceled) {

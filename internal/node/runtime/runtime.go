@@ -1,10 +1,11 @@
 // Package runtime owns the Runtime port: the one interface through which
 // the agent creates, starts, stops, destroys, inspects and re-adopts
 // instances (VMs or containers), the instance Spec it takes, the Status and
-// Events it gives back, and the typed Error that carries a seed 001 reason
-// code. Adapters live in sub-packages (qemu, mock; firecracker and docker
-// later), each its own package; this one must not import any of them, nor do
-// I/O.
+// Events it gives back, and the typed Error that carries an instance reason
+// code (docs/contract.md); and the Registry through which a binary names
+// the adapters it links in (registry.go). Adapters live in sub-packages
+// (qemu, mock; firecracker and docker later), each its own package; this
+// one must not import any of them, nor do I/O.
 package runtime
 
 import (

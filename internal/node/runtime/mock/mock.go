@@ -127,7 +127,7 @@ func New(opts Options) *Runtime {
 func (m *Runtime) Reopen() *Runtime { return &Runtime{h: m.h} }
 
 // Name implements runtime.Runtime.
-func (m *Runtime) Name() string { return "mock" }
+func (m *Runtime) Name() string { return Name }
 
 // SetBehavior sets the behavior of one instance id, also before it exists.
 func (m *Runtime) SetBehavior(id string, b Behavior) {

@@ -171,7 +171,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 }
 
 // Name is "qemu".
-func (r *Runtime) Name() string { return "qemu" }
+func (r *Runtime) Name() string { return Name }
 
 // Close lets go of every instance without stopping it, as an agent that
 // exits does: QMP connections close, watching stops, and the Runtime
