@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
-	"net/http"
 	"slices"
 	"time"
 
@@ -24,7 +23,7 @@ func (a *Agent) capabilitiesLoop(ctx context.Context) error {
 		sum := stableHash(caps)
 		wait := capabilitiesInterval
 		if sum != last {
-			if _, err := a.node.do(ctx, http.MethodPut, a.node.nodePath("/capabilities"), "", caps, nil); err != nil {
+			if err := a.node.PutCapabilities(ctx, a.node.node(), caps); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}

@@ -59,7 +59,7 @@ func (a *Agent) enroll(ctx context.Context) (statedir.Identity, error) {
 	var ident api.Identity
 	bo := newBackoff(time.Second, time.Minute)
 	for {
-		_, err = a.bootstrap.do(ctx, http.MethodPost, "/internal/v1/register", "", req, &ident)
+		ident, err = a.bootstrap.Register(ctx, req)
 		if err == nil {
 			break
 		}
@@ -174,8 +174,8 @@ func (a *Agent) renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var ident api.Identity
-	if _, err := a.node.do(ctx, http.MethodPost, a.node.nodePath("/renew"), "", api.RenewRequest{CSRPEM: string(csrPEM)}, &ident); err != nil {
+	ident, err := a.node.Renew(ctx, a.node.node(), api.RenewRequest{CSRPEM: string(csrPEM)})
+	if err != nil {
 		return err
 	}
 	a.mu.Lock()

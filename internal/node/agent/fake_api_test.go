@@ -7,28 +7,20 @@ package agent_test
 
 import (
 	"bytes"
-	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/node/accel"
-	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/nodeapi"
 	"github.com/drover-dev/drover/internal/wire/pki"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
@@ -103,15 +95,17 @@ func newFakeCP(t *testing.T) *fakeCP {
 	if err != nil {
 		t.Fatalf("ServerCertificate: %v", err)
 	}
+	// The routes come from the node API table: a route the table drops or
+	// renames breaks this file at compile time.
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /internal/v1/register", f.register)
-	mux.HandleFunc("GET /internal/v1/nodes/{id}/tasks/wait", f.nodeAuth(f.wait))
-	mux.HandleFunc("GET /internal/v1/nodes/{id}/jwks", f.nodeAuth(f.getJWKS))
-	mux.HandleFunc("POST /internal/v1/nodes/{id}/heartbeat", f.nodeAuth(f.heartbeat))
-	mux.HandleFunc("PUT /internal/v1/nodes/{id}/capabilities", f.nodeAuth(f.capabilities))
-	mux.HandleFunc("POST /internal/v1/nodes/{id}/tasks/{task_id}/events", f.nodeAuth(f.event))
-	mux.HandleFunc("POST /internal/v1/nodes/{id}/tasks/{task_id}/result", f.nodeAuth(f.result))
-	mux.HandleFunc("GET /internal/v1/nodes/{id}/instances", f.nodeAuth(f.instances))
+	mux.HandleFunc(nodeapi.Register.MuxPattern(), f.register)
+	mux.HandleFunc(nodeapi.WaitTask.MuxPattern(), f.nodeAuth(f.wait))
+	mux.HandleFunc(nodeapi.JWKS.MuxPattern(), f.nodeAuth(f.getJWKS))
+	mux.HandleFunc(nodeapi.Heartbeat.MuxPattern(), f.nodeAuth(f.heartbeat))
+	mux.HandleFunc(nodeapi.PutCapabilities.MuxPattern(), f.nodeAuth(f.capabilities))
+	mux.HandleFunc(nodeapi.PostEvent.MuxPattern(), f.nodeAuth(f.event))
+	mux.HandleFunc(nodeapi.PostResult.MuxPattern(), f.nodeAuth(f.result))
+	mux.HandleFunc(nodeapi.DesiredInstances.MuxPattern(), f.nodeAuth(f.instances))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("fake control plane: unexpected request %s %s", r.Method, r.URL.Path)
 		writeError(w, http.StatusNotFound, "not_found", "no such route")
@@ -302,7 +296,7 @@ func (f *fakeCP) result(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, "unavailable", "try again later")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"task_id": id, "state": string(res.Status)})
+	writeJSON(w, http.StatusOK, nodeapi.ResultAck{TaskID: id, State: api.TaskState(res.Status)})
 }
 
 // instances answers the desired-set long-poll of an agent that runs
@@ -408,233 +402,4 @@ func (f *fakeCP) waitAccepted(t *testing.T, taskID string, n int) []resultPost {
 		return len(got) >= n
 	})
 	return got
-}
-
-// fixedAccel is an accelerator probe that reports only the named ones as
-// working (the real probe boots a KVM guest; internal/node/accel tests it).
-func fixedAccel(working ...string) func(context.Context) (accel.Result, error) {
-	return func(context.Context) (accel.Result, error) {
-		var r accel.Result
-		for _, n := range accel.Names() {
-			st := accel.Status{Name: n, Reason: "test_fixture"}
-			if slices.Contains(working, n) {
-				st.Works, st.Reason = true, accel.ReasonOK
-				r.Working = append(r.Working, n)
-			}
-			r.Accelerators = append(r.Accelerators, st)
-		}
-		return r, nil
-	}
-}
-
-// eventually polls cond every few milliseconds until it holds or the
-// deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitDeadline)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", waitDeadline, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// ---- envelopes ----
-
-// claims returns valid claims for a task of typ addressed to testNodeID.
-func claims(taskID, typ string) api.TaskClaims {
-	now := time.Now()
-	return api.TaskClaims{TaskID: taskID, NodeID: testNodeID, Type: typ, Params: json.RawMessage(`{"n":1}`),
-		CorrelationID: "cid-" + taskID, IssuedAt: now.Unix(), ExpiresAt: now.Add(10 * time.Minute).Unix()}
-}
-
-func sign(t *testing.T, s *task.Signer, c api.TaskClaims) string {
-	t.Helper()
-	env, err := s.Sign(c)
-	if err != nil {
-		t.Fatalf("Sign: %v", err)
-	}
-	return env
-}
-
-// deliveryFor is the delivery a correct control plane sends for c.
-func deliveryFor(c api.TaskClaims, envelope string) api.TaskDelivery {
-	return api.TaskDelivery{TaskID: c.TaskID, TaskType: c.Type, Envelope: envelope,
-		ExpiresAt: time.Unix(c.ExpiresAt, 0).UTC(), CorrelationID: c.CorrelationID, Attempt: 1}
-}
-
-var b64 = base64.RawURLEncoding
-
-// editPayload decodes the payload segment of a compact JWS, applies edit to
-// the JSON bytes and re-encodes it, keeping the original header and
-// signature. The result is still canonical base64url.
-func editPayload(t *testing.T, compact string, edit func([]byte) []byte) string {
-	t.Helper()
-	segs := strings.Split(compact, ".")
-	if len(segs) != 3 {
-		t.Fatalf("not a compact JWS: %q", compact)
-	}
-	payload, err := b64.DecodeString(segs[1])
-	if err != nil {
-		t.Fatalf("decode payload: %v", err)
-	}
-	edited := edit(bytes.Clone(payload))
-	if bytes.Equal(edited, payload) {
-		t.Fatalf("edit did not change the payload %s", payload)
-	}
-	return segs[0] + "." + b64.EncodeToString(edited) + "." + segs[2]
-}
-
-// flipPayloadChar swaps one base64url character in the middle of the
-// payload segment for another; a non-final character carries no padding
-// bits, so the segment stays canonical base64url but decodes differently.
-func flipPayloadChar(t *testing.T, compact string) string {
-	t.Helper()
-	segs := strings.Split(compact, ".")
-	p := []byte(segs[1])
-	i := len(p) / 2
-	if p[i] == 'A' {
-		p[i] = 'B'
-	} else {
-		p[i] = 'A'
-	}
-	return segs[0] + "." + string(p) + "." + segs[2]
-}
-
-// hs256 re-signs the payload of compact with HS256, using the Ed25519 public
-// key bytes of jwk as the HMAC secret (the classic algorithm-confusion
-// attack).
-func hs256(t *testing.T, compact string, jwk api.JWK) string {
-	t.Helper()
-	segs := strings.Split(compact, ".")
-	pub, err := b64.DecodeString(jwk.X)
-	if err != nil {
-		t.Fatalf("decode jwk x: %v", err)
-	}
-	hdr := b64.EncodeToString([]byte(fmt.Sprintf(`{"alg":"HS256","kid":%q,"typ":%q}`, jwk.Kid, task.EnvelopeType)))
-	mac := hmac.New(sha256.New, pub)
-	mac.Write([]byte(hdr + "." + segs[1]))
-	return hdr + "." + segs[1] + "." + b64.EncodeToString(mac.Sum(nil))
-}
-
-// ---- agents ----
-
-// counter is a task handler that counts its runs.
-type counter struct {
-	runs atomic.Int64
-	mu   sync.Mutex
-	ids  []string
-}
-
-func (c *counter) handlers() agent.Handlers {
-	return agent.Handlers{testTaskType: {Timeout: 5 * time.Second, Run: func(_ context.Context, tk agent.Task) (agent.Outcome, error) {
-		c.runs.Add(1)
-		c.mu.Lock()
-		c.ids = append(c.ids, tk.ID)
-		c.mu.Unlock()
-		tk.Progress("work", 3*time.Millisecond, nil)
-		return agent.Outcome{Output: map[string]any{"task_id": tk.ID, "params": tk.Params},
-			Timings: map[string]int64{"work_ms": 3}}, nil
-	}}}
-}
-
-// syncBuffer collects agent logs; they are printed when a test fails.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// runningAgent is an agent.Run in a goroutine.
-type runningAgent struct {
-	*agent.Agent
-	cancel context.CancelFunc
-	done   chan struct{} // closed when Run returned
-	err    error         // what Run returned, once done is closed
-	once   sync.Once
-}
-
-func (r *runningAgent) exited() bool {
-	select {
-	case <-r.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop cancels the agent and waits for Run to return.
-func (r *runningAgent) stop(t *testing.T) {
-	t.Helper()
-	r.once.Do(func() {
-		r.cancel()
-		select {
-		case <-r.done:
-			if r.err != nil {
-				t.Errorf("agent Run returned %v", r.err)
-			}
-		case <-time.After(waitDeadline):
-			t.Errorf("agent did not stop within %s", waitDeadline)
-		}
-	})
-}
-
-// startAgent runs a real agent against f with state in stateDir and waits
-// until it has heartbeated once (so it is enrolled and all loops run).
-func startAgent(t *testing.T, f *fakeCP, stateDir string, h agent.Handlers, opts ...agent.Option) *runningAgent {
-	t.Helper()
-	return startAgentConfig(t, f, testConfig(f, stateDir), h, opts...)
-}
-
-// testConfig is the configuration startAgent runs with: no instances.
-func testConfig(f *fakeCP, stateDir string) agent.Config {
-	return agent.Config{ControlPlaneURL: f.srv.URL, HostID: testNodeID, BootstrapToken: testToken,
-		CAHash: f.ca.Hash(), OSFamily: api.OSLinux, StateDir: stateDir, ListenAddr: "127.0.0.1:0",
-		HeartbeatInterval: 100 * time.Millisecond}
-}
-
-// startAgentConfig is startAgent with a configuration of the test's own.
-func startAgentConfig(t *testing.T, f *fakeCP, cfg agent.Config, h agent.Handlers, opts ...agent.Option) *runningAgent {
-	t.Helper()
-	logs := &syncBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent logs:\n%s", logs.String())
-		}
-	})
-	a, err := agent.New(cfg, append([]agent.Option{agent.WithHandlers(h), agent.WithAccelProbe(fixedAccel(accel.TCG)),
-		agent.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))}, opts...)...)
-	if err != nil {
-		t.Fatalf("agent.New: %v", err)
-	}
-	if a.NodeID() != testNodeID {
-		t.Fatalf("NodeID() = %q, want %q", a.NodeID(), testNodeID)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningAgent{Agent: a, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		r.err = a.Run(ctx)
-		close(r.done)
-	}()
-	t.Cleanup(func() { r.stop(t) })
-	before := len(f.heartbeatLog())
-	eventually(t, "the agent's first heartbeat", func() bool {
-		if r.exited() {
-			t.Fatalf("agent Run returned early: %v", r.err)
-		}
-		return len(f.heartbeatLog()) > before
-	})
-	return r
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/node/termnode"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/nodeapi"
 	"github.com/drover-dev/drover/internal/wire/pki"
 	"github.com/drover-dev/drover/internal/wire/task"
 	"github.com/drover-dev/drover/internal/wire/terminal"
@@ -52,7 +53,7 @@ func newFakeTermGateway(t *testing.T, f *fakeCP, nonce string) *fakeTermGateway 
 	}
 	g := &fakeTermGateway{nonce: nonce, streams: make(chan *termStream, 4)}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /internal/v1/nodes/{id}/terminal/{sid}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(nodeapi.TerminalStream.MuxPattern(), func(w http.ResponseWriter, r *http.Request) {
 		if len(r.TLS.PeerCertificates) == 0 {
 			writeError(w, http.StatusUnauthorized, "client_certificate_required", "no client certificate")
 			return

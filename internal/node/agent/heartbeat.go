@@ -64,8 +64,8 @@ func (a *Agent) sendHeartbeat(ctx context.Context) error {
 	defer cancel()
 	capacity := a.capacity(ctx)
 	hb := api.Heartbeat{AgentVersion: Version, Capacity: &capacity, Diagnostic: a.getDiagnostic()}
-	var resp api.HeartbeatResponse
-	if _, err := a.node.do(ctx, http.MethodPost, a.node.nodePath("/heartbeat"), "", hb, &resp); err != nil {
+	resp, err := a.node.Heartbeat(ctx, a.node.node(), hb)
+	if err != nil {
 		return err
 	}
 	a.metrics.heartbeats.Inc()

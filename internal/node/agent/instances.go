@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -138,10 +137,8 @@ func (a *Agent) instancesLoop(ctx context.Context, rec *reconcile.Reconciler) er
 	bo := newBackoff(time.Second, time.Minute)
 	etag := ""
 	for {
-		var set api.NodeInstances
 		pctx, cancel := context.WithTimeout(ctx, instancesPollWait+15*time.Second)
-		_, err := a.node.do(pctx, http.MethodGet,
-			a.node.nodePath("/instances?wait=%s&etag=%s", instancesPollWait, url.QueryEscape(etag)), "", nil, &set)
+		set, err := a.node.DesiredInstances(pctx, a.node.node(), instancesPollWait, etag)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -168,7 +165,7 @@ type statusReporter struct{ a *Agent }
 // ReportStatus posts one transition. An instance the control plane no longer
 // knows (404: deleted with --force) needs no report.
 func (r statusReporter) ReportStatus(ctx context.Context, id string, rep api.InstanceStatusReport) error {
-	_, err := r.a.node.do(ctx, http.MethodPost, r.a.node.nodePath("/instances/%s/status", url.PathEscape(id)), "", rep, nil)
+	_, err := r.a.node.InstanceStatus(ctx, r.a.node.node(), id, rep)
 	if IsStatus(err, http.StatusNotFound) {
 		r.a.log.Info("instance unknown to the control plane; status not reported", "instance_id", id, "phase", rep.Phase)
 		return nil

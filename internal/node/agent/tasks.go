@@ -77,12 +77,7 @@ func (a *Agent) taskLoop(ctx context.Context) error {
 func (a *Agent) waitTask(ctx context.Context) (api.TaskDelivery, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, pollWait+15*time.Second)
 	defer cancel()
-	var d api.TaskDelivery
-	status, err := a.node.do(ctx, http.MethodGet, a.node.nodePath("/tasks/wait?timeout=%s", pollWait), "", nil, &d)
-	if err != nil {
-		return d, false, err
-	}
-	return d, status == http.StatusOK, nil
+	return a.node.WaitTask(ctx, a.node.node(), pollWait)
 }
 
 // verify checks the envelope (refreshing the JWKS on an unknown kid, at
@@ -131,8 +126,8 @@ func (a *Agent) verifyAfterRefresh(ctx context.Context, d api.TaskDelivery) (api
 }
 
 func (a *Agent) refreshJWKS(ctx context.Context) error {
-	var jwks api.JWKS
-	if _, err := a.node.do(ctx, http.MethodGet, a.node.nodePath("/jwks"), "", nil, &jwks); err != nil {
+	jwks, err := a.node.JWKS(ctx, a.node.node())
+	if err != nil {
 		return err
 	}
 	if err := a.verifier.SetKeys(jwks); err != nil {
@@ -257,7 +252,7 @@ func (a *Agent) postEvent(ctx context.Context, c api.TaskClaims, ev api.TaskEven
 	ev.At = a.now().UTC()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := a.node.do(ctx, http.MethodPost, a.node.nodePath("/tasks/%s/events", c.TaskID), c.CorrelationID, ev, nil); err != nil {
+	if err := a.node.PostEvent(ctx, a.node.node(), c.TaskID, c.CorrelationID, ev); err != nil {
 		a.log.Warn("post task event", "task_id", c.TaskID, "phase", ev.Phase, "err", err, "correlation_id", c.CorrelationID)
 	}
 }
@@ -286,7 +281,7 @@ func (a *Agent) finish(ctx context.Context, taskID string, res api.TaskResult) {
 func (a *Agent) postResult(ctx context.Context, taskID string, res api.TaskResult) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	_, err := a.node.do(ctx, http.MethodPost, a.node.nodePath("/tasks/%s/result", taskID), res.CorrelationID, res, nil)
+	_, err := a.node.PostResult(ctx, a.node.node(), taskID, res.CorrelationID, res)
 	if err != nil && !IsStatus(err, http.StatusNotFound) && !IsStatus(err, http.StatusConflict) {
 		a.metrics.resultFailures.Inc()
 		a.setDiagnostic("task_result_post_failed")
