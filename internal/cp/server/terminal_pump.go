@@ -60,9 +60,12 @@ func (p *pump) open(ctx context.Context, l *liveSession, taskID string) (termina
 		}
 		dispatched = true
 		dispatch.Stop()
+		// The browser sees every hop in order, also when the node's stream
+		// won the race with the claim's event (both ready in one select):
+		// node_connecting then comes right before spawning.
 		writeControl(ctx, p.br, terminal.Status(terminal.ProgressDispatched))
+		writeControl(ctx, p.br, terminal.Status(terminal.ProgressNodeConnecting))
 		if p.node == nil {
-			writeControl(ctx, p.br, terminal.Status(terminal.ProgressNodeConnecting))
 			streamC = time.After(cfg.NodeStreamTimeout)
 		}
 	}

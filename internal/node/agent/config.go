@@ -127,7 +127,7 @@ func LoadConfig(args []string, getenv func(string) string, runtimes noderuntime.
 			*dst = v
 		}
 	}
-	for _, key := range numericKeys {
+	for _, key := range numericKeys() {
 		if v := getenv(key); v != "" {
 			if err := c.setNumeric(key, v); err != nil {
 				return Config{}, err
@@ -232,7 +232,7 @@ func (c *Config) loadFile(path string) error {
 		switch {
 		case fields[key] != nil:
 			*fields[key] = val
-		case slices.Contains(numericKeys, key):
+		case slices.Contains(numericKeys(), key):
 			if err := c.setNumeric(key, val); err != nil {
 				return fmt.Errorf("config file %s:%d: %w", path, n, err)
 			}
@@ -245,8 +245,10 @@ func (c *Config) loadFile(path string) error {
 
 // numericKeys are the configuration keys that are not plain strings
 // (durations, counts, booleans).
-var numericKeys = []string{"NODE_AGENT_HEARTBEAT_INTERVAL", "NODE_AGENT_RESERVED_VCPUS",
-	"NODE_AGENT_RESERVED_MEMORY_MIB", "NODE_AGENT_RECONCILE_INTERVAL", "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS"}
+func numericKeys() []string {
+	return []string{"NODE_AGENT_HEARTBEAT_INTERVAL", "NODE_AGENT_RESERVED_VCPUS",
+		"NODE_AGENT_RESERVED_MEMORY_MIB", "NODE_AGENT_RECONCILE_INTERVAL", "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS"}
+}
 
 // setNumeric sets one of the non-string keys.
 func (c *Config) setNumeric(key, val string) error {

@@ -15,14 +15,19 @@ type HelpError struct{ Usage string }
 
 func (e *HelpError) Error() string { return "help requested" }
 
-// flagAliases are flags that set another flag's key rather than a key of
-// their own.
-var flagAliases = map[string]string{"node-id": "host-id"}
+// flagAlias says whether a flag sets another flag's key rather than a key
+// of its own, and which flag that is.
+func flagAlias(name string) (string, bool) {
+	if name == "node-id" {
+		return "host-id", true
+	}
+	return "", false
+}
 
 // envKeyOf is the NODE_AGENT_* key a flag overrides: the flag's name in
 // upper case with dashes as underscores, after following an alias.
 func envKeyOf(name string) string {
-	if to, ok := flagAliases[name]; ok {
+	if to, ok := flagAlias(name); ok {
 		name = to
 	}
 	return "NODE_AGENT_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
@@ -32,7 +37,7 @@ func envKeyOf(name string) string {
 func knownKey(key string) bool {
 	var c Config
 	_, ok := c.fields()[key]
-	return ok || slices.Contains(numericKeys, key) || key == "NODE_AGENT_CONFIG"
+	return ok || slices.Contains(numericKeys(), key) || key == "NODE_AGENT_CONFIG"
 }
 
 // flagDefault is the value a flag has when neither it, its environment
@@ -124,11 +129,11 @@ func ConfigKeys() []ConfigKey {
 	fs, _ := newFlagSet(&f, "")
 	flagOf := map[string]*flag.Flag{}
 	fs.VisitAll(func(fl *flag.Flag) {
-		if _, alias := flagAliases[fl.Name]; !alias {
+		if _, alias := flagAlias(fl.Name); !alias {
 			flagOf[envKeyOf(fl.Name)] = fl
 		}
 	})
-	keys := append([]string{"NODE_AGENT_CONFIG"}, numericKeys...)
+	keys := append([]string{"NODE_AGENT_CONFIG"}, numericKeys()...)
 	for k := range f.fields() {
 		keys = append(keys, k)
 	}

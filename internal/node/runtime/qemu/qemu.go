@@ -6,7 +6,7 @@
 // State lives in Root/instances/<id>/ (spec.json without secrets,
 // state.json, qmp.sock, serial.sock, serial.log, qemu.pid, seed.iso);
 // overlays in OverlayDir. Recover re-adopts running QEMUs after an agent
-// restart; SweepOrphans removes overlays no instance owns (seed 000).
+// restart; SweepOrphans removes overlays no instance owns.
 //
 // It must not choose the accelerator (the agent proves and passes one, see
 // internal/node/accel), fetch images itself (internal/node/image does), render
