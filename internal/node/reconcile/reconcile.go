@@ -353,25 +353,29 @@ func (r *Reconciler) Allocated() api.Capacity {
 	return c
 }
 
-// ToRuntimeSpec converts a desired instance to the runtime's spec: ID is
-// the instance id, Owner "reconciler". GPUs and Slots are not mapped here:
-// passing devices through is the agent's business.
+// ToRuntimeSpec converts a desired instance (the wire's VM-shaped
+// api.InstanceSpec, which does not change) to the runtime's spec: ID is
+// the instance id, Owner "reconciler"; the image is a disk image, the
+// network's forwards become Ports and its mode, bridge and MAC the VM
+// section, with the direct boot and cloud-init. GPUs and Slots are not
+// mapped here: passing devices through is the agent's business.
 func ToRuntimeSpec(d api.DesiredInstance, secrets map[string][]byte) runtime.Spec {
 	s := d.Spec
 	return runtime.Spec{
 		ID:        d.ID,
-		Image:     s.Image,
-		DiskGiB:   s.DiskGiB,
-		Boot:      s.Boot,
-		VCPUs:     s.VCPUs,
-		MemoryMiB: s.MemoryMiB,
-		Network:   s.Network,
-		CloudInit: s.CloudInit,
-		Readiness: s.Readiness,
-		Secrets:   secrets,
 		Owner:     Owner,
+		Image:     runtime.DiskImage(s.Image),
+		Ports:     s.Network.Forwards,
+		Resources: runtime.Resources{VCPUs: s.VCPUs, MemoryMiB: s.MemoryMiB, DiskGiB: s.DiskGiB},
+		Readiness: runtime.Readiness{Readiness: s.Readiness, HealthCheck: s.HealthCheck},
+		Secrets:   secrets,
 		// The approved slots' GPUs and fabric VFs, resolved by the control
 		// plane.
-		PCIDevices: d.PCIDevices,
+		Devices: runtime.Devices{PCI: d.PCIDevices},
+		VM: &runtime.VMSpec{
+			Boot:      s.Boot,
+			Network:   runtime.VMNetwork{Mode: s.Network.Mode, Bridge: s.Network.Bridge, MAC: s.Network.MAC},
+			CloudInit: s.CloudInit,
+		},
 	}
 }

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
@@ -174,7 +175,7 @@ func TestAdoptedInstanceAbsentFromDesiredIsDestroyed(t *testing.T) {
 	ctx := context.Background()
 	for _, spec := range []runtime.Spec{
 		ToRuntimeSpec(desired("orphan", 1), nil),
-		{ID: "slice-vm", Owner: "slice", VCPUs: 1, MemoryMiB: 64},
+		{ID: "slice-vm", Owner: "slice", Resources: runtime.Resources{VCPUs: 1, MemoryMiB: 64}},
 	} {
 		if _, err := rt.Create(ctx, spec); err != nil {
 			t.Fatal(err)
@@ -222,7 +223,7 @@ func TestGenerationChange(t *testing.T) {
 		}
 	}
 	st, err := h.rt.Inspect(context.Background(), "a")
-	if err != nil || st.Spec.MemoryMiB != 512 || st.State != runtime.StateRunning {
+	if err != nil || st.Spec.Resources.MemoryMiB != 512 || st.State != runtime.StateRunning {
 		t.Errorf("after recreate: %+v, %v; want running with 512 MiB", st, err)
 	}
 	var ops []string
@@ -302,16 +303,54 @@ func TestToRuntimeSpec(t *testing.T) {
 	d.Spec.Boot = &api.DirectBoot{Kernel: api.Artifact{URL: "file:///k", SHA256: "cd"}, Cmdline: "console=ttyS0"}
 	d.Spec.CloudInit = &api.CloudInit{Hostname: "a"}
 	d.Spec.Network = api.NetworkSpec{Mode: api.NetworkUser, Forwards: []api.PortForward{{Name: "ssh", GuestPort: 22}}}
+	d.Spec.HealthCheck = &api.HealthCheck{FailureThreshold: 2}
 	d.PCIDevices = []string{"0000:17:00.0", "0000:18:00.2"}
 	secrets := map[string][]byte{"s": []byte("x")}
 	got := ToRuntimeSpec(d, secrets)
 	want := runtime.Spec{
-		ID: "a", Image: d.Spec.Image, DiskGiB: 2, Boot: d.Spec.Boot, VCPUs: 1, MemoryMiB: 256,
-		Network: d.Spec.Network, CloudInit: d.Spec.CloudInit, Readiness: d.Spec.Readiness,
-		Secrets: secrets, Owner: Owner, PCIDevices: d.PCIDevices,
+		ID: "a", Image: runtime.DiskImage(d.Spec.Image), Resources: runtime.Resources{VCPUs: 1, MemoryMiB: 256, DiskGiB: 2},
+		Ports: d.Spec.Network.Forwards, Readiness: runtime.Readiness{Readiness: d.Spec.Readiness, HealthCheck: d.Spec.HealthCheck},
+		Secrets: secrets, Owner: Owner, Devices: runtime.Devices{PCI: d.PCIDevices},
+		VM: &runtime.VMSpec{Boot: d.Spec.Boot, Network: runtime.VMNetwork{Mode: api.NetworkUser}, CloudInit: d.Spec.CloudInit},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ToRuntimeSpec (-want +got):\n%s", diff)
+	}
+}
+
+// TestToRuntimeSpecMatchesLegacySpecJSON: the flat spec.json an agent
+// before the VM section persisted for a desired instance decodes to the
+// spec ToRuntimeSpec builds now, so an upgraded agent sees no spec change
+// (specChanged) and recreates nothing.
+func TestToRuntimeSpecMatchesLegacySpecJSON(t *testing.T) {
+	d := desired("a", 4)
+	d.Spec.Boot = &api.DirectBoot{Kernel: api.Artifact{URL: "file:///k", SHA256: "cd"}, Cmdline: "console=ttyS0"}
+	d.Spec.CloudInit = &api.CloudInit{Hostname: "a", User: "ops"}
+	d.Spec.Network = api.NetworkSpec{Mode: api.NetworkUser, Forwards: []api.PortForward{{Name: "ssh", GuestPort: 22}}, MAC: "52:54:00:00:00:01"}
+	d.Spec.HealthCheck = &api.HealthCheck{FailureThreshold: 2}
+	d.PCIDevices = []string{"0000:17:00.0"}
+	legacy := `{
+  "id": "a",
+  "image": {"url": "file:///images/tiny.qcow2", "sha256": "ab"},
+  "disk_gib": 2,
+  "boot": {"kernel": {"url": "file:///k", "sha256": "cd"}, "cmdline": "console=ttyS0"},
+  "vcpus": 1,
+  "memory_mib": 256,
+  "network": {"mode": "user", "forwards": [{"name": "ssh", "guest_port": 22}], "mac": "52:54:00:00:00:01"},
+  "cloud_init": {"hostname": "a", "user": "ops"},
+  "readiness": {"timeout": "2s"},
+  "pci_devices": ["0000:17:00.0"],
+  "owner": "reconciler"
+}`
+	var have runtime.Spec
+	if err := json.Unmarshal([]byte(legacy), &have); err != nil {
+		t.Fatal(err)
+	}
+	w := &worker{st: runtime.Status{Spec: have}}
+	if w.specChanged(d) {
+		want, _ := json.Marshal(ToRuntimeSpec(d, nil))
+		got, _ := json.Marshal(have)
+		t.Errorf("a legacy spec.json reads as a changed spec:\nwant %s\nhave %s", want, got)
 	}
 }
 

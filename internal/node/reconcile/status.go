@@ -86,7 +86,8 @@ func (w *worker) publish() {
 		Resources:  d.Spec.Resources(),
 	}
 	if d.ID == "" && w.exists { // adopted, not (yet) desired
-		obs.Resources = api.Capacity{VCPUs: w.st.Spec.VCPUs, MemoryMiB: w.st.Spec.MemoryMiB, DiskGiB: w.st.Spec.DiskGiB}
+		res := w.st.Spec.Resources
+		obs.Resources = api.Capacity{VCPUs: res.VCPUs, MemoryMiB: res.MemoryMiB, DiskGiB: res.DiskGiB}
 	}
 	if obs.Phase == "" && w.exists { // nothing decided yet: say what the runtime says
 		obs.Phase = observedPhase(w.st)

@@ -6,6 +6,19 @@
 // the adapters it links in (registry.go). Adapters live in sub-packages
 // (qemu, mock; firecracker and docker later), each its own package; this
 // one must not import any of them, nor do I/O.
+//
+// A Spec (spec.go) is shaped for any workload: an Image of a kind (a disk
+// image by URL and SHA256, or an OCI image by reference and optional
+// digest), Command/Args/Env, Ports (host forwards), Volumes, Devices (GPUs
+// by index or UUID, PCI addresses for VFIO), Resources (vCPUs, memory,
+// disk), Readiness (serial marker, TCP port, health-check cadence),
+// Secrets and Owner. What only a VM has (direct kernel boot, a boot device,
+// the accelerator, the cloud-init seed with its user and keys, the tap or
+// user network device) is in Spec.VM. Each adapter validates what it
+// supports and refuses the rest with an *Error naming the field
+// (qemu: "spec.image.kind: oci images need a container or microVM
+// runtime"); the wire's api.InstanceSpec is converted at the agent's
+// boundary (reconcile.ToRuntimeSpec) and does not change.
 package runtime
 
 import (
@@ -92,42 +105,6 @@ func ReasonOf(err error, fallback api.ReasonCode) api.ReasonCode {
 		return e.Reason
 	}
 	return fallback
-}
-
-// Spec is one instance as the runtime sees it. The agent builds it from an
-// api.InstanceSpec (reconciler) or from slice.vm_provision's params.
-type Spec struct {
-	// ID names the instance's files, sockets and overlay: ValidID.
-	ID string `json:"id"`
-	// Image is the base disk; the runtime boots a copy-on-write overlay of
-	// it sized DiskGiB (0: the image's size). Empty when BootDevice is set.
-	Image   api.Artifact `json:"image"`
-	DiskGiB int          `json:"disk_gib,omitempty"`
-	// BootDevice is a raw block device (a slice's NVMe) to boot from
-	// instead of an overlay; it must be under the runtime's allowed device
-	// paths.
-	BootDevice string `json:"boot_device,omitempty"`
-	// Boot, when set, boots a kernel (and initrd) directly.
-	Boot      *api.DirectBoot `json:"boot,omitempty"`
-	VCPUs     int             `json:"vcpus"`
-	MemoryMiB int             `json:"memory_mib"`
-	// Accel overrides the runtime's accelerator ("kvm", "nvmm", "tcg").
-	Accel   string          `json:"accel,omitempty"`
-	Network api.NetworkSpec `json:"network,omitempty"`
-	// CloudInit makes the runtime build a NoCloud seed (label cidata);
-	// SeedISO instead attaches a seed the caller built.
-	CloudInit *api.CloudInit `json:"cloud_init,omitempty"`
-	SeedISO   string         `json:"seed_iso,omitempty"`
-	Readiness api.Readiness  `json:"readiness,omitempty"`
-	// Secrets are delivered into the guest at /run/drover/secrets/<name>
-	// (mode 0400) through the cloud-init seed; they need CloudInit, and are
-	// never written to the runtime's state files.
-	Secrets map[string][]byte `json:"-"`
-	// PCIDevices are host PCI addresses passed through with VFIO.
-	PCIDevices []string `json:"pci_devices,omitempty"`
-	// Owner says who manages the instance ("reconciler", "slice"); Recover
-	// returns it so each owner finds its own.
-	Owner string `json:"owner,omitempty"`
 }
 
 // ValidID reports whether id may name an instance: 1-63 of [a-z0-9_-],

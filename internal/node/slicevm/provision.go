@@ -496,16 +496,20 @@ func (pr *provision) imageWrite(ctx context.Context) (step, error) {
 // spec is the runtime spec of the VM.
 func (pr *provision) spec() runtime.Spec {
 	params := pr.params
+	n := pr.network
 	s := runtime.Spec{
-		ID: params.VMName, Owner: Owner, VCPUs: params.TotalVCPUs(), MemoryMiB: params.TotalMemoryMiB(),
-		Accel: params.Accel, Network: pr.network, SeedISO: pr.iso, Boot: params.Boot,
-		Readiness:  api.Readiness{SerialMarker: params.ReadinessMarker, Timeout: api.Duration(pr.readinessTimeout())},
-		PCIDevices: passthroughDevices(params.Slots),
+		ID: params.VMName, Owner: Owner,
+		Resources: runtime.Resources{VCPUs: params.TotalVCPUs(), MemoryMiB: params.TotalMemoryMiB()},
+		Ports:     n.Forwards,
+		Readiness: runtime.Readiness{Readiness: api.Readiness{SerialMarker: params.ReadinessMarker, Timeout: api.Duration(pr.readinessTimeout())}},
+		Devices:   runtime.Devices{PCI: passthroughDevices(params.Slots)},
+		VM: &runtime.VMSpec{Accel: params.Accel, SeedISO: pr.iso, Boot: params.Boot,
+			Network: runtime.VMNetwork{Mode: n.Mode, Bridge: n.Bridge, MAC: n.MAC}},
 	}
 	if dev := bootDevice(params); dev != "" {
-		s.BootDevice = dev
+		s.VM.BootDevice = dev
 	} else {
-		s.Image = api.Artifact{URL: imageSource(params), SHA256: params.ImageSHA256}
+		s.Image = runtime.DiskImage(api.Artifact{URL: imageSource(params), SHA256: params.ImageSHA256})
 	}
 	return s
 }
@@ -537,7 +541,7 @@ func (pr *provision) virtInstall(ctx context.Context) (step, error) {
 		how = "existed; started"
 	}
 	return done("%s %s through the %s runtime (pid %d, %d PCI devices) instead of virt-install",
-		how, pr.params.VMName, rt.Name(), st.PID, len(pr.spec().PCIDevices)), nil
+		how, pr.params.VMName, rt.Name(), st.PID, len(pr.spec().Devices.PCI)), nil
 }
 
 func (pr *provision) performanceProbe(ctx context.Context) (step, error) {
@@ -548,7 +552,7 @@ func (pr *provision) performanceProbe(ctx context.Context) (step, error) {
 	if st.State != runtime.StateRunning {
 		return step{}, failf(CodeProbeFailed, "%s is %s after readiness", pr.params.VMName, st.State)
 	}
-	perf := Performance{Accel: st.Accel, VCPUs: st.Spec.VCPUs, MemoryMiB: st.Spec.MemoryMiB,
+	perf := Performance{Accel: st.Accel, VCPUs: st.Spec.Resources.VCPUs, MemoryMiB: st.Spec.Resources.MemoryMiB,
 		Runtime: pr.p.opts.Runtime.Name(), PID: st.PID}
 	if !pr.readyAt.IsZero() {
 		perf.BootToReadyMS = pr.readyAt.Sub(pr.startedAt).Milliseconds()

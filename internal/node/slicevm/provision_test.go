@@ -121,9 +121,9 @@ func TestProvisionAndReleaseWithSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	iso := filepath.Join(e.ciDir, "vm-1", "seed.iso")
-	if st.State != runtime.StateRunning || st.Owner != "slice" || st.Spec.BootDevice != e.nvme || st.Spec.Image != (api.Artifact{}) ||
-		!reflect.DeepEqual(st.Spec.PCIDevices, []string{gpuAddr, vfAddr}) || st.Spec.SeedISO != iso ||
-		st.Spec.Network.Mode != "tap" || st.Spec.Network.Bridge != "br-slice" || st.Spec.Network.MAC != slotMAC ||
+	if st.State != runtime.StateRunning || st.Owner != "slice" || st.Spec.VM.BootDevice != e.nvme || st.Spec.Image != (runtime.Image{}) ||
+		!reflect.DeepEqual(st.Spec.Devices.PCI, []string{gpuAddr, vfAddr}) || st.Spec.VM.SeedISO != iso ||
+		st.Spec.VM.Network.Mode != "tap" || st.Spec.VM.Network.Bridge != "br-slice" || st.Spec.VM.Network.MAC != slotMAC ||
 		st.Spec.Readiness.SerialMarker != "DROVER-READY vm-1" {
 		t.Errorf("runtime status = %+v", st)
 	}
@@ -427,8 +427,8 @@ func TestSlotlessProvision(t *testing.T) {
 		}
 	}
 	st, err := e.rt.Inspect(context.Background(), "plain_1")
-	if err != nil || st.Spec.Image != (api.Artifact{URL: "file://" + e.imgPath, SHA256: e.imgSHA}) || st.Spec.BootDevice != "" ||
-		st.Spec.PCIDevices != nil || st.Spec.Network.Mode != "user" {
+	if err != nil || st.Spec.Image != runtime.DiskImage(api.Artifact{URL: "file://" + e.imgPath, SHA256: e.imgSHA}) || st.Spec.VM.BootDevice != "" ||
+		st.Spec.Devices.PCI != nil || st.Spec.VM.Network.Mode != "user" {
 		t.Errorf("spec = %+v, %v", st.Spec, err)
 	}
 	if b, err := os.ReadFile(filepath.Join(e.ciDir, "plain_1", "meta-data")); err != nil || !strings.Contains(string(b), `"plain-1"`) {

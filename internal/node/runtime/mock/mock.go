@@ -228,7 +228,7 @@ func (m *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Status
 	if code := h.behaviorLocked(spec.ID).CreateErr; code != "" {
 		return runtime.Status{}, runtime.Errorf(code, "create", spec.ID, "injected create failure")
 	}
-	accel := spec.Accel
+	accel := spec.VMOrZero().Accel
 	if accel == "" {
 		accel = "mock"
 	}
@@ -239,9 +239,9 @@ func (m *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Status
 		Accel: accel,
 		Spec:  stored,
 	}}
-	if len(spec.Network.Forwards) > 0 {
+	if len(spec.Ports) > 0 {
 		in.st.Ports = map[string]int{}
-		for _, f := range spec.Network.Forwards {
+		for _, f := range spec.Ports {
 			port := f.HostPort
 			if port == 0 {
 				port = h.nextPort

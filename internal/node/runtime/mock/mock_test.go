@@ -22,7 +22,7 @@ func testCtx(t *testing.T) context.Context {
 }
 
 func spec(id string) runtime.Spec {
-	return runtime.Spec{ID: id, Image: api.Artifact{URL: "file:///img", SHA256: "ab"}, VCPUs: 1, MemoryMiB: 128, Owner: "test"}
+	return runtime.Spec{ID: id, Image: runtime.Image{URL: "file:///img", SHA256: "ab"}, Resources: runtime.Resources{VCPUs: 1, MemoryMiB: 128}, Owner: "test"}
 }
 
 func inspect(t *testing.T, m *Runtime, id string) runtime.Status {
@@ -290,7 +290,7 @@ func TestSpecHandling(t *testing.T) {
 	m := New(Options{})
 	s := spec("a")
 	s.Secrets = map[string][]byte{"token": []byte("hunter2")}
-	s.Network.Forwards = []api.PortForward{{Name: "ssh", GuestPort: 22}, {Name: "http", GuestPort: 80, HostPort: 8080}}
+	s.Ports = []api.PortForward{{Name: "ssh", GuestPort: 22}, {Name: "http", GuestPort: 80, HostPort: 8080}}
 	st, err := m.Create(ctx, s)
 	if err != nil {
 		t.Fatal(err)
@@ -308,8 +308,8 @@ func TestSpecHandling(t *testing.T) {
 	}
 	// Mutating a returned status does not change the runtime's copy.
 	st.Ports["http"] = 1
-	st.Spec.Network.Forwards[0].Name = "changed"
-	if got := inspect(t, m, "a"); got.Ports["http"] != 8080 || got.Spec.Network.Forwards[0].Name != "ssh" {
+	st.Spec.Ports[0].Name = "changed"
+	if got := inspect(t, m, "a"); got.Ports["http"] != 8080 || got.Spec.Ports[0].Name != "ssh" {
 		t.Error("a returned status aliases the runtime's state")
 	}
 	if _, err := m.Create(ctx, spec("Bad ID")); err == nil {

@@ -50,6 +50,7 @@ func machineFor(arch string) string {
 // CommandLine returns QEMU's arguments (without the binary) for spec as
 // launched by l. It is a pure function: Start runs exactly this.
 func CommandLine(spec runtime.Spec, l Launch) []string {
+	vm := spec.VMOrZero()
 	a := []string{
 		"-name", "drover-" + spec.ID,
 		"-machine", machineFor(l.Arch),
@@ -62,8 +63,8 @@ func CommandLine(spec runtime.Spec, l Launch) []string {
 		a = append(a, "-cpu", "max") // virt's default CPU is a 32-bit one
 	}
 	a = append(a,
-		"-m", strconv.Itoa(spec.MemoryMiB),
-		"-smp", strconv.Itoa(spec.VCPUs),
+		"-m", strconv.Itoa(spec.Resources.MemoryMiB),
+		"-smp", strconv.Itoa(spec.Resources.VCPUs),
 		"-nodefaults", "-no-user-config",
 		"-display", "none", "-monitor", "none",
 		// A guest kernel panic ends the process (GUEST_PANICKED, then
@@ -89,13 +90,13 @@ func CommandLine(spec runtime.Spec, l Launch) []string {
 		if l.Initrd != "" {
 			a = append(a, "-initrd", l.Initrd)
 		}
-		if spec.Boot != nil && spec.Boot.Cmdline != "" {
-			a = append(a, "-append", spec.Boot.Cmdline)
+		if vm.Boot != nil && vm.Boot.Cmdline != "" {
+			a = append(a, "-append", vm.Boot.Cmdline)
 		}
 	}
 
-	a = append(a, netArgs(spec.Network, l)...)
-	for _, bdf := range spec.PCIDevices {
+	a = append(a, netArgs(vm.Network, spec.Ports, l)...)
+	for _, bdf := range spec.Devices.PCI {
 		a = append(a, "-device", "vfio-pci,host="+bdf)
 	}
 
@@ -113,15 +114,16 @@ func CommandLine(spec runtime.Spec, l Launch) []string {
 	return a
 }
 
-// netArgs returns the netdev and NIC of the instance.
-func netArgs(n api.NetworkSpec, l Launch) []string {
+// netArgs returns the netdev and NIC of the instance (ports are the
+// user-mode forwards).
+func netArgs(n runtime.VMNetwork, ports []api.PortForward, l Launch) []string {
 	var netdev string
 	switch n.Mode {
 	case api.NetworkTap:
 		netdev = "tap,id=n0,ifname=" + l.Tap + ",script=no,downscript=no"
 	default:
 		netdev = "user,id=n0"
-		fwds := append([]api.PortForward(nil), n.Forwards...)
+		fwds := append([]api.PortForward(nil), ports...)
 		sort.SliceStable(fwds, func(i, j int) bool { return forwardName(fwds[i]) < forwardName(fwds[j]) })
 		for _, f := range fwds {
 			netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", l.Ports[forwardName(f)], f.GuestPort)

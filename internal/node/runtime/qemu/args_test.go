@@ -19,7 +19,7 @@ func baseLaunch() Launch {
 }
 
 func baseSpec() runtime.Spec {
-	return runtime.Spec{ID: "vm1", VCPUs: 2, MemoryMiB: 512, Image: api.Artifact{URL: "file:///img", SHA256: strings.Repeat("a", 64)}}
+	return runtime.Spec{ID: "vm1", Resources: runtime.Resources{VCPUs: 2, MemoryMiB: 512}, Image: runtime.Image{URL: "file:///img", SHA256: strings.Repeat("a", 64)}, VM: &runtime.VMSpec{}}
 }
 
 func TestCommandLineBase(t *testing.T) {
@@ -57,8 +57,8 @@ func TestCommandLineVariants(t *testing.T) {
 		{
 			name: "user forwards sorted by name, explicit and chosen ports",
 			spec: func(s *runtime.Spec) {
-				s.Network.Forwards = []api.PortForward{{Name: "ssh", GuestPort: 22}, {Name: "http", GuestPort: 80, HostPort: 8080}, {GuestPort: 9000}}
-				s.Network.MAC = "52:54:00:12:34:56"
+				s.Ports = []api.PortForward{{Name: "ssh", GuestPort: 22}, {Name: "http", GuestPort: 80, HostPort: 8080}, {GuestPort: 9000}}
+				s.VM.Network.MAC = "52:54:00:12:34:56"
 			},
 			launch: func(l *Launch) { l.Ports = map[string]int{"ssh": 40022, "http": 8080, "9000": 40900} },
 			want: [][]string{
@@ -68,7 +68,7 @@ func TestCommandLineVariants(t *testing.T) {
 		},
 		{
 			name: "tap",
-			spec: func(s *runtime.Spec) { s.Network = api.NetworkSpec{Mode: api.NetworkTap, Bridge: "br0"} },
+			spec: func(s *runtime.Spec) { s.VM.Network = runtime.VMNetwork{Mode: api.NetworkTap, Bridge: "br0"} },
 			launch: func(l *Launch) {
 				l.Tap = "dt0123456789abc"
 			},
@@ -77,20 +77,20 @@ func TestCommandLineVariants(t *testing.T) {
 		},
 		{
 			name: "vfio passthrough",
-			spec: func(s *runtime.Spec) { s.PCIDevices = []string{"0000:3b:00.0", "0000:3b:00.1"} },
+			spec: func(s *runtime.Spec) { s.Devices.PCI = []string{"0000:3b:00.0", "0000:3b:00.1"} },
 			want: [][]string{{"-device", "vfio-pci,host=0000:3b:00.0", "-device", "vfio-pci,host=0000:3b:00.1"}},
 		},
 		{
 			name: "direct boot",
 			spec: func(s *runtime.Spec) {
-				s.Boot = &api.DirectBoot{Cmdline: "console=ttyS0 quiet drover.marker=X"}
+				s.VM.Boot = &api.DirectBoot{Cmdline: "console=ttyS0 quiet drover.marker=X"}
 			},
 			launch: func(l *Launch) { l.Kernel, l.Initrd = "/c/sha256/k", "/c/sha256/i" },
 			want:   [][]string{{"-kernel", "/c/sha256/k", "-initrd", "/c/sha256/i", "-append", "console=ttyS0 quiet drover.marker=X"}},
 		},
 		{
 			name:    "direct boot without initrd or cmdline",
-			spec:    func(s *runtime.Spec) { s.Boot = &api.DirectBoot{} },
+			spec:    func(s *runtime.Spec) { s.VM.Boot = &api.DirectBoot{} },
 			launch:  func(l *Launch) { l.Kernel = "/k" },
 			want:    [][]string{{"-kernel", "/k", "-netdev"}},
 			notWant: [][]string{{"-initrd"}, {"-append"}},

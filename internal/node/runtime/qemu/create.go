@@ -93,14 +93,15 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 		}
 	}()
 
-	if spec.BootDevice != "" {
-		fi, err := os.Stat(spec.BootDevice)
+	vm := spec.VMOrZero()
+	if vm.BootDevice != "" {
+		fi, err := os.Stat(vm.BootDevice)
 		if err != nil {
 			return nil, runtime.Errorf(api.ReasonVolumeAttachFailed, "create", id, "boot device: %w", err)
 		}
-		in.st.Disk, in.st.DiskFormat, in.st.BlockDisk = spec.BootDevice, "raw", fi.Mode()&os.ModeDevice != 0
+		in.st.Disk, in.st.DiskFormat, in.st.BlockDisk = vm.BootDevice, "raw", fi.Mode()&os.ModeDevice != 0
 	} else {
-		base, err := r.fetch(ctx, "spec.image", spec.Image)
+		base, err := r.fetch(ctx, "spec.image", spec.Image.Artifact())
 		if err != nil {
 			return nil, runtime.Errorf(api.ReasonImagePullFailed, "create", id, "%w", err)
 		}
@@ -109,12 +110,12 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 			return nil, runtime.Errorf(api.ReasonImagePullFailed, "create", id, "spec.image: %w", err)
 		}
 		overlay := filepath.Join(r.overlayDir, id+".qcow2")
-		if err := CreateOverlay(ctx, r.opts.QEMUImg, base, info, overlay, spec.DiskGiB); err != nil {
+		if err := CreateOverlay(ctx, r.opts.QEMUImg, base, info, overlay, spec.Resources.DiskGiB); err != nil {
 			return nil, runtime.Errorf(api.ReasonRootfsBuildFailed, "create", id, "%w", err)
 		}
 		in.st.Disk, in.st.DiskFormat, in.st.Overlay = overlay, "qcow2", overlay
 	}
-	if b := spec.Boot; b != nil {
+	if b := vm.Boot; b != nil {
 		if in.st.Kernel, err = r.fetch(ctx, "spec.boot.kernel", b.Kernel); err != nil {
 			return nil, runtime.Errorf(api.ReasonImagePullFailed, "create", id, "%w", err)
 		}
@@ -125,7 +126,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 		}
 	}
 	switch {
-	case spec.CloudInit != nil:
+	case vm.CloudInit != nil:
 		if in.st.Seed, err = buildSeed(ctx, dir, spec); err != nil {
 			reason := api.ReasonRootfsBuildFailed
 			if len(spec.Secrets) > 0 {
@@ -133,11 +134,11 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 			}
 			return nil, runtime.Errorf(reason, "create", id, "cloud-init seed: %w", err)
 		}
-	case spec.SeedISO != "":
-		if _, err := os.Stat(spec.SeedISO); err != nil {
+	case vm.SeedISO != "":
+		if _, err := os.Stat(vm.SeedISO); err != nil {
 			return nil, runtime.Errorf(api.ReasonRootfsBuildFailed, "create", id, "seed iso: %w", err)
 		}
-		in.st.Seed = spec.SeedISO
+		in.st.Seed = vm.SeedISO
 	}
 
 	if err := in.persistLocked(); err != nil {
@@ -233,7 +234,7 @@ func runTool(ctx context.Context, name string, args ...string) ([]byte, error) {
 // Secrets become files under SecretsDir (0400); the plain seed directory is
 // removed once the ISO exists.
 func buildSeed(ctx context.Context, dir string, spec runtime.Spec) (string, error) {
-	ci := spec.CloudInit
+	ci := spec.VMOrZero().CloudInit
 	cfg := cloudinit.Config{
 		InstanceID:        spec.ID,
 		Hostname:          ci.Hostname,

@@ -131,8 +131,8 @@ func TestCreateRefusesUnsafeImages(t *testing.T) {
 			t.Fatal(err)
 		}
 		sum := sha256.Sum256(b)
-		return runtime.Spec{ID: id, VCPUs: 1, MemoryMiB: 64, Owner: "test",
-			Image: api.Artifact{URL: "file://" + img(file), SHA256: hex.EncodeToString(sum[:])}}
+		return runtime.Spec{ID: id, Resources: runtime.Resources{VCPUs: 1, MemoryMiB: 64}, Owner: "test",
+			Image: runtime.Image{URL: "file://" + img(file), SHA256: hex.EncodeToString(sum[:])}}
 	}
 	for _, tc := range []struct{ id, file, want string }{
 		{"datafile", "datafile.qcow2", `spec.image: qcow2 external data-file "` + hostFile + `" refused`},

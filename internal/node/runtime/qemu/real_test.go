@@ -42,14 +42,14 @@ func (e realEnv) runtime(t *testing.T, mods ...func(*Options)) *Runtime {
 // spec boots the guest with extra kernel command-line knobs.
 func (e realEnv) spec(id string, knobs ...string) runtime.Spec {
 	return runtime.Spec{
-		ID: id, VCPUs: 1, MemoryMiB: 256, Owner: "test",
-		Image: api.Artifact{URL: "file://" + e.g.Disk, SHA256: e.g.DiskSHA256},
-		Boot: &api.DirectBoot{
+		ID: id, Resources: runtime.Resources{VCPUs: 1, MemoryMiB: 256}, Owner: "test",
+		Image: runtime.Image{URL: "file://" + e.g.Disk, SHA256: e.g.DiskSHA256},
+		VM: &runtime.VMSpec{Boot: &api.DirectBoot{
 			Kernel:  api.Artifact{URL: "file://" + e.g.Kernel, SHA256: e.g.KernelSHA256},
 			Initrd:  &api.Artifact{URL: "file://" + e.g.Initrd, SHA256: e.g.InitrdSHA256},
 			Cmdline: strings.TrimSpace(e.g.Cmdline + " " + strings.Join(knobs, " ")),
-		},
-		Readiness: api.Readiness{SerialMarker: e.g.Marker},
+		}},
+		Readiness: runtime.Readiness{Readiness: api.Readiness{SerialMarker: e.g.Marker}},
 	}
 }
 
@@ -147,7 +147,7 @@ func TestRealLifecycleAndRecover(t *testing.T) {
 		t.Fatalf("Create again with the same spec: %v", err)
 	}
 	other := e.spec(id)
-	other.VCPUs = 2
+	other.Resources.VCPUs = 2
 	if _, err := r.Create(ctx, other); !errors.Is(err, runtime.ErrExists) {
 		t.Fatalf("Create with another spec: %v, want ErrExists", err)
 	}
@@ -330,8 +330,8 @@ func TestRealTCPReadiness(t *testing.T) {
 	// The guest prints its marker, then waits 2 s before it listens: Ready
 	// must wait for the listener, not for QEMU's host-side socket.
 	spec := e.spec(id, qemutest.KnobListen+"=8080", qemutest.KnobListenDelay+"=2")
-	spec.Readiness = api.Readiness{TCPPort: 8080}
-	spec.Network.Forwards = []api.PortForward{{Name: "http", GuestPort: 8080}}
+	spec.Readiness = runtime.Readiness{Readiness: api.Readiness{TCPPort: 8080}}
+	spec.Ports = []api.PortForward{{Name: "http", GuestPort: 8080}}
 	if _, err := r.Create(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +402,7 @@ func TestRealCreateFailures(t *testing.T) {
 		const id = "seeded"
 		destroyAtEnd(t, r, id)
 		s := e.spec(id)
-		s.CloudInit = &api.CloudInit{User: "ops"}
+		s.VM.CloudInit = &api.CloudInit{User: "ops"}
 		s.Secrets = map[string][]byte{"token": []byte("s3cr3t-value")}
 		st, err := r.Create(ctx, s)
 		if err != nil {
@@ -438,7 +438,7 @@ func TestRealCreateFailures(t *testing.T) {
 		const id = "badpci"
 		destroyAtEnd(t, r, id)
 		s := e.spec(id)
-		s.PCIDevices = []string{"0000:ff:1f.7"}
+		s.Devices.PCI = []string{"0000:ff:1f.7"}
 		if _, err := r.Create(ctx, s); err != nil {
 			t.Fatal(err)
 		}
@@ -469,7 +469,7 @@ func TestRealRecoverKillsQEMUWithoutDir(t *testing.T) {
 	const id = "stray"
 	destroyAtEnd(t, r, id)
 	spec := e.spec(id)
-	spec.Readiness = api.Readiness{}
+	spec.Readiness = runtime.Readiness{}
 	if _, err := r.Create(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +512,7 @@ func TestRealTap(t *testing.T) {
 	r := e.runtime(t)
 
 	missing := e.spec("nobridge")
-	missing.Network = api.NetworkSpec{Mode: api.NetworkTap, Bridge: "drvnone0"}
+	missing.VM.Network = runtime.VMNetwork{Mode: api.NetworkTap, Bridge: "drvnone0"}
 	destroyAtEnd(t, r, "nobridge")
 	if _, err := r.Create(ctx, missing); err != nil {
 		t.Fatal(err)
@@ -539,7 +539,7 @@ func TestRealTap(t *testing.T) {
 	const id = "tapvm"
 	destroyAtEnd(t, r, id)
 	spec := e.spec(id)
-	spec.Network = api.NetworkSpec{Mode: api.NetworkTap, Bridge: bridge, MAC: "52:54:00:aa:bb:cc"}
+	spec.VM.Network = runtime.VMNetwork{Mode: api.NetworkTap, Bridge: bridge, MAC: "52:54:00:aa:bb:cc"}
 	if _, err := r.Create(ctx, spec); err != nil {
 		t.Fatal(err)
 	}

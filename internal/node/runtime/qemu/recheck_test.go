@@ -54,8 +54,8 @@ func TestStartRechecksBaseImage(t *testing.T) {
 		}
 		sum := sha256.Sum256(b)
 		digest := hex.EncodeToString(sum[:])
-		st, err := r.Create(ctx, runtime.Spec{ID: id, VCPUs: 1, MemoryMiB: 64, Owner: "test",
-			Image: api.Artifact{URL: "file://" + img(base), SHA256: digest}})
+		st, err := r.Create(ctx, runtime.Spec{ID: id, Resources: runtime.Resources{VCPUs: 1, MemoryMiB: 64}, Owner: "test",
+			Image: runtime.Image{URL: "file://" + img(base), SHA256: digest}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,32 +47,36 @@ func (r *Runtime) validate(spec runtime.Spec) error {
 	if !runtime.ValidID(id) {
 		return invalid(api.ReasonVMStartFailed, id, "id %q: want 1-63 of [a-z0-9_-], starting with a letter or digit", id)
 	}
-	if spec.VCPUs < 1 || spec.VCPUs > 1024 {
-		return invalid(api.ReasonVMStartFailed, id, "vcpus %d: want 1-1024", spec.VCPUs)
+	if err := unsupported(spec); err != nil {
+		return err
 	}
-	if spec.MemoryMiB < 16 || spec.MemoryMiB > 16<<20 {
-		return invalid(api.ReasonVMStartFailed, id, "memory_mib %d: want 16-16777216", spec.MemoryMiB)
+	res, vm := spec.Resources, spec.VMOrZero()
+	if res.VCPUs < 1 || res.VCPUs > 1024 {
+		return invalid(api.ReasonVMStartFailed, id, "vcpus %d: want 1-1024", res.VCPUs)
 	}
-	if spec.DiskGiB < 0 {
-		return invalid(api.ReasonRootfsBuildFailed, id, "disk_gib %d is negative", spec.DiskGiB)
+	if res.MemoryMiB < 16 || res.MemoryMiB > 16<<20 {
+		return invalid(api.ReasonVMStartFailed, id, "memory_mib %d: want 16-16777216", res.MemoryMiB)
+	}
+	if res.DiskGiB < 0 {
+		return invalid(api.ReasonRootfsBuildFailed, id, "disk_gib %d is negative", res.DiskGiB)
 	}
 	hasImage := spec.Image.URL != "" || spec.Image.SHA256 != ""
 	switch {
-	case hasImage && spec.BootDevice != "":
+	case hasImage && vm.BootDevice != "":
 		return invalid(api.ReasonRootfsBuildFailed, id, "image and boot_device are exclusive")
-	case !hasImage && spec.BootDevice == "":
+	case !hasImage && vm.BootDevice == "":
 		return invalid(api.ReasonRootfsBuildFailed, id, "one of image or boot_device is required")
 	case hasImage && (spec.Image.URL == "" || spec.Image.SHA256 == ""):
 		return invalid(api.ReasonImagePullFailed, id, "image needs both url and sha256")
-	case spec.BootDevice != "":
-		if err := r.checkDevice(spec.BootDevice); err != nil {
+	case vm.BootDevice != "":
+		if err := r.checkDevice(vm.BootDevice); err != nil {
 			return invalid(api.ReasonVolumeAttachFailed, id, "boot_device: %v", err)
 		}
-		if spec.DiskGiB != 0 {
+		if res.DiskGiB != 0 {
 			return invalid(api.ReasonRootfsBuildFailed, id, "disk_gib needs an image (a boot device is not resized)")
 		}
 	}
-	if b := spec.Boot; b != nil {
+	if b := vm.Boot; b != nil {
 		if b.Kernel.URL == "" || b.Kernel.SHA256 == "" {
 			return invalid(api.ReasonImagePullFailed, id, "boot.kernel needs both url and sha256")
 		}
@@ -80,24 +84,24 @@ func (r *Runtime) validate(spec runtime.Spec) error {
 			return invalid(api.ReasonImagePullFailed, id, "boot.initrd needs both url and sha256")
 		}
 	}
-	if spec.Accel != "" && spec.Accel != r.opts.Accel && spec.Accel != "tcg" {
-		return invalid(api.ReasonVMStartFailed, id, "accel %q: this host runs %q (or tcg)", spec.Accel, r.opts.Accel)
+	if vm.Accel != "" && vm.Accel != r.opts.Accel && vm.Accel != "tcg" {
+		return invalid(api.ReasonVMStartFailed, id, "accel %q: this host runs %q (or tcg)", vm.Accel, r.opts.Accel)
 	}
-	if err := validateNetwork(spec); err != nil {
+	if err := validateNetwork(vm.Network, spec.Ports); err != nil {
 		return invalid(api.ReasonNetworkSetupFailed, id, "%v", err)
 	}
-	for i, bdf := range spec.PCIDevices {
+	for i, bdf := range spec.Devices.PCI {
 		if !bdfRE.MatchString(bdf) {
 			return invalid(api.ReasonVMStartFailed, id, "pci_devices[%d] %q: want a PCI address like 0000:3b:00.0", i, bdf)
 		}
 	}
-	if spec.CloudInit != nil && spec.SeedISO != "" {
+	if vm.CloudInit != nil && vm.SeedISO != "" {
 		return invalid(api.ReasonRootfsBuildFailed, id, "cloud_init and seed_iso are exclusive")
 	}
-	if spec.SeedISO != "" && !filepath.IsAbs(spec.SeedISO) {
-		return invalid(api.ReasonRootfsBuildFailed, id, "seed_iso %q is not absolute", spec.SeedISO)
+	if vm.SeedISO != "" && !filepath.IsAbs(vm.SeedISO) {
+		return invalid(api.ReasonRootfsBuildFailed, id, "seed_iso %q is not absolute", vm.SeedISO)
 	}
-	if len(spec.Secrets) > 0 && spec.CloudInit == nil {
+	if len(spec.Secrets) > 0 && vm.CloudInit == nil {
 		return invalid(api.ReasonSecretsInjectionFailed, id, "secrets need cloud_init (they travel in its seed)")
 	}
 	for name := range spec.Secrets {
@@ -109,7 +113,7 @@ func (r *Runtime) validate(spec runtime.Spec) error {
 		return invalid(api.ReasonVMStartFailed, id, "readiness.serial_marker must be one line")
 	}
 	if p := spec.Readiness.TCPPort; p != 0 {
-		if spec.Network.Mode == api.NetworkTap {
+		if vm.Network.Mode == api.NetworkTap {
 			return invalid(api.ReasonVMStartFailed, id, "readiness.tcp_port needs user networking (the guest's tap address is unknown)")
 		}
 		if _, ok := forwardFor(spec, p); !ok {
@@ -123,8 +127,34 @@ func (r *Runtime) validate(spec runtime.Spec) error {
 	return nil
 }
 
-func validateNetwork(spec runtime.Spec) error {
-	n := spec.Network
+// unsupported refuses what a Spec may carry but a QEMU VM cannot run,
+// naming the field.
+func unsupported(spec runtime.Spec) error {
+	id := spec.ID
+	switch k := spec.Image.Kind; k {
+	case runtime.ImageDisk:
+		if spec.Image.Ref != "" || spec.Image.Digest != "" {
+			return invalid(api.ReasonImagePullFailed, id, "spec.image.ref: a disk image has a url and sha256, not an OCI reference")
+		}
+	case runtime.ImageOCI:
+		return invalid(api.ReasonImagePullFailed, id, "spec.image.kind: oci images need a container or microVM runtime")
+	default:
+		return invalid(api.ReasonImagePullFailed, id, "spec.image.kind %q: want a disk image (\"\") or \"oci\"", k)
+	}
+	switch {
+	case len(spec.Command) > 0 || len(spec.Args) > 0:
+		return invalid(api.ReasonVMStartFailed, id, "spec.command: a VM boots its image's own init (vm.boot.cmdline sets a direct-boot kernel's)")
+	case len(spec.Env) > 0:
+		return invalid(api.ReasonVMStartFailed, id, "spec.env: a VM has no environment to set (use cloud-init)")
+	case len(spec.Volumes) > 0:
+		return invalid(api.ReasonVolumeAttachFailed, id, "spec.volumes: the qemu runtime attaches no volumes (a boot device only: vm.boot_device)")
+	case len(spec.Devices.GPUs) > 0:
+		return invalid(api.ReasonVMStartFailed, id, "spec.devices.gpus: the qemu runtime passes GPUs through by PCI address (devices.pci)")
+	}
+	return nil
+}
+
+func validateNetwork(n runtime.VMNetwork, ports []api.PortForward) error {
 	if n.MAC != "" && !macRE.MatchString(n.MAC) {
 		return fmt.Errorf("network.mac %q: want xx:xx:xx:xx:xx:xx", n.MAC)
 	}
@@ -135,18 +165,18 @@ func validateNetwork(spec runtime.Spec) error {
 		}
 		seen := map[string]bool{}
 		hostPorts := map[int]bool{}
-		for i, f := range n.Forwards {
+		for i, f := range ports {
 			if f.GuestPort < 1 || f.GuestPort > 65535 || f.HostPort < 0 || f.HostPort > 65535 {
-				return fmt.Errorf("network.forwards[%d]: ports out of range", i)
+				return fmt.Errorf("ports[%d]: ports out of range", i)
 			}
 			name := forwardName(f)
 			if seen[name] {
-				return fmt.Errorf("network.forwards[%d]: duplicate name %q", i, name)
+				return fmt.Errorf("ports[%d]: duplicate name %q", i, name)
 			}
 			seen[name] = true
 			if f.HostPort != 0 {
 				if hostPorts[f.HostPort] {
-					return fmt.Errorf("network.forwards[%d]: host port %d used twice", i, f.HostPort)
+					return fmt.Errorf("ports[%d]: host port %d used twice", i, f.HostPort)
 				}
 				hostPorts[f.HostPort] = true
 			}
@@ -155,8 +185,8 @@ func validateNetwork(spec runtime.Spec) error {
 		if !ifnameRE.MatchString(n.Bridge) {
 			return fmt.Errorf("network.bridge %q: tap mode needs a bridge interface name", n.Bridge)
 		}
-		if len(n.Forwards) > 0 {
-			return errors.New("network.forwards need user networking")
+		if len(ports) > 0 {
+			return errors.New("ports need user networking (forwards)")
 		}
 	default:
 		return fmt.Errorf("network.mode %q: want user or tap", n.Mode)
@@ -166,7 +196,7 @@ func validateNetwork(spec runtime.Spec) error {
 
 // forwardFor returns the forward of a guest port.
 func forwardFor(spec runtime.Spec, guestPort int) (api.PortForward, bool) {
-	for _, f := range spec.Network.Forwards {
+	for _, f := range spec.Ports {
 		if f.GuestPort == guestPort {
 			return f, true
 		}

@@ -58,7 +58,7 @@ func (r *Runtime) CommandLine(ctx context.Context, id string) (string, []string,
 	if in == nil {
 		return "", nil, notFound("command line", id)
 	}
-	ports, err := pickPorts(in.spec.Network.Forwards)
+	ports, err := pickPorts(in.spec.Ports)
 	if err != nil {
 		return "", nil, err
 	}
@@ -70,8 +70,8 @@ func (r *Runtime) CommandLine(ctx context.Context, id string) (string, []string,
 
 // accelFor is the accelerator an instance runs with.
 func (r *Runtime) accelFor(spec runtime.Spec) string {
-	if spec.Accel != "" {
-		return spec.Accel
+	if a := spec.VMOrZero().Accel; a != "" {
+		return a
 	}
 	return r.opts.Accel
 }
@@ -94,7 +94,7 @@ func (r *Runtime) launchFor(in *instance, st persisted, ports map[string]int, ta
 		Ports:        ports,
 		Daemonize:    true,
 	}
-	if in.spec.Network.Mode == api.NetworkTap {
+	if in.spec.VMOrZero().Network.Mode == api.NetworkTap {
 		l.Tap = tap
 	}
 	return l
@@ -135,15 +135,15 @@ func (r *Runtime) launch(ctx context.Context, in *instance) error {
 		}
 	}
 
-	ports, err := pickPorts(spec.Network.Forwards)
+	ports, err := pickPorts(spec.Ports)
 	if err != nil {
 		return fail(api.ReasonNetworkSetupFailed, "%w", err)
 	}
 	tap := ""
-	if spec.Network.Mode == api.NetworkTap {
+	if n := spec.VMOrZero().Network; n.Mode == api.NetworkTap {
 		tap = tapName(in.dir)
-		if err := setupTap(ctx, tap, spec.Network.Bridge); err != nil {
-			return fail(api.ReasonNetworkSetupFailed, "tap %s on bridge %s: %w", tap, spec.Network.Bridge, err)
+		if err := setupTap(ctx, tap, n.Bridge); err != nil {
+			return fail(api.ReasonNetworkSetupFailed, "tap %s on bridge %s: %w", tap, n.Bridge, err)
 		}
 	}
 	for _, n := range []string{qmpSock, serialSock, pidFileName} {

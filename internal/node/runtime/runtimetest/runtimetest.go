@@ -229,7 +229,7 @@ func (s *suite) createDifferentSpec(t *testing.T) {
 	must(t, "Create", err)
 
 	other := s.specFor(t, id)
-	other.MemoryMiB += 64
+	other.Resources.MemoryMiB += 64
 	_, err = rt.Create(ctx, other)
 	if !errors.Is(err, runtime.ErrExists) {
 		t.Fatalf("Create with a different spec: %v, want ErrExists", err)
@@ -240,8 +240,8 @@ func (s *suite) createDifferentSpec(t *testing.T) {
 	}
 	st, err := rt.Inspect(ctx, id)
 	must(t, "Inspect", err)
-	if st.Spec.MemoryMiB != spec.MemoryMiB {
-		t.Errorf("after the refused Create, MemoryMiB = %d, want the original %d", st.Spec.MemoryMiB, spec.MemoryMiB)
+	if st.Spec.Resources.MemoryMiB != spec.Resources.MemoryMiB {
+		t.Errorf("after the refused Create, MemoryMiB = %d, want the original %d", st.Spec.Resources.MemoryMiB, spec.Resources.MemoryMiB)
 	}
 }
 
