@@ -47,7 +47,7 @@ func terminalHandlerError(err error) error {
 	if !errors.As(err, &e) {
 		return &HandlerError{Code: termnode.CodePTYFailed, Message: err.Error()}
 	}
-	msg := e.Msg
+	msg := e.Message
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}

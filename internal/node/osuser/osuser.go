@@ -24,6 +24,8 @@ import (
 	goruntime "runtime"
 	"sync"
 	"time"
+
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // Error codes, stable: they become the task result's error code.
@@ -72,12 +74,11 @@ const (
 var ErrUnsupported = errors.New("osuser: not supported")
 
 // Error is a failed operation: a stable Code, the Phase it failed in and a
-// message for people.
+// message for people (an api.CodedError, its own type so the agent's
+// errors.As tells it apart; its message keeps the "osuser: " prefix and
+// always names the phase).
 type Error struct {
-	Code    string
-	Phase   string
-	Message string
-	Err     error
+	api.CodedError
 }
 
 func (e *Error) Error() string {
@@ -87,8 +88,6 @@ func (e *Error) Error() string {
 	}
 	return msg
 }
-
-func (e *Error) Unwrap() error { return e.Err }
 
 // CodeOf returns err's code, or "" when err is not an *Error.
 func CodeOf(err error) string {
@@ -100,7 +99,7 @@ func CodeOf(err error) string {
 }
 
 func fail(code, phase string, err error, format string, args ...any) *Error {
-	return &Error{Code: code, Phase: phase, Message: fmt.Sprintf(format, args...), Err: err}
+	return &Error{api.CodedError{Code: code, Phase: phase, Message: fmt.Sprintf(format, args...), Err: err}}
 }
 
 // Runner runs a system tool (an absolute path) and returns its combined

@@ -49,14 +49,14 @@ type dialStages struct {
 func (m *Manager) dial(ctx context.Context, p task.TerminalOpenParams, cid string) (*websocket.Conn, error) {
 	u, err := streamURL(m.cfg.BaseURL, m.cfg.NodeID, p.SessionID)
 	if err != nil {
-		return nil, &Error{Code: CodeNodeStreamTimeout, Msg: "cannot build the stream URL", Err: err}
+		return nil, &Error{api.CodedError{Code: CodeNodeStreamTimeout, Message: "cannot build the stream URL", Err: err}}
 	}
 	var base *tls.Config
 	if m.cfg.TLSConfig != nil {
 		base = m.cfg.TLSConfig()
 	}
 	if base == nil {
-		return nil, &Error{Code: CodeNodeStreamMTLSFailed, Msg: "the agent has no node certificate to present"}
+		return nil, &Error{api.CodedError{Code: CodeNodeStreamMTLSFailed, Message: "the agent has no node certificate to present"}}
 	}
 	var st dialStages
 	tlsCfg := base.Clone()
@@ -99,14 +99,14 @@ func (m *Manager) dial(ctx context.Context, p task.TerminalOpenParams, cid strin
 		Subprotocols: []string{terminal.Subprotocol}})
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {
-			return nil, &Error{Code: CodeShuttingDown, Msg: "the terminal open was cancelled", Err: err}
+			return nil, &Error{api.CodedError{Code: CodeShuttingDown, Message: "the terminal open was cancelled", Err: err}}
 		}
 		return nil, classifyDial(err, resp, &st, dctx.Err() != nil, m.cfg.DialTimeout)
 	}
 	if got := conn.Subprotocol(); got != terminal.Subprotocol {
 		_ = conn.Close(websocket.StatusPolicyViolation, "subprotocol "+terminal.Subprotocol+" required")
-		return nil, &Error{Code: CodeSessionRejected,
-			Msg: fmt.Sprintf("the gateway selected subprotocol %q, want %q", got, terminal.Subprotocol)}
+		return nil, &Error{api.CodedError{Code: CodeSessionRejected,
+			Message: fmt.Sprintf("the gateway selected subprotocol %q, want %q", got, terminal.Subprotocol)}}
 	}
 	conn.SetReadLimit(readLimit)
 	return conn, nil
@@ -125,22 +125,22 @@ func classifyDial(err error, resp *http.Response, st *dialStages, timedOut bool,
 	tlsRefused := errors.As(err, &alert) || errors.As(err, &cve) || strings.Contains(err.Error(), "remote error: tls")
 	switch {
 	case errors.As(err, &rhe) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
-		return &Error{Code: CodeNodeStreamTimeout,
-			Msg: "the terminal endpoint does not speak TLS; is NODE_AGENT_TERMINAL_URL the gateway's node-facing listener?", Err: err}
+		return &Error{api.CodedError{Code: CodeNodeStreamTimeout,
+			Message: "the terminal endpoint does not speak TLS; is NODE_AGENT_TERMINAL_URL the gateway's node-facing listener?", Err: err}}
 	case tlsRefused:
-		return &Error{Code: CodeNodeStreamMTLSFailed, Msg: "the TLS handshake with the gateway failed (certificate rejected)", Err: err}
+		return &Error{api.CodedError{Code: CodeNodeStreamMTLSFailed, Message: "the TLS handshake with the gateway failed (certificate rejected)", Err: err}}
 	case timedOut || isTimeout(err):
-		return &Error{Code: CodeNodeStreamTimeout, Msg: fmt.Sprintf("the gateway did not answer within %s", timeout), Err: err}
+		return &Error{api.CodedError{Code: CodeNodeStreamTimeout, Message: fmt.Sprintf("the gateway did not answer within %s", timeout), Err: err}}
 	case !st.connected.Load():
-		return &Error{Code: CodeNodeStreamTimeout, Msg: "cannot reach the gateway's node-facing terminal endpoint", Err: err}
+		return &Error{api.CodedError{Code: CodeNodeStreamTimeout, Message: "cannot reach the gateway's node-facing terminal endpoint", Err: err}}
 	case !st.handshook.Load():
-		return &Error{Code: CodeNodeStreamMTLSFailed, Msg: "the TLS handshake with the gateway failed", Err: err}
+		return &Error{api.CodedError{Code: CodeNodeStreamMTLSFailed, Message: "the TLS handshake with the gateway failed", Err: err}}
 	default:
 		// TLS 1.3: the server verifies our certificate after the client's
 		// side of the handshake is done; a server that drops the
 		// connection right then has rejected it.
-		return &Error{Code: CodeNodeStreamMTLSFailed,
-			Msg: "the gateway closed the connection after the TLS handshake (client certificate rejected?)", Err: err}
+		return &Error{api.CodedError{Code: CodeNodeStreamMTLSFailed,
+			Message: "the gateway closed the connection after the TLS handshake (client certificate rejected?)", Err: err}}
 	}
 }
 
@@ -148,7 +148,7 @@ func classifyDial(err error, resp *http.Response, st *dialStages, timedOut bool,
 func classifyResponse(err error, resp *http.Response) error {
 	status := resp.StatusCode
 	if status == http.StatusSwitchingProtocols {
-		return &Error{Code: CodeSessionRejected, Msg: "the gateway's upgrade answer broke the WebSocket protocol", Err: err}
+		return &Error{api.CodedError{Code: CodeSessionRejected, Message: "the gateway's upgrade answer broke the WebSocket protocol", Err: err}}
 	}
 	var body []byte
 	if resp.Body != nil {
@@ -163,15 +163,15 @@ func classifyResponse(err error, resp *http.Response) error {
 	}
 	switch {
 	case status == http.StatusUnauthorized:
-		return &Error{Code: CodeNodeStreamMTLSFailed, Msg: detail + " (no client certificate reached the gateway; does something in between terminate TLS?)", Err: err}
+		return &Error{api.CodedError{Code: CodeNodeStreamMTLSFailed, Message: detail + " (no client certificate reached the gateway; does something in between terminate TLS?)", Err: err}}
 	case status == http.StatusForbidden || status == http.StatusConflict || status == http.StatusGone ||
 		(status == http.StatusNotFound && hasEnvelope):
-		return &Error{Code: CodeSessionRejected, Msg: detail, Err: err}
+		return &Error{api.CodedError{Code: CodeSessionRejected, Message: detail, Err: err}}
 	default:
 		// A 404 without our envelope, a redirect, a proxy's 502: the URL
 		// does not lead to the gateway's node-facing stream route.
-		return &Error{Code: CodeNodeStreamTimeout,
-			Msg: detail + "; is NODE_AGENT_TERMINAL_URL the gateway's node-facing listener?", Err: err}
+		return &Error{api.CodedError{Code: CodeNodeStreamTimeout,
+			Message: detail + "; is NODE_AGENT_TERMINAL_URL the gateway's node-facing listener?", Err: err}}
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/drover-dev/drover/internal/wire/terminal"
+
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // shellPATH is the login shell's PATH; the shell's profile may extend it.
@@ -44,7 +46,7 @@ type ptyConsole struct {
 // in a PTY of the given size. The agent must be root, or be username itself.
 func startPTY(username string, size terminal.Size, passwd string) (console, error) {
 	fail := func(err error, format string, args ...any) error {
-		return &Error{Code: CodePTYFailed, Msg: fmt.Sprintf(format, args...), Err: err}
+		return &Error{api.CodedError{Code: CodePTYFailed, Message: fmt.Sprintf(format, args...), Err: err}}
 	}
 	u, err := user.Lookup(username)
 	if err != nil {

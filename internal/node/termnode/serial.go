@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/drover-dev/drover/internal/wire/terminal"
+
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // serialConsole is an instance's serial console: a Unix socket the runtime
@@ -23,7 +25,7 @@ func dialSerial(ctx context.Context, path string) (console, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
-		return nil, &Error{Code: CodePTYFailed, Msg: fmt.Sprintf("cannot attach the serial console socket %s", path), Err: err}
+		return nil, &Error{api.CodedError{Code: CodePTYFailed, Message: fmt.Sprintf("cannot attach the serial console socket %s", path), Err: err}}
 	}
 	return &serialConsole{c: c, exited: make(chan struct{})}, nil
 }

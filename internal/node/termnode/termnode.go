@@ -22,6 +22,8 @@ import (
 
 	"github.com/drover-dev/drover/internal/wire/task"
 	"github.com/drover-dev/drover/internal/wire/terminal"
+
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // Error codes of Open's *Error. The first three are terminal.ErrorCode
@@ -98,20 +100,8 @@ type Result struct {
 
 // Error is an Open failure with a stable code (see the Code constants).
 type Error struct {
-	Code string
-	Msg  string
-	Err  error
+	api.CodedError // Error() is "code: message[: cause]"
 }
-
-func (e *Error) Error() string {
-	s := e.Code + ": " + e.Msg
-	if e.Err != nil {
-		s += ": " + e.Err.Error()
-	}
-	return s
-}
-
-func (e *Error) Unwrap() error { return e.Err }
 
 // CodeOf returns the code of an *Error in err's chain, or "".
 func CodeOf(err error) string {
@@ -226,7 +216,7 @@ func (m *Manager) Open(ctx context.Context, p task.TerminalOpenParams, correlati
 		msg := err.Error()
 		var te *Error
 		if errors.As(err, &te) {
-			msg = te.Msg
+			msg = te.Message
 			if te.Err != nil {
 				msg += ": " + te.Err.Error()
 			}
@@ -246,7 +236,7 @@ func (m *Manager) Open(ctx context.Context, p task.TerminalOpenParams, correlati
 		con.Stop()
 		_ = con.Close()
 		_ = conn.CloseNow()
-		return res, &Error{Code: CodeNodeStreamTimeout, Msg: "the stream broke before ready was sent", Err: err}
+		return res, &Error{api.CodedError{Code: CodeNodeStreamTimeout, Message: "the stream broke before ready was sent", Err: err}}
 	}
 	s := newSession(m, p, conn, con, log)
 	started = true
@@ -261,7 +251,7 @@ func (m *Manager) Open(ctx context.Context, p task.TerminalOpenParams, correlati
 // decodes them strictly with task.DecodeTerminalOpenParams first).
 func checkParams(p task.TerminalOpenParams) error {
 	bad := func(format string, args ...any) error {
-		return &Error{Code: CodeInvalidParams, Msg: fmt.Sprintf(format, args...)}
+		return &Error{api.CodedError{Code: CodeInvalidParams, Message: fmt.Sprintf(format, args...)}}
 	}
 	switch {
 	case p.SessionID == "":
@@ -294,10 +284,10 @@ func (m *Manager) reserve(id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return &Error{Code: CodeShuttingDown, Msg: "the agent is shutting down"}
+		return &Error{api.CodedError{Code: CodeShuttingDown, Message: "the agent is shutting down"}}
 	}
 	if _, dup := m.active[id]; dup {
-		return &Error{Code: CodeSessionRejected, Msg: "terminal session " + id + " already runs on this node"}
+		return &Error{api.CodedError{Code: CodeSessionRejected, Message: "terminal session " + id + " already runs on this node"}}
 	}
 	m.active[id] = struct{}{}
 	m.wg.Add(1)
@@ -315,15 +305,15 @@ func (m *Manager) release(id string) {
 func (m *Manager) startConsole(ctx context.Context, p task.TerminalOpenParams) (console, error) {
 	size, err := terminal.Clamp(terminal.Size{Cols: uint16(min(p.Cols, terminal.MaxCols)), Rows: uint16(min(p.Rows, terminal.MaxRows))})
 	if err != nil {
-		return nil, &Error{Code: CodeInvalidParams, Msg: err.Error()}
+		return nil, &Error{api.CodedError{Code: CodeInvalidParams, Message: err.Error()}}
 	}
 	if p.Mode == task.TerminalModeSerial {
 		if m.cfg.SerialSocket == nil {
-			return nil, &Error{Code: CodePTYFailed, Msg: "this agent cannot attach serial consoles"}
+			return nil, &Error{api.CodedError{Code: CodePTYFailed, Message: "this agent cannot attach serial consoles"}}
 		}
 		path, err := m.cfg.SerialSocket(ctx, p.InstanceID)
 		if err != nil {
-			return nil, &Error{Code: CodePTYFailed, Msg: fmt.Sprintf("serial console of instance %q: %v", p.InstanceID, err), Err: err}
+			return nil, &Error{api.CodedError{Code: CodePTYFailed, Message: fmt.Sprintf("serial console of instance %q: %v", p.InstanceID, err), Err: err}}
 		}
 		return dialSerial(ctx, path)
 	}

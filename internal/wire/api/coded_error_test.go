@@ -1,0 +1,43 @@
+package api_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+type ownError struct {
+	api.CodedError
+	Extra string
+}
+
+func TestCodedError(t *testing.T) {
+	tests := []struct {
+		err  *api.CodedError
+		want string
+	}{
+		{&api.CodedError{Code: "invalid_params", Message: "bad"}, "invalid_params: bad"},
+		{&api.CodedError{Code: "pty_failed", Message: "open", Err: io.EOF}, "pty_failed: open: EOF"},
+		{&api.CodedError{Code: "c", Phase: "p", Message: "m", Err: io.EOF}, "p: c: m: EOF"},
+	}
+	for _, tc := range tests {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("Error() = %q, want %q", got, tc.want)
+		}
+	}
+	e := &api.CodedError{Code: "c", Err: io.EOF}
+	wrapped := fmt.Errorf("outer: %w", e)
+	if !errors.Is(wrapped, io.EOF) || api.ErrorCode(wrapped) != "c" {
+		t.Errorf("wrapped: Is(EOF) %v, ErrorCode %q", errors.Is(wrapped, io.EOF), api.ErrorCode(wrapped))
+	}
+	own := fmt.Errorf("x: %w", &ownError{CodedError: api.CodedError{Code: "own", Err: io.ErrUnexpectedEOF}})
+	if api.ErrorCode(own) != "own" || !errors.Is(own, io.ErrUnexpectedEOF) {
+		t.Errorf("embedded: ErrorCode %q, Is %v", api.ErrorCode(own), errors.Is(own, io.ErrUnexpectedEOF))
+	}
+	if api.ErrorCode(io.EOF) != "" || api.ErrorCode(nil) != "" {
+		t.Error("an uncoded error has a code")
+	}
+}
