@@ -70,6 +70,10 @@ type fakeCP struct {
 	results     map[string][]resultPost
 	failResults int  // answer this many result posts with 503
 	failAll     bool // answer every result post with 503
+	// noResultFields answers a result whose error carries fields with 422
+	// invalid_json, as a control plane that predates
+	// api.ResultError.Fields (and decodes strictly) does.
+	noResultFields bool
 	// heartbeatStatus, when set, picks the answer to heartbeat n (1-based):
 	// 0 or 200 for success, anything else is sent with Retry-After: 1.
 	heartbeatStatus func(n int) int
@@ -284,6 +288,12 @@ func (f *fakeCP) result(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("task_id")
 	f.mu.Lock()
 	status := http.StatusOK
+	if f.noResultFields && res.Error != nil && len(res.Error.Fields) > 0 {
+		f.results[id] = append(f.results[id], resultPost{Body: body, Result: res, Status: http.StatusUnprocessableEntity, At: time.Now()})
+		f.mu.Unlock()
+		writeError(w, http.StatusUnprocessableEntity, "invalid_json", `request body: json: unknown field "fields"`)
+		return
+	}
 	if f.failAll || f.failResults > 0 {
 		status = http.StatusServiceUnavailable
 		if f.failResults > 0 {
@@ -333,6 +343,12 @@ func (f *fakeCP) setJWKS(jwks api.JWKS) {
 func (f *fakeCP) setFailResults(n int, all bool) {
 	f.mu.Lock()
 	f.failResults, f.failAll = n, all
+	f.mu.Unlock()
+}
+
+func (f *fakeCP) setNoResultFields(on bool) {
+	f.mu.Lock()
+	f.noResultFields = on
 	f.mu.Unlock()
 }
 

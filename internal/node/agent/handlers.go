@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // Task is what a handler receives: verified claims only.
@@ -32,10 +34,15 @@ type Handler struct {
 // Handlers maps task types to handlers. Only these ever run.
 type Handlers map[string]Handler
 
-// HandlerError is a handler failure with a stable code for the result.
+// HandlerError is a handler failure with a stable code for the result: an
+// api.CodedError (its own type, so the task loop's errors.As tells it from
+// the errors it wraps). The result's error carries its Code, Message and
+// Fields; Phase and Err stay on the node (Err keeps errors.Is and errors.As
+// reaching the cause).
 type HandlerError struct {
-	Code    string
-	Message string
+	api.CodedError
 }
 
+// Error is "code: message" (the result's code and message; no phase or
+// cause).
 func (e *HandlerError) Error() string { return e.Code + ": " + e.Message }

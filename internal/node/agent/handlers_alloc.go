@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/drover-dev/drover/internal/node/osuser"
+	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
 
@@ -19,12 +20,12 @@ func AllocHandlers(cfg Config) Handlers {
 }
 
 func allocHandlers(m *osuser.Manager, newErr error) Handlers {
-	unsupported := func() error { return &HandlerError{Code: "not_supported", Message: newErr.Error()} }
+	unsupported := func() error { return &HandlerError{api.CodedError{Code: "not_supported", Message: newErr.Error()}} }
 	return Handlers{
 		task.TypeAllocProvisionUser: {Timeout: task.AllocProvisionUserTimeout, Run: func(ctx context.Context, t Task) (Outcome, error) {
 			p, fe := task.DecodeAllocProvisionUserParams(t.Params)
 			if fe != nil {
-				return Outcome{}, &HandlerError{Code: "invalid_params", Message: fieldErrorText(fe)}
+				return Outcome{}, &HandlerError{api.CodedError{Code: "invalid_params", Message: fieldErrorText(fe)}}
 			}
 			if newErr != nil {
 				return Outcome{}, unsupported()
@@ -36,7 +37,7 @@ func allocHandlers(m *osuser.Manager, newErr error) Handlers {
 		task.TypeAllocDeprovisionUser: {Timeout: task.AllocDeprovisionUserTimeout, Run: func(ctx context.Context, t Task) (Outcome, error) {
 			p, fe := task.DecodeAllocDeprovisionUserParams(t.Params)
 			if fe != nil {
-				return Outcome{}, &HandlerError{Code: "invalid_params", Message: fieldErrorText(fe)}
+				return Outcome{}, &HandlerError{api.CodedError{Code: "invalid_params", Message: fieldErrorText(fe)}}
 			}
 			if newErr != nil {
 				return Outcome{}, unsupported()
@@ -56,11 +57,11 @@ func allocHandlerError(ctx context.Context, err error) error {
 	}
 	var e *osuser.Error
 	if !errors.As(err, &e) {
-		return &HandlerError{Code: "osuser_failed", Message: err.Error()}
+		return &HandlerError{api.CodedError{Code: "osuser_failed", Message: err.Error(), Err: err}}
 	}
 	msg := "phase " + e.Phase + ": " + e.Message
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}
-	return &HandlerError{Code: e.Code, Message: msg}
+	return &HandlerError{api.CodedError{Code: e.Code, Phase: e.Phase, Message: msg, Fields: e.Fields, Err: err}}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/node/accel"
 	"github.com/drover-dev/drover/internal/node/diag"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // DefaultHandlers are the task types every agent runs: diagnostics and
@@ -18,7 +19,7 @@ func DefaultHandlers(cfg Config) Handlers {
 		"diag.health_probe": {Timeout: 30 * time.Second, Run: func(ctx context.Context, t Task) (Outcome, error) {
 			p, err := diag.DecodeParams(t.Params)
 			if err != nil {
-				return Outcome{}, &HandlerError{Code: "invalid_params", Message: err.Error()}
+				return Outcome{}, &HandlerError{api.CodedError{Code: "invalid_params", Message: err.Error()}}
 			}
 			rep, err := prober.Probe(ctx, p, t.Progress)
 			out := healthReport{Report: rep}

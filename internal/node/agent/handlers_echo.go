@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
 
@@ -14,7 +15,7 @@ func EchoHandler(nodeID string, now func() time.Time) Handler {
 	return Handler{Timeout: task.EchoTimeout, Run: func(_ context.Context, t Task) (Outcome, error) {
 		p, fe := task.DecodeEchoParams(t.Params)
 		if fe != nil {
-			return Outcome{}, &HandlerError{Code: "invalid_params", Message: fieldErrorText(fe)}
+			return Outcome{}, &HandlerError{api.CodedError{Code: "invalid_params", Message: fieldErrorText(fe)}}
 		}
 		return Outcome{Output: task.EchoOutput{Message: p.Message, NodeID: nodeID, RanAt: now().UTC()}}, nil
 	}}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/drover-dev/drover/internal/node/slice"
+	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
 
@@ -16,11 +17,11 @@ func SliceHandlers(cfg Config) Handlers {
 		slice.TaskType: {Timeout: task.TopologyDiscoverTimeout, Run: func(ctx context.Context, t Task) (Outcome, error) {
 			p, err := slice.DecodeParams(t.Params)
 			if err != nil {
-				return Outcome{}, &HandlerError{Code: "invalid_params", Message: err.Error()}
+				return Outcome{}, &HandlerError{api.CodedError{Code: "invalid_params", Message: err.Error()}}
 			}
 			topo, timings, err := d.Discover(ctx, p, t.Progress)
 			if err != nil && ctx.Err() == nil {
-				err = &HandlerError{Code: "topology_discover_failed", Message: err.Error()}
+				err = &HandlerError{api.CodedError{Code: "topology_discover_failed", Message: err.Error()}}
 			}
 			if err != nil {
 				return Outcome{Timings: timings}, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/node/termnode"
+	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
 
@@ -22,7 +23,7 @@ func TerminalHandlers(m *termnode.Manager) Handlers {
 		task.TypeTerminalOpen: {Timeout: task.TerminalOpenTimeout, Run: func(ctx context.Context, t Task) (Outcome, error) {
 			p, fe := task.DecodeTerminalOpenParams(t.Params)
 			if fe != nil {
-				return Outcome{}, &HandlerError{Code: "invalid_params", Message: fieldErrorText(fe)}
+				return Outcome{}, &HandlerError{api.CodedError{Code: "invalid_params", Message: fieldErrorText(fe)}}
 			}
 			res, err := m.Open(ctx, p, t.CorrelationID, t.Progress)
 			timings := map[string]int64{"stream_connect_ms": res.StreamConnectMS}
@@ -45,13 +46,13 @@ func TerminalHandlers(m *termnode.Manager) Handlers {
 func terminalHandlerError(err error) error {
 	var e *termnode.Error
 	if !errors.As(err, &e) {
-		return &HandlerError{Code: termnode.CodePTYFailed, Message: err.Error()}
+		return &HandlerError{api.CodedError{Code: termnode.CodePTYFailed, Message: err.Error(), Err: err}}
 	}
 	msg := e.Message
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}
-	return &HandlerError{Code: e.Code, Message: msg}
+	return &HandlerError{api.CodedError{Code: e.Code, Phase: e.Phase, Message: msg, Fields: e.Fields, Err: err}}
 }
 
 // newTerminalManager builds the terminal session manager: streams go to

@@ -20,7 +20,7 @@ func VMHandlers(p *slicevm.Provisioner) Handlers {
 		task.TypeVMProvision: {Timeout: task.VMProvisionTimeout, Run: func(ctx context.Context, t Task) (Outcome, error) {
 			params, fe := task.DecodeVMProvisionParams(t.Params)
 			if fe != nil {
-				return Outcome{}, &HandlerError{Code: "invalid_params", Message: fieldErrorText(fe)}
+				return Outcome{}, &HandlerError{api.CodedError{Code: "invalid_params", Message: fieldErrorText(fe)}}
 			}
 			out, timings, err := p.Provision(ctx, params, t.Progress)
 			return Outcome{Output: out, Timings: timings}, vmHandlerError(ctx, err)
@@ -28,7 +28,7 @@ func VMHandlers(p *slicevm.Provisioner) Handlers {
 		task.TypeVMRelease: {Timeout: task.VMReleaseTimeout, Run: func(ctx context.Context, t Task) (Outcome, error) {
 			params, fe := task.DecodeVMReleaseParams(t.Params)
 			if fe != nil {
-				return Outcome{}, &HandlerError{Code: "invalid_params", Message: fieldErrorText(fe)}
+				return Outcome{}, &HandlerError{api.CodedError{Code: "invalid_params", Message: fieldErrorText(fe)}}
 			}
 			out, timings, err := p.Release(ctx, params, t.Progress)
 			return Outcome{Output: out, Timings: timings}, vmHandlerError(ctx, err)
@@ -36,9 +36,11 @@ func VMHandlers(p *slicevm.Provisioner) Handlers {
 	}
 }
 
-// vmHandlerError maps a *slicevm.Error to a *HandlerError. When the task's
-// context ended, the error is left as is so that the task loop reports a
-// timeout or shutdown.
+// vmHandlerError maps a *slicevm.Error to a *HandlerError with its code,
+// phase and fields (the refused params of device_not_allowed, the image
+// param of image_unsafe), which the task result carries; the slicevm error
+// stays its cause. When the task's context ended, the error is left as is so
+// that the task loop reports a timeout or shutdown.
 func vmHandlerError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
@@ -48,13 +50,13 @@ func vmHandlerError(ctx context.Context, err error) error {
 	}
 	var e *slicevm.Error
 	if !errors.As(err, &e) {
-		return &HandlerError{Code: "slice_vm_failed", Message: err.Error()}
+		return &HandlerError{api.CodedError{Code: "slice_vm_failed", Message: err.Error(), Err: err}}
 	}
 	msg := "phase " + e.Phase + ": " + e.Message
 	if e.Blocker != "" {
 		msg += " (blocker: " + e.Blocker + ")"
 	}
-	return &HandlerError{Code: e.Code, Message: msg}
+	return &HandlerError{api.CodedError{Code: e.Code, Phase: e.Phase, Message: msg, Fields: e.Fields, Err: err}}
 }
 
 func fieldErrorText(fe []api.FieldError) string {

@@ -234,7 +234,7 @@ func (a *Agent) run(ctx context.Context, c api.TaskClaims, log interface {
 		var he *HandlerError
 		switch {
 		case errors.As(err, &he):
-			res.Error = &api.ResultError{Code: he.Code, Message: he.Message}
+			res.Error = &api.ResultError{Code: he.Code, Message: he.Message, Fields: he.Fields}
 		case ctx.Err() != nil:
 			res.Error = &api.ResultError{Code: "agent_shutdown", Message: "the agent stopped while this task ran: " + err.Error()}
 		case errors.Is(hctx.Err(), context.DeadlineExceeded):
@@ -277,11 +277,21 @@ func (a *Agent) finish(ctx context.Context, taskID string, res api.TaskResult) {
 
 // postResult posts a result and marks it posted. A 404 or 409 is final: the
 // control plane will never accept it, so it is logged and dropped from the
-// spool.
+// spool. A 422 to a result whose error carries fields is a control plane
+// that predates api.ResultError.Fields (it decodes strictly): the result is
+// posted again without them (its message names them too).
 func (a *Agent) postResult(ctx context.Context, taskID string, res api.TaskResult) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	_, err := a.node.PostResult(ctx, a.node.node(), taskID, res.CorrelationID, res)
+	if err != nil && IsStatus(err, http.StatusUnprocessableEntity) && res.Error != nil && len(res.Error.Fields) > 0 {
+		a.log.Warn("control plane refused a task result with error fields; posting it without them",
+			"task_id", taskID, "err", err, "correlation_id", res.CorrelationID)
+		plain := *res.Error
+		plain.Fields = nil
+		res.Error = &plain
+		_, err = a.node.PostResult(ctx, a.node.node(), taskID, res.CorrelationID, res)
+	}
 	if err != nil && !IsStatus(err, http.StatusNotFound) && !IsStatus(err, http.StatusConflict) {
 		a.metrics.resultFailures.Inc()
 		a.setDiagnostic("task_result_post_failed")

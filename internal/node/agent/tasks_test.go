@@ -2,10 +2,12 @@ package agent_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"testing"
@@ -394,6 +396,49 @@ func TestResultSpoolRetriesWithBackoff(t *testing.T) {
 	}
 	if last := hbs[len(hbs)-1]; last.HB.Diagnostic != "" {
 		t.Errorf("last heartbeat diagnostic = %q, want cleared after the result was accepted", last.HB.Diagnostic)
+	}
+}
+
+// TestResultErrorFields: a handler's HandlerError fields reach the result's
+// error; a control plane that predates ResultError.Fields (422 to a result
+// carrying them) gets the same result again without them, and accepts it.
+func TestResultErrorFields(t *testing.T) {
+	t.Parallel()
+	fe := []api.FieldError{{Field: "params.slots[0].pci_address", Message: "not a device of an approved slot"}}
+	h := agent.Handlers{testTaskType: {Timeout: 5 * time.Second, Run: func(context.Context, agent.Task) (agent.Outcome, error) {
+		return agent.Outcome{}, &agent.HandlerError{CodedError: api.CodedError{Code: "device_not_allowed",
+			Message: "phase device_check: " + fe[0].Field + ": " + fe[0].Message, Fields: fe}}
+	}}}
+	for _, old := range []bool{false, true} {
+		f := newFakeCP(t)
+		f.setNoResultFields(old)
+		dir := t.TempDir()
+		a := startAgent(t, f, dir, h)
+		c := claims("task-fields", testTaskType)
+		f.enqueue(deliveryFor(c, sign(t, f.signer, c)))
+		got := f.waitAccepted(t, c.TaskID, 1)[0].Result
+		waitPosted(t, dir, c.TaskID)
+		a.stop(t)
+
+		posts := f.resultsFor(c.TaskID)
+		wantFields := fe
+		if old {
+			wantFields = nil
+			if len(posts) != 2 || posts[0].Status != http.StatusUnprocessableEntity ||
+				!reflect.DeepEqual(posts[0].Result.Error.Fields, fe) {
+				t.Fatalf("old control plane: posts %+v, want a 422 to the result with fields, then the accepted one", posts)
+			}
+		} else if len(posts) != 1 {
+			t.Fatalf("posts %+v, want one", posts)
+		}
+		if got.Status != api.ResultFailed || got.Error == nil || got.Error.Code != "device_not_allowed" ||
+			got.Error.Message != "phase device_check: "+fe[0].Field+": "+fe[0].Message || !reflect.DeepEqual(got.Error.Fields, wantFields) {
+			t.Errorf("old=%v: accepted result error = %+v, want fields %+v", old, got.Error, wantFields)
+		}
+		// The spool keeps the result as the handler made it.
+		if rec := readTaskRecord(t, dir, c.TaskID); rec.Result == nil || !reflect.DeepEqual(rec.Result.Error.Fields, fe) {
+			t.Errorf("old=%v: spooled result = %+v", old, rec.Result)
+		}
 	}
 }
 

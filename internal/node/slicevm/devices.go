@@ -152,10 +152,10 @@ func (p *Provisioner) checkDevices(ctx context.Context, refs []deviceRef) error 
 	allowed, err := p.slotDevices(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return &Error{Code: CodeCanceled, Phase: PhaseDeviceCheck, Message: err.Error(), Err: err}
+			return &Error{CodedError: api.CodedError{Code: CodeCanceled, Phase: PhaseDeviceCheck, Message: err.Error(), Err: err}}
 		}
-		return &Error{Code: CodeTopologyFailed, Phase: PhaseDeviceCheck,
-			Message: "discover this host's slots to check the task's devices: " + err.Error(), Err: err}
+		return &Error{CodedError: api.CodedError{Code: CodeTopologyFailed, Phase: PhaseDeviceCheck,
+			Message: "discover this host's slots to check the task's devices: " + err.Error(), Err: err}}
 	}
 	var fe []api.FieldError
 	for _, r := range refs {
@@ -252,7 +252,7 @@ func deviceErr(code, phase string, fe []api.FieldError) error {
 	if len(fe) == 0 {
 		return nil
 	}
-	return &Error{Code: code, Phase: phase, Message: fieldErrs(fe), Fields: fe, Err: ErrDeviceNotAllowed}
+	return &Error{CodedError: api.CodedError{Code: code, Phase: phase, Message: fieldErrs(fe), Fields: fe, Err: ErrDeviceNotAllowed}}
 }
 
 // defaultTopology discovers the slots below SysfsRoot with

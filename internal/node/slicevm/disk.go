@@ -29,7 +29,7 @@ func imageErr(what string, err error) *Error {
 	case errors.Is(err, image.ErrPathNotAllowed):
 		code = CodeImagePathNotAllow
 	}
-	return &Error{Code: code, Message: what + ": " + err.Error(), Err: err}
+	return &Error{CodedError: api.CodedError{Code: code, Message: what + ": " + err.Error(), Err: err}}
 }
 
 // imageSource is where the base image comes from, as the image cache and
@@ -113,8 +113,8 @@ func (p *Provisioner) writeImage(ctx context.Context, qemuImg, field, img, dev s
 	info, err := image.Inspect(ctx, qemuImg, img, "")
 	if errors.Is(err, image.ErrUnsafeImage) {
 		msg := err.Error()
-		return step{}, &Error{Code: CodeImageUnsafe, Message: field + ": " + msg,
-			Fields: []api.FieldError{{Field: field, Message: msg}}, Err: err}
+		return step{}, &Error{CodedError: api.CodedError{Code: CodeImageUnsafe, Message: field + ": " + msg,
+			Fields: []api.FieldError{{Field: field, Message: msg}}, Err: err}}
 	}
 	if err != nil {
 		return step{}, failf(CodeImageWriteFailed, "inspect %s: %w", img, err)

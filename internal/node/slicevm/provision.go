@@ -183,11 +183,11 @@ func (p *Provisioner) Provision(ctx context.Context, params task.VMProvisionPara
 func revalidate(params task.VMProvisionParams) (task.VMProvisionParams, error) {
 	b, err := json.Marshal(params)
 	if err != nil {
-		return params, &Error{Code: "invalid_params", Phase: "params", Message: err.Error(), Err: err}
+		return params, &Error{CodedError: api.CodedError{Code: "invalid_params", Phase: "params", Message: err.Error(), Err: err}}
 	}
 	got, fe := task.DecodeVMProvisionParams(b)
 	if fe != nil {
-		return params, &Error{Code: "invalid_params", Phase: "params", Message: fieldErrs(fe)}
+		return params, &Error{CodedError: api.CodedError{Code: "invalid_params", Phase: "params", Message: fieldErrs(fe)}}
 	}
 	return got, nil
 }
@@ -522,14 +522,14 @@ func (pr *provision) virtInstall(ctx context.Context) (step, error) {
 	rt := pr.p.opts.Runtime
 	pr.events = rt.Subscribe(ctx) // before Start, so the ready event is not missed
 	if _, err := rt.Create(ctx, pr.spec()); err != nil {
-		return step{}, &Error{Code: CodeVMCreateFailed, Err: err,
-			Message: fmt.Sprintf("create %s (%s): %v", pr.params.VMName, runtime.ReasonOf(err, api.ReasonVMStartFailed), err)}
+		return step{}, &Error{CodedError: api.CodedError{Code: CodeVMCreateFailed, Err: err,
+			Message: fmt.Sprintf("create %s (%s): %v", pr.params.VMName, runtime.ReasonOf(err, api.ReasonVMStartFailed), err)}}
 	}
 	pr.vmCreated = pr.existing == nil
 	st, err := rt.Start(ctx, pr.params.VMName)
 	if err != nil {
-		return step{}, &Error{Code: CodeVMStartFailed, Err: err,
-			Message: fmt.Sprintf("start %s (%s): %v", pr.params.VMName, runtime.ReasonOf(err, api.ReasonVMStartFailed), err)}
+		return step{}, &Error{CodedError: api.CodedError{Code: CodeVMStartFailed, Err: err,
+			Message: fmt.Sprintf("start %s (%s): %v", pr.params.VMName, runtime.ReasonOf(err, api.ReasonVMStartFailed), err)}}
 	}
 	pr.startedAt = st.StartedAt
 	if pr.startedAt.IsZero() {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
 
@@ -90,7 +91,7 @@ func (r *release) run(ctx context.Context) error {
 	p, vm := r.p, r.params.VMName
 	leases, err := p.leasesOf(vm)
 	if err != nil {
-		return &Error{Code: CodeLeaseFailed, Phase: ReleaseShutdown, Message: "read leases: " + err.Error(), Err: err}
+		return &Error{CodedError: api.CodedError{Code: CodeLeaseFailed, Phase: ReleaseShutdown, Message: "read leases: " + err.Error(), Err: err}}
 	}
 	r.slots = mergeSlots(r.params.Slots, leases)
 	refs := releaseRefs(r.params.Slots, r.slots, r.params.Wipe)
@@ -99,7 +100,7 @@ func (r *release) run(ctx context.Context) error {
 	}
 	fe, err := p.leaseConflicts(vm, refs)
 	if err != nil {
-		return &Error{Code: CodeLeaseFailed, Phase: PhaseDeviceCheck, Message: "read leases: " + err.Error(), Err: err}
+		return &Error{CodedError: api.CodedError{Code: CodeLeaseFailed, Phase: PhaseDeviceCheck, Message: "read leases: " + err.Error(), Err: err}}
 	}
 	if err := deviceErr(CodeLeaseConflict, PhaseDeviceCheck, fe); err != nil {
 		return err
@@ -140,11 +141,11 @@ func (r *release) run(ctx context.Context) error {
 func revalidateRelease(params task.VMReleaseParams) (task.VMReleaseParams, error) {
 	b, err := json.Marshal(params)
 	if err != nil {
-		return params, &Error{Code: "invalid_params", Phase: "params", Message: err.Error(), Err: err}
+		return params, &Error{CodedError: api.CodedError{Code: "invalid_params", Phase: "params", Message: err.Error(), Err: err}}
 	}
 	got, fe := task.DecodeVMReleaseParams(b)
 	if fe != nil {
-		return params, &Error{Code: "invalid_params", Phase: "params", Message: fieldErrs(fe)}
+		return params, &Error{CodedError: api.CodedError{Code: "invalid_params", Phase: "params", Message: fieldErrs(fe)}}
 	}
 	return got, nil
 }

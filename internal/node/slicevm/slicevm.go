@@ -149,21 +149,20 @@ const (
 	CodeImageUnsafe = "image_unsafe"
 )
 
-// Error is a failed phase. Code is stable (Code* constants); Blocker, when
-// set, names what the host lacks in slice.topology_discover's style
-// ("command_missing:qemu-img", "vfio_not_bound:0000:18:00.0"): an operator
-// fixes it, a retry will not.
+// Error is a failed phase: an api.CodedError (its own type, so the agent's
+// errors.As tells it apart) whose Code is stable (Code* constants) and whose
+// Fields name the params (or leases) refused by the device rule, or the
+// image param of an unsafe image (CodeImageUnsafe); Err is the underlying
+// cause, if any. Blocker, when set, names what the host lacks in
+// slice.topology_discover's style ("command_missing:qemu-img",
+// "vfio_not_bound:0000:18:00.0"): an operator fixes it, a retry will not.
 type Error struct {
-	Code    string
-	Phase   string
-	Message string
+	api.CodedError
 	Blocker string
-	// Fields name the params (or leases) refused by the device rule, or
-	// the image param of an unsafe image (CodeImageUnsafe).
-	Fields []api.FieldError
-	Err    error // the underlying cause, if any
 }
 
+// Error is "slicevm: phase: code: message[ (blocker X)]" (the cause is not
+// repeated; Message already carries it).
 func (e *Error) Error() string {
 	s := fmt.Sprintf("slicevm: %s: %s: %s", e.Phase, e.Code, e.Message)
 	if e.Blocker != "" {
@@ -172,12 +171,10 @@ func (e *Error) Error() string {
 	return s
 }
 
-func (e *Error) Unwrap() error { return e.Err }
-
 // failf builds an *Error; the phase runner fills in Phase.
 func failf(code, format string, args ...any) *Error {
 	err := fmt.Errorf(format, args...)
-	return &Error{Code: code, Message: err.Error(), Err: errors.Unwrap(err)}
+	return &Error{CodedError: api.CodedError{Code: code, Message: err.Error(), Err: errors.Unwrap(err)}}
 }
 
 // blockf builds an *Error naming a host blocker.
@@ -366,7 +363,7 @@ func (t *tracker) run(ctx context.Context, name string, fn func(context.Context)
 			if ctx.Err() != nil {
 				code = CodeCanceled
 			}
-			e = &Error{Code: code, Message: err.Error(), Err: err}
+			e = &Error{CodedError: api.CodedError{Code: code, Message: err.Error(), Err: err}}
 		}
 		if e.Phase == "" {
 			e.Phase = name

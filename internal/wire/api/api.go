@@ -215,10 +215,16 @@ type TaskResult struct {
 	FinishedAt    time.Time        `json:"finished_at"`
 }
 
-// ResultError is a structured task failure.
+// ResultError is a structured task failure. Fields names the params (or
+// other inputs) the failure concerns, when it names any (a refused device,
+// an unsafe image); it is omitted otherwise, so a result without fields
+// encodes as before. A control plane that decodes results strictly and
+// predates Fields refuses one that carries them (422 invalid_json); the
+// agent then posts it again without them (Message names them too).
 type ResultError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
+	Code    string       `json:"code"`
+	Message string       `json:"message"`
+	Fields  []FieldError `json:"fields,omitempty"`
 }
 
 // TaskEvent is POST /internal/v1/nodes/{id}/tasks/{task_id}/events: progress

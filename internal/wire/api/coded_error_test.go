@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,5 +40,25 @@ func TestCodedError(t *testing.T) {
 	}
 	if api.ErrorCode(io.EOF) != "" || api.ErrorCode(nil) != "" {
 		t.Error("an uncoded error has a code")
+	}
+}
+
+// TestResultErrorFields: a result error without fields encodes exactly as
+// before Fields existed; one with fields carries them.
+func TestResultErrorFields(t *testing.T) {
+	tests := []struct {
+		re   api.ResultError
+		want string
+	}{
+		{api.ResultError{Code: "handler_failed", Message: "boom"}, `{"code":"handler_failed","message":"boom"}`},
+		{api.ResultError{Code: "c", Message: "m", Fields: []api.FieldError{}}, `{"code":"c","message":"m"}`},
+		{api.ResultError{Code: "device_not_allowed", Message: "m", Fields: []api.FieldError{{Field: "params.x", Message: "no"}}},
+			`{"code":"device_not_allowed","message":"m","fields":[{"field":"params.x","message":"no"}]}`},
+	}
+	for _, tc := range tests {
+		b, err := json.Marshal(tc.re)
+		if err != nil || string(b) != tc.want {
+			t.Errorf("Marshal(%+v) = %s, %v; want %s", tc.re, b, err, tc.want)
+		}
 	}
 }
