@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/cp/taskbus"
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -34,32 +36,32 @@ func allocationView(a store.Allocation) api.Allocation {
 func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var req api.CreateAllocationRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
 	now := s.cfg.Now().UTC()
-	a := store.Allocation{ID: newID("alc_"), Username: req.Username, CreatedBy: actor(ctx), CreatedAt: now, UpdatedAt: now}
+	a := store.Allocation{ID: httpapi.NewID("alc_"), Username: req.Username, CreatedBy: httpapi.Actor(ctx), CreatedAt: now, UpdatedAt: now}
 	switch {
 	case req.HostID == "" && req.InstanceID == "":
-		return invalid([]api.FieldError{{Field: "host_id", Message: "set host_id (bare-metal user) or instance_id (VM console)"}})
+		return httpapi.Invalid([]api.FieldError{{Field: "host_id", Message: "set host_id (bare-metal user) or instance_id (VM console)"}})
 	case req.HostID != "" && req.InstanceID != "":
-		return invalid([]api.FieldError{{Field: "instance_id", Message: "set host_id or instance_id, not both"}})
+		return httpapi.Invalid([]api.FieldError{{Field: "instance_id", Message: "set host_id or instance_id, not both"}})
 	case req.InstanceID != "":
 		in, err := s.findInstance(ctx, req.InstanceID)
 		if err != nil {
 			return err
 		}
 		if in.DesiredState == api.DesiredDeleted {
-			return errf(http.StatusConflict, "instance_deleted", "instance %q is being deleted", in.ID)
+			return httpapi.Errorf(http.StatusConflict, "instance_deleted", "instance %q is being deleted", in.ID)
 		}
 		if fe := validateConsoleUser(req); fe != nil {
-			return invalid(fe)
+			return httpapi.Invalid(fe)
 		}
 		a.InstanceID, a.HostID, a.State = in.ID, in.HostID, api.AllocationActive
 	default:
 		if _, err := s.store.GetHost(ctx, req.HostID); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
-				return invalid([]api.FieldError{{Field: "host_id", Message: fmt.Sprintf("no host %q", req.HostID)}})
+				return httpapi.Invalid([]api.FieldError{{Field: "host_id", Message: fmt.Sprintf("no host %q", req.HostID)}})
 			}
 			return err
 		}
@@ -72,7 +74,7 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error 
 		params, _ := json.Marshal(task.AllocProvisionUserParams{AllocationID: a.ID, Username: req.Username,
 			SSHAuthorizedKeys: req.SSHAuthorizedKeys, Shell: req.Shell, Sudo: req.Sudo})
 		if fe := s.cfg.Registry.Validate(task.TypeAllocProvisionUser, params); len(fe) > 0 {
-			return invalid(paramsToFields(fe))
+			return httpapi.Invalid(paramsToFields(fe))
 		}
 		t = s.newTask(ctx, a.HostID, task.TypeAllocProvisionUser, params, allocTaskTTL)
 		a.ProvisionTaskID = t.ID
@@ -85,9 +87,9 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error 
 			return err
 		}
 	}
-	s.audit(ctx, auditEntry{actor: actor(ctx), action: "allocation.create", target: a.ID, result: string(a.State),
-		cid: correlationID(ctx), detail: fmt.Sprintf("user=%s host=%s instance=%s", a.Username, a.HostID, a.InstanceID)})
-	writeJSON(w, http.StatusCreated, allocationView(a))
+	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "allocation.create", Target: a.ID, Result: string(a.State),
+		CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("user=%s host=%s instance=%s", a.Username, a.HostID, a.InstanceID)})
+	httpapi.WriteJSON(w, http.StatusCreated, allocationView(a))
 	return nil
 }
 
@@ -122,8 +124,8 @@ func paramsToFields(fe []api.FieldError) []api.FieldError {
 // the caller.
 func (s *Server) newTask(ctx context.Context, nodeID, typ string, params json.RawMessage, ttl time.Duration) store.Task {
 	now := s.cfg.Now().UTC()
-	return store.Task{ID: newID("tsk_"), NodeID: nodeID, Type: typ, Params: params, State: api.TaskQueued,
-		CorrelationID: correlationID(ctx), CreatedBy: orSystem(actor(ctx)), CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	return store.Task{ID: httpapi.NewID("tsk_"), NodeID: nodeID, Type: typ, Params: params, State: api.TaskQueued,
+		CorrelationID: httpapi.CorrelationID(ctx), CreatedBy: orSystem(httpapi.Actor(ctx)), CreatedAt: now, ExpiresAt: now.Add(ttl)}
 }
 
 // enqueue stores t, wakes its node's long-poll on this replica and audits.
@@ -133,8 +135,8 @@ func (s *Server) enqueue(ctx context.Context, t store.Task) error {
 	}
 	s.waiters.wake(t.NodeID)
 	s.metrics.tasksEnqueued.Inc()
-	s.audit(ctx, auditEntry{actor: t.CreatedBy, action: "task.enqueue", target: t.ID, result: "queued",
-		cid: t.CorrelationID, detail: "node=" + t.NodeID + " type=" + t.Type})
+	s.audit.Record(ctx, audit.Entry{Actor: t.CreatedBy, Action: "task.enqueue", Target: t.ID, Result: "queued",
+		CID: t.CorrelationID, Detail: "node=" + t.NodeID + " type=" + t.Type})
 	return nil
 }
 
@@ -149,16 +151,16 @@ func (s *Server) listAllocations(w http.ResponseWriter, r *http.Request) error {
 	for _, a := range as {
 		out = append(out, allocationView(a))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
 func (s *Server) showAllocation(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.store.GetAllocation(r.Context(), r.PathValue("id"))
 	if err != nil {
-		return storeErr(err, "allocation", r.PathValue("id"))
+		return httpapi.StoreError(err, "allocation", r.PathValue("id"))
 	}
-	writeJSON(w, http.StatusOK, allocationView(a))
+	httpapi.WriteJSON(w, http.StatusOK, allocationView(a))
 	return nil
 }
 
@@ -185,17 +187,17 @@ func (s *Server) releaseAllocation(w http.ResponseWriter, r *http.Request) error
 		return nil
 	})
 	if err != nil {
-		return storeErr(err, "allocation", id)
+		return httpapi.StoreError(err, "allocation", id)
 	}
 	if t.ID != "" {
 		if err := s.enqueue(ctx, t); err != nil {
 			return err
 		}
 	}
-	s.term.closeAllocation(id)
-	s.audit(ctx, auditEntry{actor: actor(ctx), action: "allocation.release", target: a.ID, result: string(a.State),
-		cid: correlationID(ctx)})
-	writeJSON(w, http.StatusAccepted, allocationView(a))
+	s.term.CloseAllocation(id)
+	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "allocation.release", Target: a.ID, Result: string(a.State),
+		CID: httpapi.CorrelationID(ctx)})
+	httpapi.WriteJSON(w, http.StatusAccepted, allocationView(a))
 	return nil
 }
 
@@ -251,6 +253,6 @@ func (s *Server) allocationTaskDone(ctx context.Context, e taskbus.Finished) {
 			"correlation_id", t.CorrelationID)
 		return
 	}
-	s.audit(ctx, auditEntry{actor: "system", action: "allocation.state", target: a.ID, result: string(a.State),
-		cid: t.CorrelationID, detail: "task=" + t.ID + " " + reason})
+	s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "allocation.state", Target: a.ID, Result: string(a.State),
+		CID: t.CorrelationID, Detail: "task=" + t.ID + " " + reason})
 }

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -23,7 +25,7 @@ func (s *Server) scaleGroup(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	group := r.PathValue("group")
 	var req api.ScaleRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
 	var fields []api.FieldError
@@ -42,7 +44,7 @@ func (s *Server) scaleGroup(w http.ResponseWriter, r *http.Request) error {
 	lf := &fieldErrs{}
 	validateLabels(lf, "host_labels", req.HostLabels)
 	if fields = append(fields, lf.list...); len(fields) > 0 {
-		return invalid(fields)
+		return httpapi.Invalid(fields)
 	}
 
 	s.placeMu.Lock()
@@ -106,9 +108,9 @@ func (s *Server) scaleGroup(w http.ResponseWriter, r *http.Request) error {
 			resp.Created = append(resp.Created, instanceView(in))
 		}
 	}
-	s.audit(ctx, auditEntry{actor: actor(ctx), action: "instance_group.scale", target: group, result: "ok",
-		cid: correlationID(ctx), detail: fmt.Sprintf("replicas=%d created=%d deleted=%d", req.Replicas, len(resp.Created), len(resp.Deleted))})
-	writeJSON(w, http.StatusOK, resp)
+	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance_group.scale", Target: group, Result: "ok",
+		CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("replicas=%d created=%d deleted=%d", req.Replicas, len(resp.Created), len(resp.Deleted))})
+	httpapi.WriteJSON(w, http.StatusOK, resp)
 	return nil
 }
 
@@ -125,7 +127,7 @@ func groupTemplate(group string, req api.ScaleRequest, members, live []store.Ins
 			from = members
 		}
 		if len(from) == 0 {
-			return tmpl, invalid([]api.FieldError{{Field: "template",
+			return tmpl, httpapi.Invalid([]api.FieldError{{Field: "template",
 				Message: fmt.Sprintf("group %q has no instance to copy: a template is required", group)}})
 		}
 		src := from[0]
@@ -149,7 +151,7 @@ func groupTemplate(group string, req api.ScaleRequest, members, live []store.Ins
 // partialScale reports a scale-up that another replica's placement cut
 // short after some members were created.
 func partialScale(resp api.ScaleResponse, err error) error {
-	var he *httpError
+	var he *httpapi.Error
 	if len(resp.Created) == 0 || !errors.As(err, &he) {
 		return err
 	}
@@ -157,6 +159,6 @@ func partialScale(resp api.ScaleResponse, err error) error {
 	for _, in := range resp.Created {
 		names = append(names, in.Name)
 	}
-	return &httpError{status: he.status, code: he.code, retryAfter: he.retryAfter,
-		msg: fmt.Sprintf("created %s, then: %s", strings.Join(names, ", "), he.msg)}
+	return &httpapi.Error{Status: he.Status, Code: he.Code, RetryAfter: he.RetryAfter,
+		Msg: fmt.Sprintf("created %s, then: %s", strings.Join(names, ", "), he.Msg)}
 }

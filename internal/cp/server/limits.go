@@ -4,22 +4,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Refusal codes of the per-node concurrency caps.
 const (
 	codeNodeLongPollLimit = "node_long_poll_limit"
-	codeTerminalLimit     = "terminal_session_limit"
 	// longPollRetryAfter is the Retry-After (seconds) of node_long_poll_limit:
 	// a held long-poll ends within MaxWait, usually much sooner.
 	longPollRetryAfter = 5
-	// terminalRetryAfter is the Retry-After (seconds) of a mint refused with
-	// terminal_session_limit.
-	terminalRetryAfter = 10
 )
 
 // setLimitDefaults fills the listener limits and the per-node caps.
@@ -76,59 +72,17 @@ func (s *Server) httpServer(h http.Handler) *http.Server {
 	}
 }
 
-// nodeSlots counts the long-polls each node holds open on one route of
-// this replica.
-type nodeSlots struct {
-	mu    sync.Mutex
-	limit int
-	held  map[string]int
-	total int
-}
-
-func newNodeSlots(limit int) *nodeSlots {
-	return &nodeSlots{limit: limit, held: map[string]int{}}
-}
-
-// acquire takes a slot for node; ok is false when it holds limit already.
-// release gives the slot back.
-func (n *nodeSlots) acquire(node string) (release func(), ok bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.held[node] >= n.limit {
-		return nil, false
-	}
-	n.held[node]++
-	n.total++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			n.mu.Lock()
-			defer n.mu.Unlock()
-			if n.held[node]--; n.held[node] == 0 {
-				delete(n.held, node)
-			}
-			n.total--
-		})
-	}, true
-}
-
-func (n *nodeSlots) count() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.total
-}
-
 // longPolls holds the long-poll slots of each node route.
 type longPolls struct {
-	tasks, instances *nodeSlots
+	tasks, instances *httpapi.Slots
 }
 
 func newLongPolls(limit int, reg *prometheus.Registry) *longPolls {
-	lp := &longPolls{tasks: newNodeSlots(limit), instances: newNodeSlots(limit)}
-	for route, slots := range map[string]*nodeSlots{"tasks": lp.tasks, "instances": lp.instances} {
+	lp := &longPolls{tasks: httpapi.NewSlots(limit), instances: httpapi.NewSlots(limit)}
+	for route, slots := range map[string]*httpapi.Slots{"tasks": lp.tasks, "instances": lp.instances} {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "drover_node_long_polls",
 			Help:        "Node long-polls this replica holds open, by route.",
-			ConstLabels: prometheus.Labels{"route": route}}, func() float64 { return float64(slots.count()) }))
+			ConstLabels: prometheus.Labels{"route": route}}, func() float64 { return float64(slots.Count()) }))
 	}
 	return lp
 }
@@ -140,17 +94,17 @@ type nodeHandler = func(w http.ResponseWriter, r *http.Request, c nodeCaller) er
 // requests of one node through slots; isPoll (nil: every request) picks the
 // requests that count. Beyond the cap: 429 node_long_poll_limit with
 // Retry-After. The cap is per replica.
-func (s *Server) limitLongPolls(slots *nodeSlots, isPoll func(*http.Request) bool, next nodeHandler) nodeHandler {
+func (s *Server) limitLongPolls(slots *httpapi.Slots, isPoll func(*http.Request) bool, next nodeHandler) nodeHandler {
 	return func(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
 		if isPoll != nil && !isPoll(r) {
 			return next(w, r, c)
 		}
-		release, ok := slots.acquire(c.id)
+		release, ok := slots.Acquire(c.id)
 		if !ok {
 			s.metrics.limitRefusals.WithLabelValues(codeNodeLongPollLimit).Inc()
-			return &httpError{status: http.StatusTooManyRequests, code: codeNodeLongPollLimit, retryAfter: longPollRetryAfter,
-				msg: fmt.Sprintf("node %q already holds %d open long-polls of this route on this replica; retry when one ends",
-					c.id, slots.limit)}
+			return &httpapi.Error{Status: http.StatusTooManyRequests, Code: codeNodeLongPollLimit, RetryAfter: longPollRetryAfter,
+				Msg: fmt.Sprintf("node %q already holds %d open long-polls of this route on this replica; retry when one ends",
+					c.id, slots.Limit())}
 		}
 		defer release()
 		return next(w, r, c)

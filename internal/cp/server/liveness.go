@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -121,8 +122,8 @@ func (l *liveness) run(ctx context.Context) {
 func (s *Server) statusChanged(ctx context.Context, id string, from, to api.HostStatus, reason string) {
 	s.metrics.statusChanges.WithLabelValues(string(to)).Inc()
 	s.log.Info("host status changed", "host_id", id, "from", from, "to", to, "reason", reason)
-	s.audit(ctx, auditEntry{actor: "system", action: "host.status", target: id,
-		result: string(to), detail: "from=" + string(from) + " reason=" + reason})
+	s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "host.status", Target: id,
+		Result: string(to), Detail: "from=" + string(from) + " reason=" + reason})
 }
 
 func orDefault(s, def string) string {

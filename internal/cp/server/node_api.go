@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/nodeapi"
@@ -27,9 +29,9 @@ func (s *Server) NodeHandler() http.Handler {
 		mux.Handle(pattern, h)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	return withCorrelation(mux)
+	return httpapi.WithCorrelation(mux)
 }
 
 // nodeRoutes is the handler of every route of the node API table
@@ -37,7 +39,7 @@ func (s *Server) NodeHandler() http.Handler {
 // checks it serves the table, all of it and nothing else.
 func (s *Server) nodeRoutes() map[string]http.Handler {
 	return map[string]http.Handler{
-		nodeapi.Register.MuxPattern():        s.handle(s.register),
+		nodeapi.Register.MuxPattern():        httpapi.Handle(s.log, s.register),
 		nodeapi.Renew.MuxPattern():           s.nodeAuth(s.renew),
 		nodeapi.Heartbeat.MuxPattern():       s.nodeAuth(s.heartbeat),
 		nodeapi.JWKS.MuxPattern():            s.nodeAuth(s.nodeJWKS),
@@ -48,7 +50,9 @@ func (s *Server) nodeRoutes() map[string]http.Handler {
 		nodeapi.DesiredInstances.MuxPattern(): s.nodeAuth(
 			s.limitLongPolls(s.polls.instances, instancesLongPoll, s.nodeInstances)),
 		nodeapi.InstanceStatus.MuxPattern(): s.nodeAuth(s.instanceStatus),
-		nodeapi.TerminalStream.MuxPattern(): s.terminalNodeMTLS(s.nodeAuth(s.terminalNodeStream)),
+		nodeapi.TerminalStream.MuxPattern(): s.term.NodeMTLS(s.nodeAuth(func(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+			return s.term.NodeStream(w, r, c.id)
+		})),
 	}
 }
 
@@ -61,15 +65,15 @@ type nodeCaller struct {
 // nodeAuth binds a request to its client certificate: the certificate's
 // node id must equal {id}, and the host must not be revoked or superseded.
 func (s *Server) nodeAuth(next func(w http.ResponseWriter, r *http.Request, c nodeCaller) error) http.Handler {
-	return s.handle(func(w http.ResponseWriter, r *http.Request) error {
+	return httpapi.Handle(s.log, func(w http.ResponseWriter, r *http.Request) error {
 		var id string // the certificate's node id, once known
 		refuse := func(status int, code, format string, args ...any) error {
 			s.metrics.nodeAuthFailed.WithLabelValues(code).Inc()
-			he := errf(status, code, format, args...)
+			he := httpapi.Errorf(status, code, format, args...)
 			if status == http.StatusForbidden { // an authenticated node acting outside its identity
-				s.audit(r.Context(), auditEntry{actor: "node:" + id, action: "node.auth",
-					target: r.PathValue("id"), result: code, cid: correlationID(r.Context()),
-					detail: r.Method + " " + r.URL.Path + ": " + he.msg})
+				s.audit.Record(r.Context(), audit.Entry{Actor: "node:" + id, Action: "node.auth",
+					Target: r.PathValue("id"), Result: code, CID: httpapi.CorrelationID(r.Context()),
+					Detail: r.Method + " " + r.URL.Path + ": " + he.Msg})
 			}
 			return he
 		}
@@ -130,7 +134,7 @@ func (s *Server) markAuthFailed(ctx context.Context, id, reason string) {
 func (s *Server) identity(nodeID string, certPEM []byte, notAfter time.Time) api.Identity {
 	return api.Identity{
 		NodeID: nodeID, CertificatePEM: string(certPEM), CABundlePEM: string(s.ca.CertPEM()),
-		NotAfter: notAfter, JWKS: s.keys.publicSet(),
+		NotAfter: notAfter, JWKS: s.keys.PublicSet(),
 		HeartbeatInterval: api.Duration(s.cfg.HeartbeatInterval),
 	}
 }
@@ -139,18 +143,18 @@ func (s *Server) identity(nodeID string, certPEM []byte, notAfter time.Time) api
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
 	ctx := r.Context()
 	var req api.RenewRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
 	now := s.cfg.Now().UTC()
 	var ident api.Identity
 	h, err := s.store.UpdateHost(ctx, c.id, func(h *store.Host) error {
 		if h.Revoked {
-			return errf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
+			return httpapi.Errorf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
 		}
 		certPEM, serial, notAfter, err := s.ca.SignNodeCSR([]byte(req.CSRPEM), h.ID, s.cfg.CertTTL, now)
 		if err != nil {
-			return invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
+			return httpapi.Invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
 		}
 		h.CertSerial, h.CertNotAfter = serial, notAfter
 		ident = s.identity(h.ID, certPEM, notAfter)
@@ -160,20 +164,20 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, c nodeCaller) err
 	if err != nil {
 		result = "refused"
 	}
-	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "host.renew", target: c.id, result: result,
-		cid: correlationID(ctx)})
+	s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.id, Action: "host.renew", Target: c.id, Result: result,
+		CID: httpapi.CorrelationID(ctx)})
 	if err != nil {
 		return err
 	}
 	s.hosts.put(h)
-	writeJSON(w, http.StatusOK, ident)
+	httpapi.WriteJSON(w, http.StatusOK, ident)
 	return nil
 }
 
 // heartbeat records liveness; the store is written only on transitions.
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
 	var hb api.Heartbeat
-	if err := decodeJSON(r, &hb); err != nil {
+	if err := httpapi.DecodeJSON(r, &hb); err != nil {
 		return err
 	}
 	s.metrics.heartbeats.Inc()
@@ -212,16 +216,16 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, c nodeCaller)
 func (s *Server) putCapabilities(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
 	ctx := r.Context()
 	var caps api.Capabilities
-	if err := decodeJSON(r, &caps); err != nil {
+	if err := httpapi.DecodeJSON(r, &caps); err != nil {
 		return err
 	}
 	if fields := caps.Validate("capabilities"); len(fields) > 0 {
-		return invalid(fields)
+		return httpapi.Invalid(fields)
 	}
 	b, _ := json.Marshal(caps)
 	h, err := s.store.UpdateHost(ctx, c.id, func(h *store.Host) error {
 		if h.OSFamily != caps.OSFamily {
-			return invalid([]api.FieldError{{Field: "capabilities.os_family",
+			return httpapi.Invalid([]api.FieldError{{Field: "capabilities.os_family",
 				Message: fmt.Sprintf("os_family %q does not match the host record (%q)", caps.OSFamily, h.OSFamily)}})
 		}
 		h.Capabilities, h.Hostname, h.SelectedAccel, h.AgentVersion = b, caps.Hostname, caps.SelectedAccel, caps.AgentVersion
@@ -231,14 +235,14 @@ func (s *Server) putCapabilities(w http.ResponseWriter, r *http.Request, c nodeC
 		return err
 	}
 	s.hosts.put(h)
-	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "host.capabilities", target: c.id, result: "ok",
-		cid: correlationID(ctx)})
+	s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.id, Action: "host.capabilities", Target: c.id, Result: "ok",
+		CID: httpapi.CorrelationID(ctx)})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
 func (s *Server) nodeJWKS(w http.ResponseWriter, _ *http.Request, _ nodeCaller) error {
-	writeJSON(w, http.StatusOK, s.keys.publicSet())
+	httpapi.WriteJSON(w, http.StatusOK, s.keys.PublicSet())
 	return nil
 }
 
@@ -251,7 +255,7 @@ func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c nodeCaller) 
 	if v := r.URL.Query().Get("timeout"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
-			return invalid([]api.FieldError{{Field: "timeout", Message: "must be a duration such as 30s"}})
+			return httpapi.Invalid([]api.FieldError{{Field: "timeout", Message: "must be a duration such as 30s"}})
 		}
 		wait = min(d, s.cfg.MaxWait)
 	}
@@ -275,7 +279,7 @@ func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c nodeCaller) 
 				return err
 			}
 			if hs.revoked {
-				return errf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
+				return httpapi.Errorf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
 			}
 		case <-timer.C:
 			w.WriteHeader(http.StatusNoContent)
@@ -307,15 +311,15 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c nodeCaller, t
 	ctx := r.Context()
 	claims := api.TaskClaims{TaskID: t.ID, NodeID: c.id, Type: t.Type, Params: t.Params,
 		CorrelationID: t.CorrelationID, IssuedAt: s.cfg.Now().Unix(), ExpiresAt: t.ExpiresAt.Unix()}
-	env, err := s.keys.sign(claims)
+	env, err := s.keys.Sign(claims)
 	if err != nil {
 		return fmt.Errorf("sign task %s: %w", t.ID, err)
 	}
 	s.metrics.tasksClaimed.Inc()
 	s.taskDispatched(ctx, t)
-	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "task.claim", target: t.ID, result: "dispatched",
-		cid: t.CorrelationID, detail: fmt.Sprintf("type=%s attempt=%d", t.Type, t.Attempts)})
-	writeJSON(w, http.StatusOK, api.TaskDelivery{TaskID: t.ID, TaskType: t.Type, Envelope: env,
+	s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.id, Action: "task.claim", Target: t.ID, Result: "dispatched",
+		CID: t.CorrelationID, Detail: fmt.Sprintf("type=%s attempt=%d", t.Type, t.Attempts)})
+	httpapi.WriteJSON(w, http.StatusOK, api.TaskDelivery{TaskID: t.ID, TaskType: t.Type, Envelope: env,
 		ExpiresAt: time.Unix(claims.ExpiresAt, 0).UTC(), CorrelationID: t.CorrelationID, Attempt: t.Attempts})
 	return nil
 }
@@ -324,22 +328,22 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c nodeCaller, t
 func (s *Server) taskEvent(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
 	ctx := r.Context()
 	var ev api.TaskEvent
-	if err := decodeJSON(r, &ev); err != nil {
+	if err := httpapi.DecodeJSON(r, &ev); err != nil {
 		return err
 	}
 	if ev.Phase == "" {
-		return invalid([]api.FieldError{{Field: "phase", Message: "required"}})
+		return httpapi.Invalid([]api.FieldError{{Field: "phase", Message: "required"}})
 	}
 	taskID := r.PathValue("task_id")
 	t, err := s.store.GetTask(ctx, taskID)
 	if err != nil || t.NodeID != c.id {
-		return errf(http.StatusNotFound, "task_not_found", "task %q not found for node %q", taskID, c.id)
+		return httpapi.Errorf(http.StatusNotFound, "task_not_found", "task %q not found for node %q", taskID, c.id)
 	}
 	if ev.At.IsZero() {
 		ev.At = s.cfg.Now().UTC()
 	}
 	if _, err := s.store.StartTask(ctx, c.id, taskID, s.cfg.Now().UTC().Add(s.lease(t.Type))); err != nil {
-		return storeErr(err, "task", taskID)
+		return httpapi.StoreError(err, "task", taskID)
 	}
 	b, _ := json.Marshal(ev)
 	if err := s.store.AddTaskEvent(ctx, store.TaskEvent{TaskID: taskID, At: ev.At.UTC(), Event: b}); err != nil {
@@ -354,7 +358,7 @@ func (s *Server) taskEvent(w http.ResponseWriter, r *http.Request, c nodeCaller)
 func (s *Server) taskResult(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
 	ctx := r.Context()
 	var res api.TaskResult
-	if err := decodeJSON(r, &res); err != nil {
+	if err := httpapi.DecodeJSON(r, &res); err != nil {
 		return err
 	}
 	var state api.TaskState
@@ -364,10 +368,10 @@ func (s *Server) taskResult(w http.ResponseWriter, r *http.Request, c nodeCaller
 	case api.ResultFailed:
 		state = api.TaskFailed
 		if res.Error == nil || res.Error.Code == "" {
-			return invalid([]api.FieldError{{Field: "error.code", Message: "required when status is failed"}})
+			return httpapi.Invalid([]api.FieldError{{Field: "error.code", Message: "required when status is failed"}})
 		}
 	default:
-		return invalid([]api.FieldError{{Field: "status", Message: `must be "succeeded" or "failed"`}})
+		return httpapi.Invalid([]api.FieldError{{Field: "status", Message: `must be "succeeded" or "failed"`}})
 	}
 	canon, err := json.Marshal(res)
 	if err != nil {
@@ -377,27 +381,16 @@ func (s *Server) taskResult(w http.ResponseWriter, r *http.Request, c nodeCaller
 	taskID := r.PathValue("task_id")
 	t, err := s.store.CompleteTask(ctx, c.id, taskID, state, canon, hex.EncodeToString(sum[:]), s.cfg.Now().UTC())
 	if err != nil {
-		s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "task.result", target: taskID, result: "refused",
-			cid: res.CorrelationID, detail: err.Error()})
-		return storeErr(err, "task", taskID)
+		s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.id, Action: "task.result", Target: taskID, Result: "refused",
+			CID: res.CorrelationID, Detail: err.Error()})
+		return httpapi.StoreError(err, "task", taskID)
 	}
 	s.metrics.taskResults.WithLabelValues(string(t.State)).Inc()
 	s.taskFinished(ctx, t)
-	s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "task.result", target: taskID, result: string(t.State),
-		cid: t.CorrelationID})
-	s.logger(ctx).Info("task result", "task_id", taskID, "node_id", c.id, "state", t.State,
+	s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.id, Action: "task.result", Target: taskID, Result: string(t.State),
+		CID: t.CorrelationID})
+	httpapi.Logger(ctx, s.log).Info("task result", "task_id", taskID, "node_id", c.id, "state", t.State,
 		"task_correlation_id", t.CorrelationID)
-	writeJSON(w, http.StatusOK, map[string]string{"task_id": taskID, "state": string(t.State)})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"task_id": taskID, "state": string(t.State)})
 	return nil
-}
-
-// storeErr maps store sentinels to HTTP errors.
-func storeErr(err error, kind, id string) error {
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return errf(http.StatusNotFound, kind+"_not_found", "%s %q not found", kind, id)
-	case errors.Is(err, store.ErrConflict):
-		return errf(http.StatusConflict, kind+"_conflict", "%s %q: %v", kind, id, err)
-	}
-	return err
 }

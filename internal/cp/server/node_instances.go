@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -113,7 +115,7 @@ func (s *Server) nodeInstances(w http.ResponseWriter, r *http.Request, c nodeCal
 	if v := q.Get("wait"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
-			return invalid([]api.FieldError{{Field: "wait", Message: "must be a duration such as 30s"}})
+			return httpapi.Invalid([]api.FieldError{{Field: "wait", Message: "must be a duration such as 30s"}})
 		}
 		wait = min(d, maxInstancesWait)
 	}
@@ -143,10 +145,10 @@ func (s *Server) nodeInstances(w http.ResponseWriter, r *http.Request, c nodeCal
 		}
 	}
 	if revoked {
-		return errf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
+		return httpapi.Errorf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
 	}
 	w.Header().Set("ETag", strconv.Quote(set.ETag))
-	writeJSON(w, http.StatusOK, set)
+	httpapi.WriteJSON(w, http.StatusOK, set)
 	return nil
 }
 
@@ -158,7 +160,7 @@ func (s *Server) instanceStatus(w http.ResponseWriter, r *http.Request, c nodeCa
 	ctx := r.Context()
 	iid := r.PathValue("iid")
 	var rep api.InstanceStatusReport
-	if err := decodeJSON(r, &rep); err != nil {
+	if err := httpapi.DecodeJSON(r, &rep); err != nil {
 		return err
 	}
 	var fields []api.FieldError
@@ -172,16 +174,16 @@ func (s *Server) instanceStatus(w http.ResponseWriter, r *http.Request, c nodeCa
 		fields = append(fields, api.FieldError{Field: "generation", Message: "must be >= 0"})
 	}
 	if len(fields) > 0 {
-		return invalid(fields)
+		return httpapi.Invalid(fields)
 	}
 	var rt json.RawMessage
 	if rep.Runtime != nil {
 		rt, _ = json.Marshal(rep.Runtime)
 	}
 	notYours := func() error {
-		s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "instance.status", target: iid, result: "denied",
-			cid: correlationID(ctx), detail: "instance not assigned to this node"})
-		return errf(http.StatusNotFound, "instance_not_found", "instance %q not found for node %q", iid, c.id)
+		s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.id, Action: "instance.status", Target: iid, Result: "denied",
+			CID: httpapi.CorrelationID(ctx), Detail: "instance not assigned to this node"})
+		return httpapi.Errorf(http.StatusNotFound, "instance_not_found", "instance %q not found for node %q", iid, c.id)
 	}
 	var cur store.Instance
 	out, err := s.store.UpdateInstance(ctx, iid, func(in *store.Instance) error {
@@ -190,7 +192,7 @@ func (s *Server) instanceStatus(w http.ResponseWriter, r *http.Request, c nodeCa
 		case in.HostID != c.id:
 			return store.ErrNotFound
 		case rep.Generation > in.Generation:
-			return invalid([]api.FieldError{{Field: "generation",
+			return httpapi.Invalid([]api.FieldError{{Field: "generation",
 				Message: fmt.Sprintf("generation %d is ahead of the instance's %d", rep.Generation, in.Generation)}})
 		case rep.Generation < in.ObservedGeneration:
 			return errStale
@@ -213,15 +215,15 @@ func (s *Server) instanceStatus(w http.ResponseWriter, r *http.Request, c nodeCa
 		if err := s.store.DeleteInstance(ctx, iid); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "instance.delete", target: iid, result: "removed",
-			cid: correlationID(ctx), detail: fmt.Sprintf("name=%s stopped at generation %d", cur.Name, rep.Generation)})
-		s.logger(ctx).Info("instance removed", "instance_id", iid, "name", cur.Name, "node_id", c.id)
+		s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.id, Action: "instance.delete", Target: iid, Result: "removed",
+			CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s stopped at generation %d", cur.Name, rep.Generation)})
+		httpapi.Logger(ctx, s.log).Info("instance removed", "instance_id", iid, "name", cur.Name, "node_id", c.id)
 		out = cur
 		out.Phase, out.ReasonCode, out.Message, out.ObservedGeneration = rep.Phase, rep.ReasonCode, rep.Message, rep.Generation
 	case err != nil:
 		return err
 	}
-	writeJSON(w, http.StatusOK, instanceView(out))
+	httpapi.WriteJSON(w, http.StatusOK, instanceView(out))
 	return nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -57,7 +59,7 @@ func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) error {
 	for _, h := range hosts {
 		out = append(out, hostView(h))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -65,9 +67,9 @@ func (s *Server) showHost(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	h, err := s.store.GetHost(r.Context(), id)
 	if err != nil {
-		return storeErr(err, "host", id)
+		return httpapi.StoreError(err, "host", id)
 	}
-	writeJSON(w, http.StatusOK, hostView(h))
+	httpapi.WriteJSON(w, http.StatusOK, hostView(h))
 	return nil
 }
 
@@ -75,7 +77,7 @@ func (s *Server) showHost(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) createHost(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var req api.CreateHostRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
 	var fields []api.FieldError
@@ -92,23 +94,23 @@ func (s *Server) createHost(w http.ResponseWriter, r *http.Request) error {
 		fields = append(fields, api.FieldError{Field: "token_ttl", Message: "must be between 1m and 720h"})
 	}
 	if len(fields) > 0 {
-		return invalid(fields)
+		return httpapi.Invalid(fields)
 	}
 	now := s.cfg.Now().UTC()
-	tok := newToken("drv_bt_")
+	tok := httpapi.NewToken("drv_bt_")
 	h := store.Host{ID: req.HostID, OSFamily: req.OSFamily, Labels: req.Labels, Enabled: true,
-		Status: api.HostUnknown, TokenHash: hashToken(tok), TokenExpiresAt: now.Add(ttl),
+		Status: api.HostUnknown, TokenHash: httpapi.HashToken(tok), TokenExpiresAt: now.Add(ttl),
 		CreatedAt: now, UpdatedAt: now}
 	if err := s.store.CreateHost(ctx, h); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return errf(http.StatusConflict, "host_exists", "host %q already exists", req.HostID)
+			return httpapi.Errorf(http.StatusConflict, "host_exists", "host %q already exists", req.HostID)
 		}
 		return err
 	}
-	s.audit(ctx, auditEntry{actor: actor(ctx), action: "host.create", target: h.ID, result: "ok", cid: correlationID(ctx)})
-	s.audit(ctx, auditEntry{actor: actor(ctx), action: "token.bootstrap_issue", target: h.ID, result: "ok",
-		cid: correlationID(ctx), detail: "expires_at=" + h.TokenExpiresAt.Format(time.RFC3339)})
-	writeJSON(w, http.StatusCreated, api.BootstrapToken{HostID: h.ID, Token: tok, ExpiresAt: h.TokenExpiresAt,
+	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "host.create", Target: h.ID, Result: "ok", CID: httpapi.CorrelationID(ctx)})
+	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "token.bootstrap_issue", Target: h.ID, Result: "ok",
+		CID: httpapi.CorrelationID(ctx), Detail: "expires_at=" + h.TokenExpiresAt.Format(time.RFC3339)})
+	httpapi.WriteJSON(w, http.StatusCreated, api.BootstrapToken{HostID: h.ID, Token: tok, ExpiresAt: h.TokenExpiresAt,
 		CAHash: s.ca.Hash(), NodeURL: s.cfg.NodeURL})
 	return nil
 }
@@ -122,15 +124,15 @@ func (s *Server) mutateHost(w http.ResponseWriter, r *http.Request, action strin
 		return fn(h)
 	})
 	if err != nil {
-		return storeErr(err, "host", id)
+		return httpapi.StoreError(err, "host", id)
 	}
 	s.hosts.invalidate(id)
-	s.audit(ctx, auditEntry{actor: actor(ctx), action: action, target: id, result: "ok", cid: correlationID(ctx)})
-	writeJSON(w, http.StatusOK, hostView(h))
+	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: action, Target: id, Result: "ok", CID: httpapi.CorrelationID(ctx)})
+	httpapi.WriteJSON(w, http.StatusOK, hostView(h))
 	return nil
 }
 
-func (s *Server) setHostEnabled(enabled bool) handlerFunc {
+func (s *Server) setHostEnabled(enabled bool) httpapi.HandlerFunc {
 	action := "host.disable"
 	if enabled {
 		action = "host.enable"
@@ -161,7 +163,7 @@ func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request) error {
 		TTL api.Duration `json:"token_ttl,omitempty"`
 	}
 	if r.ContentLength > 0 {
-		if err := decodeJSON(r, &req); err != nil {
+		if err := httpapi.DecodeJSON(r, &req); err != nil {
 			return err
 		}
 	}
@@ -169,21 +171,21 @@ func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request) error {
 	if ttl == 0 {
 		ttl = s.cfg.BootstrapTokenTTL
 	}
-	tok := newToken("drv_bt_")
+	tok := httpapi.NewToken("drv_bt_")
 	now := s.cfg.Now().UTC()
 	h, err := s.store.UpdateHost(ctx, id, func(h *store.Host) error {
 		if h.Revoked {
-			return errf(http.StatusConflict, "host_revoked", "host %q is revoked; create a new host record", id)
+			return httpapi.Errorf(http.StatusConflict, "host_revoked", "host %q is revoked; create a new host record", id)
 		}
-		h.TokenHash, h.TokenUsed, h.TokenExpiresAt, h.UpdatedAt = hashToken(tok), false, now.Add(ttl), now
+		h.TokenHash, h.TokenUsed, h.TokenExpiresAt, h.UpdatedAt = httpapi.HashToken(tok), false, now.Add(ttl), now
 		return nil
 	})
 	if err != nil {
-		return storeErr(err, "host", id)
+		return httpapi.StoreError(err, "host", id)
 	}
-	s.audit(ctx, auditEntry{actor: actor(ctx), action: "token.bootstrap_rotate", target: id, result: "ok",
-		cid: correlationID(ctx), detail: "expires_at=" + h.TokenExpiresAt.Format(time.RFC3339)})
-	writeJSON(w, http.StatusOK, api.BootstrapToken{HostID: id, Token: tok, ExpiresAt: h.TokenExpiresAt,
+	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "token.bootstrap_rotate", Target: id, Result: "ok",
+		CID: httpapi.CorrelationID(ctx), Detail: "expires_at=" + h.TokenExpiresAt.Format(time.RFC3339)})
+	httpapi.WriteJSON(w, http.StatusOK, api.BootstrapToken{HostID: id, Token: tok, ExpiresAt: h.TokenExpiresAt,
 		CAHash: s.ca.Hash(), NodeURL: s.cfg.NodeURL})
 	return nil
 }
@@ -199,7 +201,7 @@ func (s *Server) EnsureHost(ctx context.Context, id, osFamily string) (string, e
 	if err != nil && !errors.Is(err, store.ErrConflict) {
 		return "", err
 	}
-	tok := newToken("drv_bt_")
+	tok := httpapi.NewToken("drv_bt_")
 	_, err = s.store.UpdateHost(ctx, id, func(h *store.Host) error {
 		if h.Revoked {
 			return fmt.Errorf("host %q is revoked; use another --host-id", id)
@@ -208,7 +210,7 @@ func (s *Server) EnsureHost(ctx context.Context, id, osFamily string) (string, e
 			tok = ""
 			return errNoChange
 		}
-		h.TokenHash, h.TokenUsed, h.TokenExpiresAt = hashToken(tok), false, now.Add(time.Hour)
+		h.TokenHash, h.TokenUsed, h.TokenExpiresAt = httpapi.HashToken(tok), false, now.Add(time.Hour)
 		return nil
 	})
 	if errors.Is(err, errNoChange) {
@@ -217,7 +219,7 @@ func (s *Server) EnsureHost(ctx context.Context, id, osFamily string) (string, e
 	if err != nil {
 		return "", err
 	}
-	s.audit(ctx, auditEntry{actor: "system", action: "token.bootstrap_issue", target: id, result: "ok", detail: "drover dev"})
+	s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "token.bootstrap_issue", Target: id, Result: "ok", Detail: "drover dev"})
 	return tok, nil
 }
 

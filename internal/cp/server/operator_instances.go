@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -55,7 +57,7 @@ func (s *Server) findInstance(ctx context.Context, ref string) (store.Instance, 
 		in, err = s.store.GetInstanceByName(ctx, ref)
 	}
 	if err != nil {
-		return store.Instance{}, storeErr(err, "instance", ref)
+		return store.Instance{}, httpapi.StoreError(err, "instance", ref)
 	}
 	return in, nil
 }
@@ -64,11 +66,11 @@ func (s *Server) findInstance(ctx context.Context, ref string) (store.Instance, 
 func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var req api.CreateInstanceRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
 	if fields := validateCreate(req, true); len(fields) > 0 {
-		return invalid(fields)
+		return httpapi.Invalid(fields)
 	}
 	s.placeMu.Lock()
 	defer s.placeMu.Unlock()
@@ -80,7 +82,7 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, instanceView(in))
+	httpapi.WriteJSON(w, http.StatusCreated, instanceView(in))
 	return nil
 }
 
@@ -90,7 +92,7 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) error {
 // f is updated with the new instance. The caller holds s.placeMu.
 func (s *Server) createPlaced(ctx context.Context, f *fleet, req api.CreateInstanceRequest) (store.Instance, error) {
 	if f.names[req.Name] {
-		return store.Instance{}, errf(http.StatusConflict, "instance_exists", "an instance named %q exists", req.Name)
+		return store.Instance{}, httpapi.Errorf(http.StatusConflict, "instance_exists", "an instance named %q exists", req.Name)
 	}
 	spec, _ := json.Marshal(req.Spec)
 	for attempt := 1; ; attempt++ {
@@ -101,10 +103,10 @@ func (s *Server) createPlaced(ctx context.Context, f *fleet, req api.CreateInsta
 		now := s.cfg.Now().UTC()
 		in := store.Instance{ID: newInstanceID(), Name: req.Name, Group: req.Group, HostID: hostID, Labels: req.Labels,
 			Spec: spec, DesiredState: api.DesiredRunning, Generation: 1, Phase: api.InstancePending,
-			CreatedBy: actor(ctx), CreatedAt: now, UpdatedAt: now}
+			CreatedBy: httpapi.Actor(ctx), CreatedAt: now, UpdatedAt: now}
 		if err := s.store.CreateInstance(ctx, in); err != nil {
 			if errors.Is(err, store.ErrConflict) {
-				return store.Instance{}, errf(http.StatusConflict, "instance_exists", "an instance named %q exists", req.Name)
+				return store.Instance{}, httpapi.Errorf(http.StatusConflict, "instance_exists", "an instance named %q exists", req.Name)
 			}
 			return store.Instance{}, err
 		}
@@ -112,8 +114,8 @@ func (s *Server) createPlaced(ctx context.Context, f *fleet, req api.CreateInsta
 		if err == nil && ok {
 			s.instWaiters.wake(hostID) // same replica: do not wait for the event round trip
 			f.add(hostID, in.Name, in.DesiredState, req.Spec)
-			s.audit(ctx, auditEntry{actor: actor(ctx), action: "instance.create", target: in.ID, result: "ok",
-				cid: correlationID(ctx), detail: fmt.Sprintf("name=%s host=%s group=%s", in.Name, hostID, in.Group)})
+			s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.create", Target: in.ID, Result: "ok",
+				CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s host=%s group=%s", in.Name, hostID, in.Group)})
 			return in, nil
 		}
 		if derr := s.store.DeleteInstance(context.WithoutCancel(ctx), in.ID); derr != nil && !errors.Is(derr, store.ErrNotFound) {
@@ -123,8 +125,8 @@ func (s *Server) createPlaced(ctx context.Context, f *fleet, req api.CreateInsta
 			return store.Instance{}, err
 		}
 		if attempt == maxPlacementAttempts {
-			return store.Instance{}, &httpError{status: http.StatusConflict, code: "placement_conflict",
-				msg: "concurrent placements kept taking the same capacity; retry", retryAfter: 1}
+			return store.Instance{}, &httpapi.Error{Status: http.StatusConflict, Code: "placement_conflict",
+				Msg: "concurrent placements kept taking the same capacity; retry", RetryAfter: 1}
 		}
 		if f, err = s.loadFleet(ctx); err != nil {
 			return store.Instance{}, err
@@ -136,7 +138,7 @@ func (s *Server) createPlaced(ctx context.Context, f *fleet, req api.CreateInsta
 // the best host matching req.HostLabels.
 func (s *Server) pickHost(ctx context.Context, f *fleet, req api.CreateInstanceRequest) (string, error) {
 	if req.HostID != "" && !slices.ContainsFunc(f.hosts, func(h store.Host) bool { return h.ID == req.HostID }) {
-		return "", invalid([]api.FieldError{{Field: "host_id", Message: "no host " + strconv.Quote(req.HostID)}})
+		return "", httpapi.Invalid([]api.FieldError{{Field: "host_id", Message: "no host " + strconv.Quote(req.HostID)}})
 	}
 	var check slotCheck
 	if len(req.Spec.Slots) > 0 {
@@ -224,7 +226,7 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) error {
 	for _, in := range ins {
 		out = append(out, instanceView(in))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -233,7 +235,7 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, instanceView(in))
+	httpapi.WriteJSON(w, http.StatusOK, instanceView(in))
 	return nil
 }
 
@@ -241,7 +243,7 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) error {
 // generation is bumped. Asking again for the state an instance already has
 // changes nothing, except start on a Failed instance, whose new generation
 // asks its agent to try again.
-func (s *Server) setInstanceDesired(desired api.DesiredState) handlerFunc {
+func (s *Server) setInstanceDesired(desired api.DesiredState) httpapi.HandlerFunc {
 	action := "instance.stop"
 	if desired == api.DesiredRunning {
 		action = "instance.start"
@@ -258,7 +260,7 @@ func (s *Server) setInstanceDesired(desired api.DesiredState) handlerFunc {
 			cur = *i
 			switch {
 			case i.DesiredState == api.DesiredDeleted:
-				return errf(http.StatusConflict, "instance_deleting", "instance %s is being deleted", i.Name)
+				return httpapi.Errorf(http.StatusConflict, "instance_deleting", "instance %s is being deleted", i.Name)
 			case i.DesiredState == desired && (desired != api.DesiredRunning || i.Phase != api.InstanceFailed):
 				return errNoChange
 			}
@@ -269,13 +271,13 @@ func (s *Server) setInstanceDesired(desired api.DesiredState) handlerFunc {
 		case errors.Is(err, errNoChange):
 			out, result = cur, "unchanged"
 		case err != nil:
-			return storeErr(err, "instance", in.ID)
+			return httpapi.StoreError(err, "instance", in.ID)
 		default:
 			s.instWaiters.wake(out.HostID)
 		}
-		s.audit(ctx, auditEntry{actor: actor(ctx), action: action, target: in.ID, result: result, cid: correlationID(ctx),
-			detail: fmt.Sprintf("name=%s generation=%d", out.Name, out.Generation)})
-		writeJSON(w, http.StatusOK, instanceView(out))
+		s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: action, Target: in.ID, Result: result, CID: httpapi.CorrelationID(ctx),
+			Detail: fmt.Sprintf("name=%s generation=%d", out.Name, out.Generation)})
+		httpapi.WriteJSON(w, http.StatusOK, instanceView(out))
 		return nil
 	}
 }
@@ -289,7 +291,7 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) error {
 	if v := r.URL.Query().Get("force"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return invalid([]api.FieldError{{Field: "force", Message: "must be true or false"}})
+			return httpapi.Invalid([]api.FieldError{{Field: "force", Message: "must be true or false"}})
 		}
 		force = b
 	}
@@ -299,19 +301,19 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) error {
 	}
 	if force {
 		if err := s.store.DeleteInstance(ctx, in.ID); err != nil {
-			return storeErr(err, "instance", in.ID)
+			return httpapi.StoreError(err, "instance", in.ID)
 		}
 		s.instWaiters.wake(in.HostID)
-		s.audit(ctx, auditEntry{actor: actor(ctx), action: "instance.delete", target: in.ID, result: "forced",
-			cid: correlationID(ctx), detail: "name=" + in.Name + " host=" + in.HostID})
-		writeJSON(w, http.StatusOK, instanceView(in))
+		s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.delete", Target: in.ID, Result: "forced",
+			CID: httpapi.CorrelationID(ctx), Detail: "name=" + in.Name + " host=" + in.HostID})
+		httpapi.WriteJSON(w, http.StatusOK, instanceView(in))
 		return nil
 	}
 	out, err := s.markDeleted(ctx, in.ID)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusAccepted, instanceView(out))
+	httpapi.WriteJSON(w, http.StatusAccepted, instanceView(out))
 	return nil
 }
 
@@ -332,18 +334,18 @@ func (s *Server) markDeleted(ctx context.Context, id string) (store.Instance, er
 	case errors.Is(err, errNoChange):
 		out, result = cur, "unchanged"
 	case err != nil:
-		return store.Instance{}, storeErr(err, "instance", id)
+		return store.Instance{}, httpapi.StoreError(err, "instance", id)
 	default:
 		s.instWaiters.wake(out.HostID)
 	}
-	s.audit(ctx, auditEntry{actor: actor(ctx), action: "instance.delete", target: id, result: result,
-		cid: correlationID(ctx), detail: fmt.Sprintf("name=%s generation=%d", out.Name, out.Generation)})
+	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.delete", Target: id, Result: result,
+		CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s generation=%d", out.Name, out.Generation)})
 	return out, nil
 }
 
 // setHostDraining is drain and undrain: a draining host takes no new
 // instances, and its agent learns it from its desired set.
-func (s *Server) setHostDraining(on bool) handlerFunc {
+func (s *Server) setHostDraining(on bool) httpapi.HandlerFunc {
 	action := "host.undrain"
 	if on {
 		action = "host.drain"

@@ -2,13 +2,13 @@ package server
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/webui"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -20,7 +20,7 @@ import (
 type operatorRoute struct {
 	method, pattern string
 	role            api.Role
-	h               handlerFunc
+	h               httpapi.HandlerFunc
 }
 
 func (rt operatorRoute) key() string { return rt.method + " " + rt.pattern }
@@ -60,10 +60,10 @@ func (s *Server) operatorRoutes() []operatorRoute {
 		{post, "/api/v1/allocations", operator, s.createAllocation},
 		{get, "/api/v1/allocations/{id}", viewer, s.showAllocation},
 		{del, "/api/v1/allocations/{id}", operator, s.releaseAllocation},
-		{post, "/api/v1/allocations/{id}/terminal-token", operator, s.mintTerminalToken},
-		{get, "/api/v1/allocations/{id}/sessions", viewer, s.listAllocationSessions},
-		{get, "/api/v1/terminal-sessions/{sid}", viewer, s.showTerminalSession},
-		{get, "/api/v1/terminal-sessions/{sid}/recording", operator, s.terminalRecording},
+		{post, "/api/v1/allocations/{id}/terminal-token", operator, s.term.MintToken},
+		{get, "/api/v1/allocations/{id}/sessions", viewer, s.term.ListAllocationSessions},
+		{get, "/api/v1/terminal-sessions/{sid}", viewer, s.term.ShowSession},
+		{get, "/api/v1/terminal-sessions/{sid}/recording", operator, s.term.Recording},
 		{get, "/api/v1/tasks", viewer, s.listTasks},
 		{post, "/api/v1/tasks", operator, s.enqueueTask},
 		{get, "/api/v1/tasks/{id}", viewer, s.showTask},
@@ -72,7 +72,7 @@ func (s *Server) operatorRoutes() []operatorRoute {
 		{get, "/api/v1/tokens", admin, s.listTokens},
 		{post, "/api/v1/tokens", admin, s.createToken},
 		{post, "/api/v1/tokens/{id}/revoke", admin, s.revokeToken},
-		{get, "/api/v1/audit", viewer, s.listAudit},
+		{get, "/api/v1/audit", viewer, s.audit.List},
 		{post, "/api/v1/signing-keys/rotate", admin, s.rotateSigningKey},
 		{get, "/api/v1/ca", viewer, s.showCA},
 	}
@@ -101,13 +101,13 @@ func (s *Server) publicRoutes() []publicRoute {
 	ui := webui.Handler()
 	return []publicRoute{
 		{"GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+			httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		})},
-		{"GET /readyz", s.handle(s.readyz)},
+		{"GET /readyz", httpapi.Handle(s.log, s.readyz)},
 		{"GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})},
 		// The browser's terminal leg: the single-use terminal token (a
 		// subprotocol), minted by an operator-role route, is its credential.
-		{"GET /api/v1/terminal", http.HandlerFunc(s.terminalWS)},
+		{"GET /api/v1/terminal", http.HandlerFunc(s.term.Browser)},
 		// The web console: its pages call the API above from the browser.
 		{"GET /ui/", ui},
 		{"GET /{$}", ui}, // "/" redirects to /ui/
@@ -133,61 +133,17 @@ func (s *Server) OperatorRouteTable() []Route {
 }
 
 func (s *Server) showCA(w http.ResponseWriter, _ *http.Request) error {
-	writeJSON(w, http.StatusOK, map[string]string{"ca_hash": s.ca.Hash(), "ca_pem": string(s.ca.CertPEM()), "node_url": s.cfg.NodeURL})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"ca_hash": s.ca.Hash(), "ca_pem": string(s.ca.CertPEM()), "node_url": s.cfg.NodeURL})
 	return nil
 }
 
-// principal is the operator token a request authenticated with.
-type principal struct {
-	tokenID, name string
-	role          api.Role
-}
-
-// actor is how audit records and created_by fields name the principal.
-func (p principal) actor() string { return "operator:" + p.name }
-
-type principalKey struct{}
-
-func principalFrom(ctx context.Context) (principal, bool) {
-	p, ok := ctx.Value(principalKey{}).(principal)
-	return p, ok
-}
-
-func withPrincipal(ctx context.Context, p principal) context.Context {
-	ctx = context.WithValue(ctx, principalKey{}, p)
-	return context.WithValue(ctx, ctxActor, p.actor())
-}
-
 // operatorAuth requires a valid operator bearer token whose role is at least
-// min: 401 without a valid token, 403 operator_role_forbidden (audited)
-// with one whose role is too low.
-func (s *Server) operatorAuth(min api.Role, next handlerFunc) http.Handler {
-	return s.handle(func(w http.ResponseWriter, r *http.Request) error {
-		raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || raw == "" {
-			return errf(http.StatusUnauthorized, "operator_token_required", "missing operator bearer token (Authorization: Bearer ...)")
-		}
-		tok, err := s.store.GetOperatorTokenByHash(r.Context(), hashToken(raw))
-		if errors.Is(err, store.ErrNotFound) {
-			return errf(http.StatusUnauthorized, "operator_token_invalid", "operator token is not valid")
-		} else if err != nil {
-			return err
-		}
-		if tok.Revoked || (!tok.ExpiresAt.IsZero() && !s.cfg.Now().Before(tok.ExpiresAt)) {
-			return errf(http.StatusUnauthorized, "operator_token_invalid", "operator token is revoked or expired")
-		}
-		p := principal{tokenID: tok.ID, name: tok.Name, role: tok.Role}
-		ctx := withPrincipal(r.Context(), p)
-		if !p.role.AtLeast(min) {
-			s.audit(ctx, auditEntry{actor: p.actor(), action: "operator.forbidden", target: r.Pattern,
-				result: "forbidden", cid: correlationID(ctx), detail: "requires=" + string(min)})
-			return roleForbidden(min, p)
-		}
-		return next(w, r.WithContext(ctx))
-	})
-}
-
-func roleForbidden(need api.Role, p principal) *httpError {
-	return errf(http.StatusForbidden, "operator_role_forbidden",
-		"requires role %s; operator token %q has role %s", need, p.name, p.role)
+// min (httpapi.Auth); a refusal for a too-low role is audited.
+func (s *Server) operatorAuth(min api.Role, next httpapi.HandlerFunc) http.Handler {
+	a := &httpapi.Auth{Tokens: s.store, Now: s.cfg.Now, Log: s.log,
+		Forbidden: func(ctx context.Context, p httpapi.Principal, route string, need api.Role) {
+			s.audit.Record(ctx, audit.Entry{Actor: p.Actor(), Action: "operator.forbidden", Target: route,
+				Result: "forbidden", CID: httpapi.CorrelationID(ctx), Detail: "requires=" + string(need)})
+		}}
+	return a.Require(min, next)
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -52,38 +54,38 @@ func (s *Server) approveSlots(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	hostID := r.PathValue("id")
 	var req api.ApproveSlotsRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
 	if req.TaskID == "" {
-		return invalid([]api.FieldError{{Field: "task_id", Message: "required: the slice.topology_discover task to approve from"}})
+		return httpapi.Invalid([]api.FieldError{{Field: "task_id", Message: "required: the slice.topology_discover task to approve from"}})
 	}
 	if !req.All && len(req.SlotIndexes) == 0 {
-		return invalid([]api.FieldError{{Field: "slot_indexes", Message: "name the slots to approve, or set all"}})
+		return httpapi.Invalid([]api.FieldError{{Field: "slot_indexes", Message: "name the slots to approve, or set all"}})
 	}
 	t, err := s.store.GetTask(ctx, req.TaskID)
 	if err != nil {
-		return storeErr(err, "task", req.TaskID)
+		return httpapi.StoreError(err, "task", req.TaskID)
 	}
 	switch {
 	case t.NodeID != hostID:
-		return invalid([]api.FieldError{{Field: "task_id", Message: fmt.Sprintf("task ran on %q, not %q", t.NodeID, hostID)}})
+		return httpapi.Invalid([]api.FieldError{{Field: "task_id", Message: fmt.Sprintf("task ran on %q, not %q", t.NodeID, hostID)}})
 	case t.Type != topologyTaskType:
-		return invalid([]api.FieldError{{Field: "task_id", Message: fmt.Sprintf("task is %s, want %s", t.Type, topologyTaskType)}})
+		return httpapi.Invalid([]api.FieldError{{Field: "task_id", Message: fmt.Sprintf("task is %s, want %s", t.Type, topologyTaskType)}})
 	case t.State != api.TaskSucceeded:
-		return errf(http.StatusConflict, "task_not_succeeded", "discovery task %s is %s", t.ID, t.State)
+		return httpapi.Errorf(http.StatusConflict, "task_not_succeeded", "discovery task %s is %s", t.ID, t.State)
 	}
 	var res api.TaskResult
 	var out topologyOutput
 	if err := json.Unmarshal(t.Result, &res); err != nil || json.Unmarshal(res.Output, &out) != nil {
-		return errf(http.StatusConflict, "task_output_invalid", "discovery task %s has no readable output", t.ID)
+		return httpapi.Errorf(http.StatusConflict, "task_output_invalid", "discovery task %s has no readable output", t.ID)
 	}
 	byIndex := map[int]json.RawMessage{}
 	var order []int
 	for _, c := range out.CandidateSlots {
 		i, _, err := candidateIndex(c)
 		if err != nil {
-			return errf(http.StatusConflict, "task_output_invalid", "%v", err)
+			return httpapi.Errorf(http.StatusConflict, "task_output_invalid", "%v", err)
 		}
 		byIndex[i] = c
 		order = append(order, i)
@@ -93,7 +95,7 @@ func (s *Server) approveSlots(w http.ResponseWriter, r *http.Request) error {
 		want = order
 	}
 	if len(want) == 0 {
-		return errf(http.StatusConflict, "no_candidate_slots", "discovery task %s proposed no slots", t.ID)
+		return httpapi.Errorf(http.StatusConflict, "no_candidate_slots", "discovery task %s proposed no slots", t.ID)
 	}
 	var blockers []string
 	for _, b := range out.CandidateSummary.Blockers {
@@ -106,27 +108,27 @@ func (s *Server) approveSlots(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if len(blockers) > 0 {
-		return errf(http.StatusConflict, "slot_blocked", "slots cannot be approved: %s", strings.Join(blockers, "; "))
+		return httpapi.Errorf(http.StatusConflict, "slot_blocked", "slots cannot be approved: %s", strings.Join(blockers, "; "))
 	}
 	var slots []store.Slot
 	for _, i := range want {
 		c, ok := byIndex[i]
 		if !ok {
-			return invalid([]api.FieldError{{Field: "slot_indexes", Message: fmt.Sprintf("task %s has no candidate slot %d", t.ID, i)}})
+			return httpapi.Invalid([]api.FieldError{{Field: "slot_indexes", Message: fmt.Sprintf("task %s has no candidate slot %d", t.ID, i)}})
 		}
 		_, id, _ := candidateIndex(c)
 		slots = append(slots, store.Slot{HostID: hostID, SlotID: id, Index: i, Spec: c, SourceTask: t.ID,
-			ApprovedBy: actor(ctx), ApprovedAt: s.cfg.Now().UTC()})
+			ApprovedBy: httpapi.Actor(ctx), ApprovedAt: s.cfg.Now().UTC()})
 	}
 	if err := s.store.ApproveSlots(ctx, slots); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return errf(http.StatusConflict, "slot_exists", "%v", err)
+			return httpapi.Errorf(http.StatusConflict, "slot_exists", "%v", err)
 		}
 		return err
 	}
 	for _, sl := range slots {
-		s.audit(ctx, auditEntry{actor: actor(ctx), action: "slot.approve", target: hostID + "/" + sl.SlotID,
-			result: "ok", cid: correlationID(ctx), detail: "task=" + t.ID})
+		s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "slot.approve", Target: hostID + "/" + sl.SlotID,
+			Result: "ok", CID: httpapi.CorrelationID(ctx), Detail: "task=" + t.ID})
 	}
 	return s.listSlots(w, r)
 }
@@ -139,7 +141,7 @@ func slotView(sl store.Slot) api.Slot {
 func (s *Server) listSlots(w http.ResponseWriter, r *http.Request) error {
 	hostID := r.PathValue("id")
 	if _, err := s.store.GetHost(r.Context(), hostID); err != nil {
-		return storeErr(err, "host", hostID)
+		return httpapi.StoreError(err, "host", hostID)
 	}
 	slots, err := s.store.ListSlots(r.Context(), hostID)
 	if err != nil {
@@ -149,17 +151,17 @@ func (s *Server) listSlots(w http.ResponseWriter, r *http.Request) error {
 	for _, sl := range slots {
 		out = append(out, slotView(sl))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
 func (s *Server) deleteSlot(w http.ResponseWriter, r *http.Request) error {
 	hostID, slotID := r.PathValue("id"), r.PathValue("slot_id")
 	if err := s.store.DeleteSlot(r.Context(), hostID, slotID); err != nil {
-		return storeErr(err, "slot", hostID+"/"+slotID)
+		return httpapi.StoreError(err, "slot", hostID+"/"+slotID)
 	}
-	s.audit(r.Context(), auditEntry{actor: actor(r.Context()), action: "slot.delete", target: hostID + "/" + slotID,
-		result: "ok", cid: correlationID(r.Context())})
+	s.audit.Record(r.Context(), audit.Entry{Actor: httpapi.Actor(r.Context()), Action: "slot.delete", Target: hostID + "/" + slotID,
+		Result: "ok", CID: httpapi.CorrelationID(r.Context())})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

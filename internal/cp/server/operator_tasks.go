@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -38,7 +40,7 @@ func taskView(t store.Task) api.Task {
 func (s *Server) enqueueTask(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var req api.EnqueueTaskRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
 	now := s.cfg.Now().UTC()
@@ -83,28 +85,28 @@ func (s *Server) enqueueTask(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if len(fields) > 0 {
-		return invalid(fields)
+		return httpapi.Invalid(fields)
 	}
 	cid := req.CorrelationID
 	if cid == "" {
-		cid = correlationID(ctx)
-	} else if !correlationRE.MatchString(cid) {
-		return invalid([]api.FieldError{{Field: "correlation_id", Message: "1-128 characters of [A-Za-z0-9._:-]"}})
+		cid = httpapi.CorrelationID(ctx)
+	} else if !httpapi.ValidCorrelationID(cid) {
+		return httpapi.Invalid([]api.FieldError{{Field: "correlation_id", Message: "1-128 characters of [A-Za-z0-9._:-]"}})
 	}
 	var compact json.RawMessage
 	if b, err := compactJSON(req.Params); err == nil {
 		compact = b
 	}
-	t := store.Task{ID: newID("tsk_"), NodeID: req.NodeID, Type: req.Type, Params: compact,
-		State: api.TaskQueued, CorrelationID: cid, CreatedBy: actor(ctx), CreatedAt: now, ExpiresAt: expires}
+	t := store.Task{ID: httpapi.NewID("tsk_"), NodeID: req.NodeID, Type: req.Type, Params: compact,
+		State: api.TaskQueued, CorrelationID: cid, CreatedBy: httpapi.Actor(ctx), CreatedAt: now, ExpiresAt: expires}
 	if err := s.store.EnqueueTask(ctx, t); err != nil {
 		return err
 	}
 	s.waiters.wake(t.NodeID) // same replica: do not wait for the event round trip
 	s.metrics.tasksEnqueued.Inc()
-	s.audit(ctx, auditEntry{actor: actor(ctx), action: "task.enqueue", target: t.ID, result: "queued", cid: cid,
-		detail: "node=" + t.NodeID + " type=" + t.Type})
-	writeJSON(w, http.StatusCreated, taskView(t))
+	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "task.enqueue", Target: t.ID, Result: "queued", CID: cid,
+		Detail: "node=" + t.NodeID + " type=" + t.Type})
+	httpapi.WriteJSON(w, http.StatusCreated, taskView(t))
 	return nil
 }
 
@@ -128,7 +130,7 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) error {
 	for _, t := range tasks {
 		out = append(out, taskView(t))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -142,7 +144,7 @@ func (s *Server) showTask(w http.ResponseWriter, r *http.Request) error {
 	if v := r.URL.Query().Get("wait"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			return invalid([]api.FieldError{{Field: "wait", Message: "must be a duration such as 30s"}})
+			return httpapi.Invalid([]api.FieldError{{Field: "wait", Message: "must be a duration such as 30s"}})
 		}
 		wait = min(d, time.Minute)
 	}
@@ -150,7 +152,7 @@ func (s *Server) showTask(w http.ResponseWriter, r *http.Request) error {
 	for {
 		t, err := s.store.GetTask(ctx, id)
 		if err != nil {
-			return storeErr(err, "task", id)
+			return httpapi.StoreError(err, "task", id)
 		}
 		if t.State.Terminal() || !time.Now().Before(deadline) {
 			v := taskView(t)
@@ -164,7 +166,7 @@ func (s *Server) showTask(w http.ResponseWriter, r *http.Request) error {
 					v.Events = append(v.Events, te)
 				}
 			}
-			writeJSON(w, http.StatusOK, v)
+			httpapi.WriteJSON(w, http.StatusOK, v)
 			return nil
 		}
 		select {
@@ -180,9 +182,9 @@ func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	t, err := s.store.CancelTask(ctx, id, s.cfg.Now().UTC())
 	if err != nil {
-		return storeErr(err, "task", id)
+		return httpapi.StoreError(err, "task", id)
 	}
-	s.audit(ctx, auditEntry{actor: actor(ctx), action: "task.cancel", target: id, result: "canceled", cid: t.CorrelationID})
-	writeJSON(w, http.StatusOK, taskView(t))
+	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "task.cancel", Target: id, Result: "canceled", CID: t.CorrelationID})
+	httpapi.WriteJSON(w, http.StatusOK, taskView(t))
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -74,15 +76,15 @@ func joinRoles() string {
 func (s *Server) CreateOperatorToken(ctx context.Context, spec OperatorTokenSpec) (api.OperatorToken, error) {
 	now := s.cfg.Now().UTC()
 	if fe := spec.validate(now); len(fe) > 0 {
-		return api.OperatorToken{}, invalid(fe)
+		return api.OperatorToken{}, httpapi.Invalid(fe)
 	}
-	if p, ok := principalFrom(ctx); ok && !p.role.AtLeast(spec.Role) {
-		s.audit(ctx, auditEntry{actor: p.actor(), action: "token.create", result: "forbidden",
-			cid: correlationID(ctx), detail: "name=" + spec.Name + " role=" + string(spec.Role)})
-		return api.OperatorToken{}, roleForbidden(spec.Role, p)
+	if p, ok := httpapi.PrincipalFrom(ctx); ok && !p.Role.AtLeast(spec.Role) {
+		s.audit.Record(ctx, audit.Entry{Actor: p.Actor(), Action: "token.create", Result: "forbidden",
+			CID: httpapi.CorrelationID(ctx), Detail: "name=" + spec.Name + " role=" + string(spec.Role)})
+		return api.OperatorToken{}, httpapi.RoleForbidden(spec.Role, p)
 	}
-	raw := newToken("drv_op_")
-	t := store.OperatorToken{ID: newID("tok_"), Name: spec.Name, Role: spec.Role, TokenHash: hashToken(raw),
+	raw := httpapi.NewToken("drv_op_")
+	t := store.OperatorToken{ID: httpapi.NewID("tok_"), Name: spec.Name, Role: spec.Role, TokenHash: httpapi.HashToken(raw),
 		CreatedAt: now, ExpiresAt: spec.ExpiresAt.UTC()}
 	if spec.TTL > 0 {
 		t.ExpiresAt = now.Add(spec.TTL)
@@ -97,8 +99,8 @@ func (s *Server) CreateOperatorToken(ctx context.Context, spec OperatorTokenSpec
 	if !t.ExpiresAt.IsZero() {
 		detail += " expires_at=" + t.ExpiresAt.Format(time.RFC3339)
 	}
-	s.audit(ctx, auditEntry{actor: orSystem(actor(ctx)), action: "token.create", target: t.ID, result: "ok",
-		cid: correlationID(ctx), detail: detail})
+	s.audit.Record(ctx, audit.Entry{Actor: orSystem(httpapi.Actor(ctx)), Action: "token.create", Target: t.ID, Result: "ok",
+		CID: httpapi.CorrelationID(ctx), Detail: detail})
 	v := tokenView(t)
 	v.Token = raw
 	return v, nil
@@ -123,7 +125,7 @@ func tokenView(t store.OperatorToken) api.OperatorToken {
 // createToken is POST /api/v1/tokens; the role defaults to operator.
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	var req api.CreateOperatorTokenRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
 	spec := OperatorTokenSpec{Name: req.Name, Role: req.Role, TTL: time.Duration(req.TTL)}
@@ -135,13 +137,13 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	}
 	v, err := s.CreateOperatorToken(r.Context(), spec)
 	if errors.Is(err, store.ErrConflict) {
-		return &httpError{status: http.StatusConflict, code: "token_name_taken",
-			msg:    fmt.Sprintf("an operator token named %q exists", req.Name),
-			fields: []api.FieldError{{Field: "name", Message: "already in use"}}}
+		return &httpapi.Error{Status: http.StatusConflict, Code: "token_name_taken",
+			Msg:    fmt.Sprintf("an operator token named %q exists", req.Name),
+			Fields: []api.FieldError{{Field: "name", Message: "already in use"}}}
 	} else if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, v)
+	httpapi.WriteJSON(w, http.StatusCreated, v)
 	return nil
 }
 
@@ -154,17 +156,17 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) error {
 	for _, t := range toks {
 		out = append(out, tokenView(t))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
 func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if err := s.store.RevokeOperatorToken(r.Context(), id); err != nil {
-		return storeErr(err, "token", id)
+		return httpapi.StoreError(err, "token", id)
 	}
-	s.audit(r.Context(), auditEntry{actor: actor(r.Context()), action: "token.revoke", target: id, result: "ok",
-		cid: correlationID(r.Context())})
+	s.audit.Record(r.Context(), audit.Entry{Actor: httpapi.Actor(r.Context()), Action: "token.revoke", Target: id, Result: "ok",
+		CID: httpapi.CorrelationID(r.Context())})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -116,7 +118,7 @@ func TestMintRule(t *testing.T) {
 		ctx := t.Context()
 		if tt.caller != "" {
 			c := e.tokens[tt.caller]
-			ctx = withPrincipal(ctx, principal{tokenID: c.ID, name: c.Name, role: tt.caller})
+			ctx = httpapi.WithPrincipal(ctx, httpapi.Principal{TokenID: c.ID, Name: c.Name, Role: tt.caller})
 		}
 		name := "m" + string(rune('a'+i))
 		tok, err := e.s.CreateOperatorToken(ctx, OperatorTokenSpec{Name: name, Role: tt.mint})
@@ -126,8 +128,8 @@ func TestMintRule(t *testing.T) {
 			}
 			continue
 		}
-		he, isHTTP := err.(*httpError)
-		if !isHTTP || he.status != http.StatusForbidden || he.code != "operator_role_forbidden" {
+		he, isHTTP := err.(*httpapi.Error)
+		if !isHTTP || he.Status != http.StatusForbidden || he.Code != "operator_role_forbidden" {
 			t.Errorf("%q minting %s: %v, want 403 operator_role_forbidden", tt.caller, tt.mint, err)
 		}
 	}
@@ -145,9 +147,9 @@ func TestAuditCarriesTokenAndRole(t *testing.T) {
 	if st, _, _ := e.do(t, http.MethodPost, "/api/v1/hosts/web-1/revoke", op.Token, ""); st != http.StatusForbidden {
 		t.Fatalf("operator revoking a host: %d, want 403", st)
 	}
-	ctx := withPrincipal(t.Context(), principal{tokenID: viewer.ID, name: viewer.Name, role: api.RoleViewer})
-	e.s.audit(ctx, auditEntry{actor: "system", action: "probe.system"})
-	e.s.audit(ctx, auditEntry{actor: "operator:" + viewer.Name, action: "probe.viewer"})
+	ctx := httpapi.WithPrincipal(t.Context(), httpapi.Principal{TokenID: viewer.ID, Name: viewer.Name, Role: api.RoleViewer})
+	e.s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "probe.system"})
+	e.s.audit.Record(ctx, audit.Entry{Actor: "operator:" + viewer.Name, Action: "probe.viewer"})
 
 	evs, err := e.st.ListAudit(t.Context(), store.AuditFilter{})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -175,7 +176,7 @@ func (f *fleet) place(req api.PlacementRequest, slots slotCheck) (api.PlacementR
 		if slotShort {
 			code = "slot_unavailable"
 		}
-		return api.PlacementResponse{}, errf(http.StatusConflict, code,
+		return api.PlacementResponse{}, httpapi.Errorf(http.StatusConflict, code,
 			"no host can hold the request: %s", strings.Join(reasons, "; "))
 	}
 	sort.SliceStable(fits, func(i, j int) bool { return fits[i].Free.MemoryMiB > fits[j].Free.MemoryMiB })
@@ -196,12 +197,12 @@ func labelsMatch(have, want map[string]string) bool {
 // instance placement does.
 func (s *Server) checkPlacement(w http.ResponseWriter, r *http.Request) error {
 	var req api.PlacementRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
 	rs := req.Resources
 	if rs.VCPUs < 0 || rs.MemoryMiB < 0 || rs.DiskGiB < 0 || rs.GPUs < 0 {
-		return invalid([]api.FieldError{{Field: "resources", Message: "amounts must be >= 0"}})
+		return httpapi.Invalid([]api.FieldError{{Field: "resources", Message: "amounts must be >= 0"}})
 	}
 	f, err := s.loadFleet(r.Context())
 	if err != nil {
@@ -211,6 +212,6 @@ func (s *Server) checkPlacement(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, res)
+	httpapi.WriteJSON(w, http.StatusOK, res)
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -81,13 +82,13 @@ func TestPlace(t *testing.T) {
 				}
 				return
 			}
-			var he *httpError
-			if !errors.As(err, &he) || he.status != 409 || he.code != tt.wantCode {
+			var he *httpapi.Error
+			if !errors.As(err, &he) || he.Status != 409 || he.Code != tt.wantCode {
 				t.Fatalf("err = %v, want 409 %s", err, tt.wantCode)
 			}
 			for _, w := range tt.wantErrs {
-				if !strings.Contains(he.msg, w) {
-					t.Errorf("message %q lacks %q", he.msg, w)
+				if !strings.Contains(he.Msg, w) {
+					t.Errorf("message %q lacks %q", he.Msg, w)
 				}
 			}
 		})

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -20,8 +22,8 @@ import (
 // none outstanding, or none at all look alike, so the answer tells nothing
 // about the host (enrolled or not, disabled, revoked). Its message names no
 // host id.
-func errTokenRefused() *httpError {
-	return errf(http.StatusUnauthorized, "bootstrap_token_invalid",
+func errTokenRefused() *httpapi.Error {
+	return httpapi.Errorf(http.StatusUnauthorized, "bootstrap_token_invalid",
 		"bootstrap token refused: it is wrong, expired or already used; an operator issues a new one with `drover hosts rotate-token`")
 }
 
@@ -33,39 +35,39 @@ func errTokenRefused() *httpError {
 // address and rate limited per source and per host id.
 func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	if ok, after := s.limiter.allow(r); !ok {
+	if ok, after := s.limiter.Allow(r); !ok {
 		s.metrics.registrations.WithLabelValues("rate_limited").Inc()
-		return &httpError{status: http.StatusTooManyRequests, code: "rate_limited",
-			msg: "too many registration attempts; retry later", retryAfter: after}
+		return &httpapi.Error{Status: http.StatusTooManyRequests, Code: "rate_limited",
+			Msg: "too many registration attempts; retry later", RetryAfter: after}
 	}
-	req, fields, err := api.DecodeRegister(io.LimitReader(r.Body, maxBody))
+	req, fields, err := api.DecodeRegister(io.LimitReader(r.Body, httpapi.MaxBody))
 	if err != nil {
 		s.metrics.registrations.WithLabelValues("invalid").Inc()
-		return errf(http.StatusUnprocessableEntity, "invalid_json", "register payload: %v", err)
+		return httpapi.Errorf(http.StatusUnprocessableEntity, "invalid_json", "register payload: %v", err)
 	}
 	if len(fields) > 0 {
 		s.metrics.registrations.WithLabelValues("invalid").Inc()
-		return invalid(fields)
+		return httpapi.Invalid(fields)
 	}
-	failKeys := []string{"source:" + limitKey(r.RemoteAddr), "host:" + req.HostID}
+	failKeys := []string{"source:" + httpapi.LimitKey(r.RemoteAddr), "host:" + req.HostID}
 	if blocked, after := s.authFails.blocked(failKeys...); blocked {
 		s.metrics.registrations.WithLabelValues("rate_limited").Inc()
-		return &httpError{status: http.StatusTooManyRequests, code: "rate_limited",
-			msg: "too many failed registration attempts; retry later", retryAfter: after}
+		return &httpapi.Error{Status: http.StatusTooManyRequests, Code: "rate_limited",
+			Msg: "too many failed registration attempts; retry later", RetryAfter: after}
 	}
 	now := s.cfg.Now().UTC()
 	src := sourceAddr(r)
 	if _, err := s.store.GetHost(ctx, req.HostID); errors.Is(err, store.ErrNotFound) {
 		if !s.cfg.AllowUnknownHostRegistration {
 			s.registerFailed(ctx, req.HostID, src, failKeys, "unknown_host")
-			return errf(http.StatusNotFound, "unknown_host", "host %q has no host record; create it with `drover hosts create`", req.HostID)
+			return httpapi.Errorf(http.StatusNotFound, "unknown_host", "host %q has no host record; create it with `drover hosts create`", req.HostID)
 		}
 		ident, created, err := s.registerUnknown(ctx, req, src, now)
 		if err != nil {
 			return err
 		}
 		if created {
-			writeJSON(w, http.StatusOK, ident)
+			httpapi.WriteJSON(w, http.StatusOK, ident)
 			return nil
 		}
 		// Created by someone else meanwhile: a known host, token required.
@@ -74,7 +76,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	var ident api.Identity
-	presented := hashToken(req.BootstrapToken)
+	presented := httpapi.HashToken(req.BootstrapToken)
 	h, err := s.store.UpdateHost(ctx, req.HostID, func(h *store.Host) error {
 		// Only after the token is proven may the answer say anything about
 		// the host: its token's expiry, revocation, disablement.
@@ -82,21 +84,21 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
 			return errTokenRefused()
 		}
 		if !now.Before(h.TokenExpiresAt) {
-			return errf(http.StatusUnauthorized, "bootstrap_token_expired", "bootstrap token expired at %s; rotate it", h.TokenExpiresAt.Format(time.RFC3339))
+			return httpapi.Errorf(http.StatusUnauthorized, "bootstrap_token_expired", "bootstrap token expired at %s; rotate it", h.TokenExpiresAt.Format(time.RFC3339))
 		}
 		if h.Revoked {
-			return errf(http.StatusForbidden, "host_revoked", "host %q is revoked", h.ID)
+			return httpapi.Errorf(http.StatusForbidden, "host_revoked", "host %q is revoked", h.ID)
 		}
 		if !h.Enabled {
-			return errf(http.StatusForbidden, "host_disabled", "host %q is disabled; enable it with `drover hosts enable %s`", h.ID, h.ID)
+			return httpapi.Errorf(http.StatusForbidden, "host_disabled", "host %q is disabled; enable it with `drover hosts enable %s`", h.ID, h.ID)
 		}
 		if h.OSFamily != req.Capabilities.OSFamily {
-			return invalid([]api.FieldError{{Field: "capabilities.os_family",
+			return httpapi.Invalid([]api.FieldError{{Field: "capabilities.os_family",
 				Message: fmt.Sprintf("os_family %q does not match the host record (%q)", req.Capabilities.OSFamily, h.OSFamily)}})
 		}
 		certPEM, serial, notAfter, err := s.ca.SignNodeCSR([]byte(req.CSRPEM), h.ID, s.cfg.CertTTL, now)
 		if err != nil {
-			return invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
+			return httpapi.Invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
 		}
 		h.TokenHash, h.TokenUsed = "", true
 		h.CertSerial, h.CertNotAfter, h.EnrolledAt = serial, notAfter, now
@@ -105,26 +107,26 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	})
 	if err != nil {
-		var he *httpError
-		if errors.As(err, &he) && he.status == http.StatusUnauthorized {
-			s.registerFailed(ctx, req.HostID, src, failKeys, he.code)
+		var he *httpapi.Error
+		if errors.As(err, &he) && he.Status == http.StatusUnauthorized {
+			s.registerFailed(ctx, req.HostID, src, failKeys, he.Code)
 			return err
 		}
 		result := "error"
 		if he != nil {
-			result = he.code
+			result = he.Code
 		}
 		s.metrics.registrations.WithLabelValues(result).Inc()
-		s.audit(ctx, auditEntry{actor: "node:" + req.HostID, action: "host.register", target: req.HostID,
-			result: result, cid: correlationID(ctx), detail: "source=" + src})
+		s.audit.Record(ctx, audit.Entry{Actor: "node:" + req.HostID, Action: "host.register", Target: req.HostID,
+			Result: result, CID: httpapi.CorrelationID(ctx), Detail: "source=" + src})
 		return err
 	}
 	s.hosts.put(h)
 	s.metrics.registrations.WithLabelValues("ok").Inc()
-	s.audit(ctx, auditEntry{actor: "node:" + h.ID, action: "host.register", target: h.ID, result: "ok",
-		cid: correlationID(ctx), detail: "cert_serial=" + h.CertSerial + " source=" + src})
-	s.logger(ctx).Info("host enrolled", "host_id", h.ID, "cert_not_after", h.CertNotAfter, "source", src)
-	writeJSON(w, http.StatusOK, ident)
+	s.audit.Record(ctx, audit.Entry{Actor: "node:" + h.ID, Action: "host.register", Target: h.ID, Result: "ok",
+		CID: httpapi.CorrelationID(ctx), Detail: "cert_serial=" + h.CertSerial + " source=" + src})
+	httpapi.Logger(ctx, s.log).Info("host enrolled", "host_id", h.ID, "cert_not_after", h.CertNotAfter, "source", src)
+	httpapi.WriteJSON(w, http.StatusOK, ident)
 	return nil
 }
 
@@ -137,7 +139,7 @@ func (s *Server) registerUnknown(ctx context.Context, req api.RegisterRequest, s
 	certPEM, serial, notAfter, err := s.ca.SignNodeCSR([]byte(req.CSRPEM), req.HostID, s.cfg.CertTTL, now)
 	if err != nil {
 		s.metrics.registrations.WithLabelValues("invalid_payload").Inc()
-		return api.Identity{}, false, invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
+		return api.Identity{}, false, httpapi.Invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
 	}
 	h := store.Host{ID: req.HostID, OSFamily: req.Capabilities.OSFamily, Enabled: true, Status: api.HostUnknown,
 		TokenUsed: true, CertSerial: serial, CertNotAfter: notAfter, EnrolledAt: now, CreatedAt: now, UpdatedAt: now}
@@ -149,11 +151,11 @@ func (s *Server) registerUnknown(ctx context.Context, req api.RegisterRequest, s
 	}
 	s.hosts.put(h)
 	s.metrics.registrations.WithLabelValues("unknown_host_registration").Inc()
-	s.audit(ctx, auditEntry{actor: "node:" + h.ID, action: "host.create", target: h.ID,
-		result: "unknown_host_registration", cid: correlationID(ctx), detail: "source=" + src})
-	s.audit(ctx, auditEntry{actor: "node:" + h.ID, action: "host.register", target: h.ID, result: "ok",
-		cid: correlationID(ctx), detail: "cert_serial=" + serial + " source=" + src + " unknown_host_registration"})
-	s.logger(ctx).Warn("unknown host enrolled without a bootstrap token", "host_id", h.ID, "source", src)
+	s.audit.Record(ctx, audit.Entry{Actor: "node:" + h.ID, Action: "host.create", Target: h.ID,
+		Result: "unknown_host_registration", CID: httpapi.CorrelationID(ctx), Detail: "source=" + src})
+	s.audit.Record(ctx, audit.Entry{Actor: "node:" + h.ID, Action: "host.register", Target: h.ID, Result: "ok",
+		CID: httpapi.CorrelationID(ctx), Detail: "cert_serial=" + serial + " source=" + src + " unknown_host_registration"})
+	httpapi.Logger(ctx, s.log).Warn("unknown host enrolled without a bootstrap token", "host_id", h.ID, "source", src)
 	return s.identity(h.ID, certPEM, notAfter), true, nil
 }
 
@@ -168,8 +170,8 @@ func setReported(h *store.Host, caps api.Capabilities) {
 func (s *Server) registerFailed(ctx context.Context, hostID, src string, failKeys []string, code string) {
 	s.authFails.fail(failKeys...)
 	s.metrics.registrations.WithLabelValues(code).Inc()
-	s.audit(ctx, auditEntry{actor: "anonymous", action: "host.register", target: hostID, result: code,
-		cid: correlationID(ctx), detail: "source=" + src})
+	s.audit.Record(ctx, audit.Entry{Actor: "anonymous", Action: "host.register", Target: hostID, Result: code,
+		CID: httpapi.CorrelationID(ctx), Detail: "source=" + src})
 }
 
 // sourceAddr is the client's IP address (the connection's peer).

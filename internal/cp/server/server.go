@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"sync"
 	"time"
 
@@ -23,9 +22,13 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/kek"
+	"github.com/drover-dev/drover/internal/cp/keys"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/cp/taskbus"
+	"github.com/drover-dev/drover/internal/cp/termgw"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/pki"
 	"github.com/drover-dev/drover/internal/wire/task"
@@ -103,73 +106,11 @@ type Config struct {
 	Now func() time.Time
 }
 
-// TerminalConfig configures the terminal gateway. Zero values take the
-// defaults documented on each field.
-type TerminalConfig struct {
-	// AllowedOrigins are browser origins besides the gateway's own that may
-	// open terminals, e.g. "https://console.example.com".
-	AllowedOrigins []string
-	// TokenTTL is a terminal token's lifetime (default and maximum 60s).
-	TokenTTL time.Duration
-	// DispatchTimeout bounds the wait for a node to pick up terminal.open
-	// (default 10s): node_offline or dispatch_timeout.
-	DispatchTimeout time.Duration
-	// NodeStreamTimeout bounds the wait for the node's stream once it picked
-	// up terminal.open (default 15s): node_stream_timeout.
-	NodeStreamTimeout time.Duration
-	// PTYTimeout bounds the wait for the node's ready frame once its stream
-	// connected (default 15s): terminal_pty_failed.
-	PTYTimeout time.Duration
-	// IdleTimeout ends a session without user input (default 30m).
-	IdleTimeout time.Duration
-	// MaxLifetime ends any session (default 12h).
-	MaxLifetime time.Duration
-	// KeepAlive is the WebSocket ping interval on both legs (default 15s).
-	KeepAlive time.Duration
-	// RecordingDir holds asciicast v2 recordings, one per session; ""
-	// disables recording (the server logs a warning).
-	RecordingDir string
-	// RecordInput also records keystrokes (off: they include passwords
-	// typed at prompts that do not echo).
-	RecordInput bool
-	// MaxSessionsPerNode is how many terminal sessions one node may have on
-	// this replica at once (default 16); beyond it: terminal_session_limit.
-	MaxSessionsPerNode int
-	// RecheckInterval is how often live sessions re-read their node,
-	// allocation and minting token, in case a change event was lost
-	// (default 30s). Change events end them at once.
-	RecheckInterval time.Duration
-}
-
-func (t *TerminalConfig) setDefaults() error {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&t.TokenTTL, maxTerminalTokenTTL)
-	def(&t.DispatchTimeout, 10*time.Second)
-	def(&t.NodeStreamTimeout, 15*time.Second)
-	def(&t.PTYTimeout, 15*time.Second)
-	def(&t.IdleTimeout, 30*time.Minute)
-	def(&t.MaxLifetime, 12*time.Hour)
-	def(&t.KeepAlive, 15*time.Second)
-	if t.TokenTTL < 0 || t.TokenTTL > maxTerminalTokenTTL {
-		return fmt.Errorf("terminal token TTL %s: must be at most %s", t.TokenTTL, maxTerminalTokenTTL)
-	}
-	if t.KeepAlive > 20*time.Second {
-		return fmt.Errorf("terminal keepalive %s: must be at most 20s (proxies drop idle WebSockets)", t.KeepAlive)
-	}
-	for _, o := range t.AllowedOrigins {
-		if u, err := url.Parse(o); err != nil || u.Scheme == "" || u.Host == "" || u.Path != "" {
-			return fmt.Errorf("terminal allowed origin %q: must be scheme://host[:port]", o)
-		}
-	}
-	return nil
-}
+// TerminalConfig configures the terminal gateway (see termgw.Config).
+type TerminalConfig = termgw.Config
 
 func (c *Config) setDefaults() error {
-	if err := c.Terminal.setDefaults(); err != nil {
+	if err := c.Terminal.SetDefaults(); err != nil {
 		return err
 	}
 	if c.OperatorAddr == "" {
@@ -227,13 +168,26 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
+// Errors New returns when the private keys cannot be used (see keys).
+var (
+	ErrNoKEK       = keys.ErrNoKEK
+	ErrKEKMismatch = keys.ErrKEKMismatch
+)
+
+// SealAtRest encrypts every private key in st with ring's primary KEK
+// (see keys.SealAtRest): `drover keys rotate-kek` runs it offline.
+func SealAtRest(ctx context.Context, st store.Store, ring *kek.Ring, log *slog.Logger) (int, error) {
+	return keys.SealAtRest(ctx, st, ring, log)
+}
+
 // Server is one control-plane replica.
 type Server struct {
 	cfg     Config
 	store   store.Store
 	log     *slog.Logger
+	audit   *audit.Log
 	ca      *pki.CA
-	keys    *keyring
+	keys    *keys.Keys
 	hosts   *hostCache
 	live    *liveness
 	waiters *waiters
@@ -242,19 +196,16 @@ type Server struct {
 	// placeMu serialises this replica's instance placements (check, then
 	// insert); across replicas verifyPlacement settles races.
 	placeMu sync.Mutex
-	limiter *ipLimiter
+	limiter *httpapi.IPLimiter
 	// authFails limits failed enrolments per source and per host id.
 	authFails *failLimiter
-	// term holds this replica's live terminal sessions.
-	term *termGateway
+	// term is the terminal gateway.
+	term *termgw.Gateway
 	// tasks carries task events (claimed, finished) from the task path to
 	// the consumers subscribed by task type (newTaskBus).
 	tasks *taskbus.Bus
 	// polls caps each node's concurrent long-polls per route.
-	polls *longPolls
-	// baseCtx ends when Serve returns; terminal sessions (hijacked
-	// connections) end with it.
-	baseCtx context.Context
+	polls   *longPolls
 	metrics *metrics
 	reg     *prometheus.Registry
 
@@ -270,24 +221,14 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, store: st, log: cfg.Logger, ready: make(chan struct{})}
-	rest := atRest{ring: cfg.KEK}
-	if cfg.KEK == nil {
-		if !cfg.InsecurePlaintextKeys {
-			return nil, ErrNoKEK
-		}
-		s.log.Warn("private keys are stored in plaintext (--insecure-plaintext-keys): anyone who can read the database can impersonate the control plane")
-	} else if _, err := SealAtRest(ctx, st, cfg.KEK, s.log); err != nil {
-		return nil, err
-	}
-	ca, err := loadOrCreateCA(ctx, st, cfg.Now(), rest)
+	s := &Server{cfg: cfg, store: st, log: cfg.Logger, ready: make(chan struct{}),
+		audit: audit.New(st, cfg.Now, cfg.Logger)}
+	kr, err := keys.Open(ctx, st, keys.Config{KEK: cfg.KEK, InsecurePlaintextKeys: cfg.InsecurePlaintextKeys,
+		Now: cfg.Now, Log: s.log})
 	if err != nil {
 		return nil, err
 	}
-	s.ca = ca
-	if s.keys, err = newKeyring(ctx, st, cfg.Now, rest); err != nil {
-		return nil, err
-	}
+	s.keys, s.ca = kr, kr.CA()
 	if cfg.NodeURL == "" {
 		_, port, err := net.SplitHostPort(cfg.NodeAddr)
 		if err != nil {
@@ -302,17 +243,21 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	s.waiters = newWaiters()
 	s.instWaiters = newWaiters()
 	s.live = newLiveness(s)
-	s.term = newTermGateway()
+	s.term = termgw.New(s.cfg.Terminal, st, onlineFunc(s.nodeOnline), enqueueFunc(s.enqueue), s.audit,
+		termgw.Metrics{Mints: s.metrics.terminalMints, Sessions: s.metrics.terminalSessions,
+			NodeStreams: s.metrics.terminalNodeStreams, Revoked: s.metrics.terminalRevoked,
+			OpenSeconds: s.metrics.terminalOpenSeconds, LimitRefusals: s.metrics.limitRefusals},
+		s.log, cfg.Now)
 	s.tasks = s.newTaskBus()
 	s.polls = newLongPolls(s.cfg.NodeLongPollLimit, s.reg)
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "drover_terminal_live_sessions",
-		Help: "Terminal sessions this replica holds a browser for."}, func() float64 { return float64(s.term.count()) }))
+		Help: "Terminal sessions this replica holds a browser for."}, func() float64 { return float64(s.term.Count()) }))
 	if cfg.Terminal.RecordingDir == "" {
 		s.log.Warn("terminal sessions are not recorded: no recording directory configured")
 	}
-	s.limiter = newIPLimiter(cfg.RegisterRate, cfg.RegisterBurst, cfg.Now)
+	s.limiter = httpapi.NewIPLimiter(cfg.RegisterRate, cfg.RegisterBurst, cfg.Now)
 	s.authFails = newFailLimiter(cfg.AuthFailRate, cfg.AuthFailBurst, cfg.Now)
-	if s.nodeTLS, err = s.nodeTLSConfig(); err != nil {
+	if s.nodeTLS, err = s.keys.NodeTLSConfig(s.cfg.NodeAddr, s.cfg.TLSHosts); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -357,12 +302,12 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 	nodeSrv.TLSConfig = s.nodeTLS
 
 	g, gctx := errgroup.WithContext(ctx)
-	s.baseCtx = gctx
+	s.term.Start(gctx)
 	g.Go(func() error { s.dispatchEvents(gctx, events); return nil })
 	g.Go(func() error { s.live.run(gctx); return nil })
 	g.Go(func() error { s.reapLoop(gctx); return nil })
-	g.Go(func() error { s.recheckTerminalsLoop(gctx); return nil })
-	g.Go(func() error { s.keys.refreshLoop(gctx, s.log); return nil })
+	g.Go(func() error { s.term.Run(gctx); return nil })
+	g.Go(func() error { s.keys.Run(gctx); return nil })
 	g.Go(func() error { return serveUntil(gctx, opSrv, func() error { return opSrv.Serve(opLn) }) })
 	g.Go(func() error {
 		return serveUntil(gctx, nodeSrv, func() error { return nodeSrv.ServeTLS(nodeLn, "", "") })
@@ -417,7 +362,7 @@ func (s *Server) dispatchEvents(ctx context.Context, events <-chan store.Event) 
 			case store.EventInstance:
 				s.instWaiters.wake(ev.ID)
 			}
-			s.terminalEvent(ctx, ev) // host, allocation and token changes end terminals
+			s.term.Event(ctx, ev) // host, allocation and token changes end terminals
 		}
 	}
 }
@@ -441,14 +386,14 @@ func (s *Server) reapLoop(ctx context.Context) {
 		}
 		for _, t := range requeued {
 			s.metrics.tasksRequeued.Inc()
-			s.audit(ctx, auditEntry{actor: "system", action: "task.requeue", target: t.ID,
-				result: "lease_expired", cid: t.CorrelationID, detail: fmt.Sprintf("node=%s attempts=%d", t.NodeID, t.Attempts)})
+			s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "task.requeue", Target: t.ID,
+				Result: "lease_expired", CID: t.CorrelationID, Detail: fmt.Sprintf("node=%s attempts=%d", t.NodeID, t.Attempts)})
 		}
 		for _, t := range expired {
 			s.taskFinished(ctx, t)
 			s.metrics.tasksExpired.Inc()
-			s.audit(ctx, auditEntry{actor: "system", action: "task.expire", target: t.ID,
-				result: "expired", cid: t.CorrelationID, detail: "node=" + t.NodeID})
+			s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "task.expire", Target: t.ID,
+				Result: "expired", CID: t.CorrelationID, Detail: "node=" + t.NodeID})
 		}
 	}
 }

@@ -21,7 +21,7 @@ import (
 // replicas see it by re-reading the task from the store (pump.open).
 func (s *Server) newTaskBus() *taskbus.Bus {
 	b := taskbus.New()
-	s.subscribeTerminalTasks(b)
+	s.term.Subscribe(b)
 	s.subscribeAllocationTasks(b)
 	return b
 }

@@ -1,4 +1,4 @@
-package server
+package termgw
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
@@ -22,21 +24,21 @@ import (
 // are short-lived, at most 60 s.
 const maxTerminalTokenTTL = 60 * time.Second
 
-// mintTerminalToken mints a single-use terminal token for an active
+// MintToken mints a single-use terminal token for an active
 // allocation and creates its session in state token_ready.
-func (s *Server) mintTerminalToken(w http.ResponseWriter, r *http.Request) error {
+func (s *Gateway) MintToken(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	id := r.PathValue("id")
-	refuse := func(he *httpError) error {
-		s.metrics.terminalMints.WithLabelValues(he.code).Inc()
-		s.audit(ctx, auditEntry{actor: actor(ctx), action: "terminal.token_mint", target: id, result: he.code,
-			cid: correlationID(ctx), detail: "terminal_token_mint_failed: " + he.msg})
+	refuse := func(he *httpapi.Error) error {
+		s.metrics.Mints.WithLabelValues(he.Code).Inc()
+		s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "terminal.token_mint", Target: id, Result: he.Code,
+			CID: httpapi.CorrelationID(ctx), Detail: "terminal_token_mint_failed: " + he.Msg})
 		return he
 	}
 	var req api.TerminalTokenRequest
 	if r.ContentLength != 0 {
-		if err := decodeJSON(r, &req); err != nil {
-			var he *httpError
+		if err := httpapi.DecodeJSON(r, &req); err != nil {
+			var he *httpapi.Error
 			if errors.As(err, &he) {
 				return refuse(he)
 			}
@@ -45,16 +47,16 @@ func (s *Server) mintTerminalToken(w http.ResponseWriter, r *http.Request) error
 	}
 	size, fields := terminalSize(req)
 	if len(fields) > 0 {
-		return refuse(invalid(fields))
+		return refuse(httpapi.Invalid(fields))
 	}
 	a, err := s.store.GetAllocation(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return refuse(errf(http.StatusNotFound, "allocation_not_found", "allocation %q not found", id))
+		return refuse(httpapi.Errorf(http.StatusNotFound, "allocation_not_found", "allocation %q not found", id))
 	} else if err != nil {
 		return err
 	}
 	if a.State != api.AllocationActive {
-		return refuse(errf(http.StatusConflict, "allocation_not_active",
+		return refuse(httpapi.Errorf(http.StatusConflict, "allocation_not_active",
 			"allocation %q is %s; a terminal needs an active allocation", a.ID, a.State))
 	}
 	mode, nodeID := task.TerminalModePTY, a.HostID
@@ -65,37 +67,37 @@ func (s *Server) mintTerminalToken(w http.ResponseWriter, r *http.Request) error
 			return err
 		}
 		if err != nil || in.DesiredState == api.DesiredDeleted {
-			return refuse(errf(http.StatusConflict, "allocation_not_bound",
+			return refuse(httpapi.Errorf(http.StatusConflict, "allocation_not_bound",
 				"allocation %q is bound to instance %q, which no longer exists", a.ID, a.InstanceID))
 		}
 		nodeID = in.HostID
 	}
 	if nodeID == "" {
-		return refuse(errf(http.StatusConflict, "allocation_not_bound", "allocation %q is not bound to a node", a.ID))
+		return refuse(httpapi.Errorf(http.StatusConflict, "allocation_not_bound", "allocation %q is not bound to a node", a.ID))
 	}
-	if limit := s.cfg.Terminal.MaxSessionsPerNode; s.term.nodeCount(nodeID) >= limit {
-		s.metrics.limitRefusals.WithLabelValues(codeTerminalLimit).Inc()
-		return refuse(&httpError{status: http.StatusTooManyRequests, code: codeTerminalLimit, retryAfter: terminalRetryAfter,
-			msg: fmt.Sprintf("node %q already has %d open terminal sessions on this gateway; close one or retry later", nodeID, limit)})
+	if limit := s.cfg.MaxSessionsPerNode; s.term.nodeCount(nodeID) >= limit {
+		s.metrics.LimitRefusals.WithLabelValues(codeTerminalLimit).Inc()
+		return refuse(&httpapi.Error{Status: http.StatusTooManyRequests, Code: codeTerminalLimit, RetryAfter: terminalRetryAfter,
+			Msg: fmt.Sprintf("node %q already has %d open terminal sessions on this gateway; close one or retry later", nodeID, limit)})
 	}
-	now := s.cfg.Now().UTC()
-	raw := newToken("drv_term_")
+	now := s.now().UTC()
+	raw := httpapi.NewToken("drv_term_")
 	first, _ := json.Marshal([]api.TerminalStateEvent{{State: string(terminal.StateTokenReady), At: now}})
-	sess := store.TerminalSession{ID: newID("ts_"), AllocationID: a.ID, NodeID: nodeID, Username: a.Username,
-		Mode: mode, InstanceID: a.InstanceID, TokenHash: hashToken(raw),
-		TokenExpiresAt: now.Add(s.cfg.Terminal.TokenTTL), State: string(terminal.StateTokenReady), States: first,
-		CorrelationID: correlationID(ctx), Cols: int(size.Cols), Rows: int(size.Rows), CreatedBy: actor(ctx),
+	sess := store.TerminalSession{ID: httpapi.NewID("ts_"), AllocationID: a.ID, NodeID: nodeID, Username: a.Username,
+		Mode: mode, InstanceID: a.InstanceID, TokenHash: httpapi.HashToken(raw),
+		TokenExpiresAt: now.Add(s.cfg.TokenTTL), State: string(terminal.StateTokenReady), States: first,
+		CorrelationID: httpapi.CorrelationID(ctx), Cols: int(size.Cols), Rows: int(size.Rows), CreatedBy: httpapi.Actor(ctx),
 		CreatedAt: now}
-	if p, ok := principalFrom(ctx); ok {
-		sess.MintedByTokenID = p.tokenID
+	if p, ok := httpapi.PrincipalFrom(ctx); ok {
+		sess.MintedByTokenID = p.TokenID
 	}
 	if err := s.store.CreateTerminalSession(ctx, sess); err != nil {
 		return err
 	}
-	s.metrics.terminalMints.WithLabelValues("ok").Inc()
-	s.audit(ctx, auditEntry{actor: actor(ctx), action: "terminal.token_mint", target: sess.ID, result: "ok",
-		cid: sess.CorrelationID, detail: fmt.Sprintf("allocation=%s node=%s mode=%s", a.ID, nodeID, mode)})
-	writeJSON(w, http.StatusCreated, api.TerminalToken{Token: raw, SessionID: sess.ID, AllocationID: a.ID,
+	s.metrics.Mints.WithLabelValues("ok").Inc()
+	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "terminal.token_mint", Target: sess.ID, Result: "ok",
+		CID: sess.CorrelationID, Detail: fmt.Sprintf("allocation=%s node=%s mode=%s", a.ID, nodeID, mode)})
+	httpapi.WriteJSON(w, http.StatusCreated, api.TerminalToken{Token: raw, SessionID: sess.ID, AllocationID: a.ID,
 		NodeID: nodeID, ExpiresAt: sess.TokenExpiresAt,
 		URL:         "/api/v1/terminal?allocation_id=" + url.QueryEscape(a.ID),
 		Subprotocol: terminal.Subprotocol})
@@ -140,10 +142,11 @@ func terminalSessionView(t store.TerminalSession) api.TerminalSession {
 	return v
 }
 
-func (s *Server) listAllocationSessions(w http.ResponseWriter, r *http.Request) error {
+// ListAllocationSessions is GET /api/v1/allocations/{id}/sessions.
+func (s *Gateway) ListAllocationSessions(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if _, err := s.store.GetAllocation(r.Context(), id); err != nil {
-		return storeErr(err, "allocation", id)
+		return httpapi.StoreError(err, "allocation", id)
 	}
 	limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
 	ss, err := s.store.ListTerminalSessions(r.Context(), store.TerminalSessionFilter{AllocationID: id, Limit: limit})
@@ -154,39 +157,40 @@ func (s *Server) listAllocationSessions(w http.ResponseWriter, r *http.Request) 
 	for _, t := range ss {
 		out = append(out, terminalSessionView(t))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
-func (s *Server) showTerminalSession(w http.ResponseWriter, r *http.Request) error {
+// ShowSession is GET /api/v1/terminal-sessions/{sid}.
+func (s *Gateway) ShowSession(w http.ResponseWriter, r *http.Request) error {
 	t, err := s.store.GetTerminalSession(r.Context(), r.PathValue("sid"))
 	if err != nil {
-		return storeErr(err, "terminal_session", r.PathValue("sid"))
+		return httpapi.StoreError(err, "terminal_session", r.PathValue("sid"))
 	}
-	writeJSON(w, http.StatusOK, terminalSessionView(t))
+	httpapi.WriteJSON(w, http.StatusOK, terminalSessionView(t))
 	return nil
 }
 
-// terminalRecording serves a session's asciicast v2 recording. Only files
+// Recording serves a session's asciicast v2 recording. Only files
 // inside the configured recording directory are ever opened.
-func (s *Server) terminalRecording(w http.ResponseWriter, r *http.Request) error {
+func (s *Gateway) Recording(w http.ResponseWriter, r *http.Request) error {
 	sid := r.PathValue("sid")
 	t, err := s.store.GetTerminalSession(r.Context(), sid)
 	if err != nil {
-		return storeErr(err, "terminal_session", sid)
+		return httpapi.StoreError(err, "terminal_session", sid)
 	}
 	if t.RecordingPath == "" {
-		return errf(http.StatusNotFound, "recording_not_found", "session %q has no recording (it never became ready)", sid)
+		return httpapi.Errorf(http.StatusNotFound, "recording_not_found", "session %q has no recording (it never became ready)", sid)
 	}
-	dir := s.cfg.Terminal.RecordingDir
+	dir := s.cfg.RecordingDir
 	rel, err := filepath.Rel(dir, t.RecordingPath)
 	if dir == "" || err != nil || !filepath.IsLocal(rel) {
-		return errf(http.StatusNotFound, "recording_not_found",
+		return httpapi.Errorf(http.StatusNotFound, "recording_not_found",
 			"recording of session %q is not in this replica's recording directory", sid)
 	}
 	f, err := os.Open(t.RecordingPath)
 	if errors.Is(err, os.ErrNotExist) {
-		return errf(http.StatusNotFound, "recording_not_found",
+		return httpapi.Errorf(http.StatusNotFound, "recording_not_found",
 			"recording of session %q is not on this replica (%s)", sid, t.RecordingPath)
 	} else if err != nil {
 		return err
@@ -204,9 +208,9 @@ func (s *Server) terminalRecording(w http.ResponseWriter, r *http.Request) error
 
 // appendTerminalState records a readiness hop (or failure) of a session.
 // fn, when non-nil, edits the record in the same update.
-func (s *Server) appendTerminalState(ctx context.Context, sid string, st terminal.State, detail string,
+func (s *Gateway) appendTerminalState(ctx context.Context, sid string, st terminal.State, detail string,
 	fn func(*store.TerminalSession)) {
-	now := s.cfg.Now().UTC()
+	now := s.now().UTC()
 	_, err := s.store.UpdateTerminalSession(context.WithoutCancel(ctx), sid, func(t *store.TerminalSession) error {
 		var evs []api.TerminalStateEvent
 		_ = json.Unmarshal(t.States, &evs)

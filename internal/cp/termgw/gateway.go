@@ -1,4 +1,4 @@
-package server
+package termgw
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
@@ -31,10 +33,10 @@ const (
 	openWithoutStreamGrace = 2 * time.Second
 )
 
-// terminalWS is the browser's end of the chain (GET /api/v1/terminal). It
+// Browser is the browser's end of the chain (GET /api/v1/terminal). It
 // always accepts the upgrade, so every refusal reaches the browser as an
 // error frame and a 4xxx close code rather than an unreadable 1006.
-func (s *Server) terminalWS(w http.ResponseWriter, r *http.Request) {
+func (s *Gateway) Browser(w http.ResponseWriter, r *http.Request) {
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols: []string{terminal.Subprotocol},
 		// Origin is checked below, after the upgrade, so the browser can be
@@ -42,8 +44,8 @@ func (s *Server) terminalWS(w http.ResponseWriter, r *http.Request) {
 		InsecureSkipVerify: true,
 	})
 	if err != nil {
-		s.metrics.terminalSessions.WithLabelValues("upgrade_failed").Inc()
-		s.logger(r.Context()).Info("terminal upgrade failed", "err", err)
+		s.metrics.Sessions.WithLabelValues("upgrade_failed").Inc()
+		httpapi.Logger(r.Context(), s.log).Info("terminal upgrade failed", "err", err)
 		return
 	}
 	conn.SetReadLimit(maxTerminalFrame)
@@ -51,15 +53,15 @@ func (s *Server) terminalWS(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	sess, code, msg := s.admitTerminal(ctx, r)
 	if code != "" {
-		s.metrics.terminalSessions.WithLabelValues(string(code)).Inc()
-		cid := correlationID(ctx)
+		s.metrics.Sessions.WithLabelValues(string(code)).Inc()
+		cid := httpapi.CorrelationID(ctx)
 		if sess.ID != "" {
 			cid = sess.CorrelationID
 			s.failTerminal(ctx, sess.ID, code, msg)
 		}
-		s.logger(ctx).Info("terminal refused", "session_id", sess.ID, "code", code, "msg", msg, "session_correlation_id", cid)
-		s.audit(ctx, auditEntry{actor: "browser", action: "terminal.open", target: orDash(sess.ID), result: string(code),
-			cid: cid, detail: msg})
+		httpapi.Logger(ctx, s.log).Info("terminal refused", "session_id", sess.ID, "code", code, "msg", msg, "session_correlation_id", cid)
+		s.audit.Record(ctx, audit.Entry{Actor: "browser", Action: "terminal.open", Target: orDash(sess.ID), Result: string(code),
+			CID: cid, Detail: msg})
 		sendError(ctx, conn, code, msg)
 		return
 	}
@@ -77,7 +79,7 @@ func orDash(s string) string {
 // exactly one token subprotocol, and a token that is known, unused,
 // unexpired, for this allocation, whose allocation is still active. The
 // token is burned by the first redemption, whatever follows.
-func (s *Server) admitTerminal(ctx context.Context, r *http.Request) (store.TerminalSession, terminal.ErrorCode, string) {
+func (s *Gateway) admitTerminal(ctx context.Context, r *http.Request) (store.TerminalSession, terminal.ErrorCode, string) {
 	var none store.TerminalSession
 	if origin := r.Header.Get("Origin"); origin != "" && !s.originAllowed(origin, r.Host) {
 		return none, terminal.CodeOriginForbidden, fmt.Sprintf("origin %q may not open terminals", origin)
@@ -99,15 +101,15 @@ func (s *Server) admitTerminal(ctx context.Context, r *http.Request) (store.Term
 		}
 		return none, terminal.CodeProtocolError, err.Error()
 	}
-	now := s.cfg.Now().UTC()
-	sess, err := s.store.RedeemTerminalToken(ctx, hashToken(raw), now)
+	now := s.now().UTC()
+	sess, err := s.store.RedeemTerminalToken(ctx, httpapi.HashToken(raw), now)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return none, terminal.CodeTokenInvalid, "the terminal token is not known"
 	case errors.Is(err, store.ErrConflict):
 		return none, terminal.CodeTokenReused, "the terminal token was already used"
 	case err != nil:
-		s.logger(ctx).Error("redeem terminal token", "err", err)
+		httpapi.Logger(ctx, s.log).Error("redeem terminal token", "err", err)
 		return none, terminal.CodeGatewayError, "the gateway could not check the token"
 	}
 	if !now.Before(sess.TokenExpiresAt) {
@@ -129,7 +131,7 @@ func (s *Server) admitTerminal(ctx context.Context, r *http.Request) (store.Term
 }
 
 // originAllowed accepts the gateway's own origin and the configured ones.
-func (s *Server) originAllowed(origin, host string) bool {
+func (s *Gateway) originAllowed(origin, host string) bool {
 	u, err := url.Parse(origin)
 	if err != nil || u.Host == "" {
 		return false
@@ -137,7 +139,7 @@ func (s *Server) originAllowed(origin, host string) bool {
 	if strings.EqualFold(u.Host, host) {
 		return true
 	}
-	for _, o := range s.cfg.Terminal.AllowedOrigins {
+	for _, o := range s.cfg.AllowedOrigins {
 		if strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
 			return true
 		}
@@ -146,8 +148,8 @@ func (s *Server) originAllowed(origin, host string) bool {
 }
 
 // failTerminal records that a session failed with code.
-func (s *Server) failTerminal(ctx context.Context, sid string, code terminal.ErrorCode, msg string) {
-	now := s.cfg.Now().UTC()
+func (s *Gateway) failTerminal(ctx context.Context, sid string, code terminal.ErrorCode, msg string) {
+	now := s.now().UTC()
 	s.appendTerminalState(ctx, sid, terminal.StateFailed, string(code)+": "+msg, func(t *store.TerminalSession) {
 		t.ErrorCode, t.ErrorMessage, t.CloseReason = string(code), msg, string(code)
 		if t.ClosedAt.IsZero() {
@@ -184,22 +186,22 @@ func newNonce() string {
 // runTerminal drives an admitted session: it queues terminal.open, reports
 // progress to the browser, waits for the node's stream and its ready frame
 // under deadlines, then splices the two streams until one side ends.
-func (s *Server) runTerminal(ctx context.Context, br *websocket.Conn, sess store.TerminalSession) {
+func (s *Gateway) runTerminal(ctx context.Context, br *websocket.Conn, sess store.TerminalSession) {
 	log := s.log.With("session_id", sess.ID, "correlation_id", sess.CorrelationID, "node_id", sess.NodeID,
 		"allocation_id", sess.AllocationID)
-	cfg := s.cfg.Terminal
-	started := s.cfg.Now()
+	cfg := s.cfg
+	started := s.now()
 	s.appendTerminalState(ctx, sess.ID, terminal.StateBrowserWSReady, "", nil)
 
 	fail := func(code terminal.ErrorCode, msg string) {
 		log.Warn("terminal failed", "code", code, "msg", msg)
-		s.metrics.terminalSessions.WithLabelValues(string(code)).Inc()
+		s.metrics.Sessions.WithLabelValues(string(code)).Inc()
 		s.failTerminal(ctx, sess.ID, code, msg)
-		s.audit(ctx, auditEntry{actor: "browser", action: "terminal.open", target: sess.ID, result: string(code),
-			cid: sess.CorrelationID, detail: msg})
+		s.audit.Record(ctx, audit.Entry{Actor: "browser", Action: "terminal.open", Target: sess.ID, Result: string(code),
+			CID: sess.CorrelationID, Detail: msg})
 		sendError(ctx, br, code, msg)
 	}
-	if !s.nodeOnline(ctx, sess.NodeID) {
+	if !s.nodes.NodeOnline(ctx, sess.NodeID) {
 		fail(terminal.CodeNodeOffline, fmt.Sprintf("node %q has no live agent connection", sess.NodeID))
 		return
 	}
@@ -217,13 +219,13 @@ func (s *Server) runTerminal(ctx context.Context, br *websocket.Conn, sess store
 		params.Username = sess.Username
 	}
 	pb, _ := json.Marshal(params)
-	now := s.cfg.Now().UTC()
-	t := store.Task{ID: newID("tsk_"), NodeID: sess.NodeID, Type: task.TypeTerminalOpen, Params: pb,
+	now := s.now().UTC()
+	t := store.Task{ID: httpapi.NewID("tsk_"), NodeID: sess.NodeID, Type: task.TypeTerminalOpen, Params: pb,
 		State: api.TaskQueued, CorrelationID: sess.CorrelationID, CreatedBy: "terminal-gateway",
 		CreatedAt: now, ExpiresAt: now.Add(cfg.DispatchTimeout)}
 	l.taskID = t.ID
 	if !s.term.add(l, cfg.MaxSessionsPerNode) {
-		s.metrics.limitRefusals.WithLabelValues(codeTerminalLimit).Inc()
+		s.metrics.LimitRefusals.WithLabelValues(codeTerminalLimit).Inc()
 		fail(terminal.CodeSessionLimit, fmt.Sprintf("node %q already has %d open terminal sessions on this gateway; "+
 			"close one or retry later", sess.NodeID, cfg.MaxSessionsPerNode))
 		return
@@ -233,12 +235,12 @@ func (s *Server) runTerminal(ctx context.Context, br *websocket.Conn, sess store
 		close(l.done)
 	}()
 	// Checked once registered: a revocation from now on reaches the session
-	// through terminalEvent, and an earlier one is seen here.
+	// through Event, and an earlier one is seen here.
 	if code, msg := s.liveRevoked(ctx, l); code != "" {
 		fail(code, msg)
 		return
 	}
-	if err := s.enqueue(ctx, t); err != nil {
+	if err := s.tasks.Enqueue(ctx, t); err != nil {
 		fail(terminal.CodeGatewayError, "queue terminal.open: "+err.Error())
 		return
 	}
@@ -268,35 +270,22 @@ func (s *Server) runTerminal(ctx context.Context, br *websocket.Conn, sess store
 	p.splice(ctx, l)
 }
 
-// nodeOnline reports whether a node's agent is heard from and allowed in.
-func (s *Server) nodeOnline(ctx context.Context, id string) bool {
-	hs, err := s.hosts.get(ctx, id)
-	if err != nil || hs.revoked || !hs.enabled {
-		return false
-	}
-	switch hs.status {
-	case api.HostStale, api.HostUnknown, api.HostAuthFailed, "":
-		return false
-	}
-	return true
-}
-
 // cancelTerminalTask cancels a terminal.open the session no longer needs,
 // if no node has picked it up yet. A picked-up one is left to finish: the
 // node's stream is refused (410) and its result recorded as it reports it.
-func (s *Server) cancelTerminalTask(ctx context.Context, id string) {
+func (s *Gateway) cancelTerminalTask(ctx context.Context, id string) {
 	if t, err := s.store.GetTask(context.WithoutCancel(ctx), id); err != nil || t.State != api.TaskQueued {
 		return
 	}
-	if _, err := s.store.CancelTask(context.WithoutCancel(ctx), id, s.cfg.Now().UTC()); err != nil &&
+	if _, err := s.store.CancelTask(context.WithoutCancel(ctx), id, s.now().UTC()); err != nil &&
 		!errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
 		s.log.Warn("cancel terminal.open", "task_id", id, "err", err)
 	}
 }
 
 // closeTerminal records the end of a session that did not fail.
-func (s *Server) closeTerminal(ctx context.Context, sid, reason string, exit *int, recBytes int64) {
-	now := s.cfg.Now().UTC()
+func (s *Gateway) closeTerminal(ctx context.Context, sid, reason string, exit *int, recBytes int64) {
+	now := s.now().UTC()
 	_, err := s.store.UpdateTerminalSession(context.WithoutCancel(ctx), sid, func(t *store.TerminalSession) error {
 		if t.ClosedAt.IsZero() {
 			t.ClosedAt = now

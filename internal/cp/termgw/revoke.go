@@ -1,4 +1,4 @@
-package server
+package termgw
 
 import (
 	"context"
@@ -21,9 +21,9 @@ import (
 // read per frame. A sweep every Terminal.RecheckInterval catches what a
 // lost event (a dropped LISTEN connection) would miss.
 
-// terminalEvent ends the live sessions a store change event revokes. The
+// Event ends the live sessions a store change event revokes. The
 // store is re-read off the event loop.
-func (s *Server) terminalEvent(ctx context.Context, ev store.Event) {
+func (s *Gateway) Event(ctx context.Context, ev store.Event) {
 	var keep func(*liveSession) bool
 	switch ev.Kind {
 	case store.EventHost:
@@ -40,10 +40,10 @@ func (s *Server) terminalEvent(ctx context.Context, ev store.Event) {
 	}
 }
 
-// recheckTerminalsLoop re-reads every live session's node, allocation and
+// Run re-reads every live session's node, allocation and
 // minting token each Terminal.RecheckInterval.
-func (s *Server) recheckTerminalsLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Terminal.RecheckInterval)
+func (s *Gateway) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.RecheckInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -56,12 +56,12 @@ func (s *Server) recheckTerminalsLoop(ctx context.Context) {
 }
 
 // recheckTerminals ends the sessions of ls that may no longer run.
-func (s *Server) recheckTerminals(ctx context.Context, ls []*liveSession) {
+func (s *Gateway) recheckTerminals(ctx context.Context, ls []*liveSession) {
 	for _, l := range ls {
 		if code, msg := s.liveRevoked(ctx, l); code != "" {
 			s.log.Info("terminal session revoked", "session_id", l.id, "node_id", l.nodeID,
 				"allocation_id", l.allocID, "code", code, "msg", msg)
-			s.metrics.terminalRevoked.WithLabelValues(string(code)).Inc()
+			s.metrics.Revoked.WithLabelValues(string(code)).Inc()
 			l.end(code, msg)
 		}
 	}
@@ -70,7 +70,7 @@ func (s *Server) recheckTerminals(ctx context.Context, ls []*liveSession) {
 // liveRevoked reads what authorises l and returns why it may no longer
 // run, or "" when it may (or when the store cannot tell: a read error
 // keeps the session, and the next event or sweep decides).
-func (s *Server) liveRevoked(ctx context.Context, l *liveSession) (terminal.ErrorCode, string) {
+func (s *Gateway) liveRevoked(ctx context.Context, l *liveSession) (terminal.ErrorCode, string) {
 	h, err := s.store.GetHost(ctx, l.nodeID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -106,7 +106,7 @@ func (s *Server) liveRevoked(ctx context.Context, l *liveSession) (terminal.Erro
 	return "", ""
 }
 
-func (s *Server) logRecheck(ctx context.Context, l *liveSession, err error) {
+func (s *Gateway) logRecheck(ctx context.Context, l *liveSession, err error) {
 	if ctx.Err() == nil {
 		s.log.Warn("recheck terminal session", "session_id", l.id, "err", err)
 	}

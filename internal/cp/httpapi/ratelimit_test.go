@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"net/http/httptest"
@@ -23,8 +23,8 @@ func TestLimitKey(t *testing.T) {
 		{"not-an-address", "not-an-address"},
 	}
 	for _, tt := range tests {
-		if got := limitKey(tt.addr); got != tt.want {
-			t.Errorf("limitKey(%q) = %q, want %q", tt.addr, got, tt.want)
+		if got := LimitKey(tt.addr); got != tt.want {
+			t.Errorf("LimitKey(%q) = %q, want %q", tt.addr, got, tt.want)
 		}
 	}
 }
@@ -35,11 +35,11 @@ func TestLimitKey(t *testing.T) {
 // bucket of its IPv4 address.
 func TestIPLimiterIPv6Prefix(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := newIPLimiter(rate.Limit(1), 3, func() time.Time { return now })
+	l := NewIPLimiter(rate.Limit(1), 3, func() time.Time { return now })
 	allow := func(addr string) bool {
 		r := httptest.NewRequest("POST", "/", nil)
 		r.RemoteAddr = addr
-		ok, _ := l.allow(r)
+		ok, _ := l.Allow(r)
 		return ok
 	}
 	steps := []struct {

@@ -1,4 +1,4 @@
-package server
+package termgw
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/cp/taskbus"
 	"github.com/drover-dev/drover/internal/wire/task"
@@ -122,15 +124,15 @@ func (g *termGateway) taskChanged(id string) {
 	}
 }
 
-// subscribeTerminalTasks wakes the session waiting on a terminal.open when
+// Subscribe wakes the session waiting on a terminal.open when
 // a node claims it and when it finishes on this replica.
-func (s *Server) subscribeTerminalTasks(b *taskbus.Bus) {
+func (s *Gateway) Subscribe(b *taskbus.Bus) {
 	b.OnDispatched(task.TypeTerminalOpen, func(_ context.Context, e taskbus.Dispatched) { s.term.taskChanged(e.Task.ID) })
 	b.OnFinished(task.TypeTerminalOpen, func(_ context.Context, e taskbus.Finished) { s.term.taskChanged(e.Task.ID) })
 }
 
 // closeAllocation ends every live session of an allocation.
-func (g *termGateway) closeAllocation(allocID string) {
+func (g *termGateway) CloseAllocation(allocID string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, l := range g.byID {
@@ -147,19 +149,19 @@ func (g *termGateway) count() int {
 	return len(g.byID)
 }
 
-// terminalNodeStream is the node's end of a session: the agent of the
+// NodeStream is the node's end of a session: the agent of the
 // session's node dials it over mTLS with the nonce from terminal.open. The
 // stream is handed to the session's goroutine, and the handler returns when
 // the session ends. A node may only open streams for sessions sent to it.
-func (s *Server) terminalNodeStream(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+func (s *Gateway) NodeStream(w http.ResponseWriter, r *http.Request, nodeID string) error {
 	ctx := r.Context()
 	sid := r.PathValue("session_id")
 	refuse := func(status int, code, format string, args ...any) error {
-		he := errf(status, code, format, args...)
-		s.metrics.terminalNodeStreams.WithLabelValues(code).Inc()
+		he := httpapi.Errorf(status, code, format, args...)
+		s.metrics.NodeStreams.WithLabelValues(code).Inc()
 		if status == http.StatusForbidden {
-			s.audit(ctx, auditEntry{actor: "node:" + c.id, action: "terminal.node_stream", target: sid,
-				result: code, cid: correlationID(ctx), detail: he.msg})
+			s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "terminal.node_stream", Target: sid,
+				Result: code, CID: httpapi.CorrelationID(ctx), Detail: he.Msg})
 		}
 		return he
 	}
@@ -171,18 +173,18 @@ func (s *Server) terminalNodeStream(w http.ResponseWriter, r *http.Request, c no
 			return refuse(http.StatusNotFound, "terminal_session_unknown", "no terminal session %q", sid)
 		case err != nil:
 			return err
-		case t.NodeID != c.id:
+		case t.NodeID != nodeID:
 			return refuse(http.StatusForbidden, "terminal_session_wrong_node",
-				"terminal session %q was not sent to node %q", sid, c.id)
+				"terminal session %q was not sent to node %q", sid, nodeID)
 		case !t.ClosedAt.IsZero():
 			return refuse(http.StatusGone, "terminal_session_closed", "terminal session %q already ended (%s)", sid, t.CloseReason)
 		}
 		return refuse(http.StatusNotFound, "terminal_session_unknown",
 			"terminal session %q is not waiting for a node stream on this gateway", sid)
 	}
-	if l.nodeID != c.id {
+	if l.nodeID != nodeID {
 		return refuse(http.StatusForbidden, "terminal_session_wrong_node",
-			"terminal session %q was not sent to node %q", sid, c.id)
+			"terminal session %q was not sent to node %q", sid, nodeID)
 	}
 	if subtle.ConstantTimeCompare([]byte(r.Header.Get(terminal.HeaderNonce)), []byte(l.nonce)) != 1 {
 		return refuse(http.StatusForbidden, "terminal_nonce_mismatch",
@@ -193,13 +195,13 @@ func (s *Server) terminalNodeStream(w http.ResponseWriter, r *http.Request, c no
 	}
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{terminal.Subprotocol}})
 	if err != nil {
-		s.metrics.terminalNodeStreams.WithLabelValues("upgrade_failed").Inc()
-		s.logger(ctx).Warn("terminal node stream upgrade", "session_id", sid, "node_id", c.id, "err", err)
+		s.metrics.NodeStreams.WithLabelValues("upgrade_failed").Inc()
+		httpapi.Logger(ctx, s.log).Warn("terminal node stream upgrade", "session_id", sid, "node_id", nodeID, "err", err)
 		l.attached.Store(false)
 		return nil // Accept answered the request
 	}
 	conn.SetReadLimit(maxTerminalFrame)
-	s.metrics.terminalNodeStreams.WithLabelValues("ok").Inc()
+	s.metrics.NodeStreams.WithLabelValues("ok").Inc()
 	select {
 	case l.node <- conn:
 	case <-l.done:
@@ -210,13 +212,13 @@ func (s *Server) terminalNodeStream(w http.ResponseWriter, r *http.Request, c no
 	return nil
 }
 
-// terminalNodeMTLS runs before nodeAuth on the stream route: a stream that
+// NodeMTLS runs before nodeAuth on the stream route: a stream that
 // arrives without a client certificate but with the right nonce is the
 // node of that session behind something that strips client certificates
 // (a public edge in front of the node-facing endpoint, say). The
 // session fails at once with terminal_node_stream_mtls_failed instead of
 // waiting for node_stream_timeout; the request is refused by nodeAuth.
-func (s *Server) terminalNodeMTLS(next http.Handler) http.Handler {
+func (s *Gateway) NodeMTLS(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 			if l := s.term.get(r.PathValue("session_id")); l != nil &&
@@ -230,7 +232,7 @@ func (s *Server) terminalNodeMTLS(next http.Handler) http.Handler {
 }
 
 // sessionContext ends when the request ends or the server stops.
-func (s *Server) sessionContext(r *http.Request) (context.Context, context.CancelFunc) {
+func (s *Gateway) sessionContext(r *http.Request) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(r.Context())
 	if s.baseCtx != nil {
 		stop := context.AfterFunc(s.baseCtx, cancel)

@@ -1,4 +1,4 @@
-package server
+package keys
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 const caKeySecret = "ca_key_pem"
 
 // privateSecrets are the secrets-table rows sealed with the KEK.
-var privateSecrets = []string{caKeySecret}
+func privateSecrets() []string { return []string{caKeySecret} }
 
 // signingKeyName is a task-signing key's name as associated data.
 func signingKeyName(kid string) string { return "signing_key/" + kid }
@@ -73,7 +73,7 @@ func (a atRest) open(name string, stored []byte) ([]byte, error) {
 // read, so replicas doing this at once do not overwrite each other. It
 // returns how many rows it rewrote; New runs it on every start with a KEK,
 // `drover keys rotate-kek` runs it offline.
-func SealAtRest(ctx context.Context, st store.Store, ring *kek.Ring, log *slog.Logger) (int, error) {
+func SealAtRest(ctx context.Context, st Store, ring *kek.Ring, log *slog.Logger) (int, error) {
 	rest := atRest{ring: ring}
 	n := 0
 	reseal := func(name string, stored []byte, replace func(sealed []byte) error) error {
@@ -107,7 +107,7 @@ func SealAtRest(ctx context.Context, st store.Store, ring *kek.Ring, log *slog.L
 		log.Info("encrypted private key at rest", "name", name, "kek_id", ring.PrimaryID(), "was", from)
 		return nil
 	}
-	for _, name := range privateSecrets {
+	for _, name := range privateSecrets() {
 		v, err := st.GetSecret(ctx, name)
 		if errors.Is(err, store.ErrNotFound) {
 			continue

@@ -1,4 +1,4 @@
-package server
+package httpapi
 
 import (
 	"math"
@@ -11,10 +11,10 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// ipLimiter is a token bucket per client network for unauthenticated
+// IPLimiter is a token bucket per client network for unauthenticated
 // routes: one per IPv4 address and one per IPv6 /64, since an IPv6 client
 // usually controls a whole /64 and could rotate through it.
-type ipLimiter struct {
+type IPLimiter struct {
 	limit rate.Limit
 	burst int
 	now   func() time.Time
@@ -24,13 +24,13 @@ type ipLimiter struct {
 	swept   time.Time
 }
 
-func newIPLimiter(limit rate.Limit, burst int, now func() time.Time) *ipLimiter {
-	return &ipLimiter{limit: limit, burst: burst, now: now, buckets: make(map[string]*rate.Limiter)}
+func NewIPLimiter(limit rate.Limit, burst int, now func() time.Time) *IPLimiter {
+	return &IPLimiter{limit: limit, burst: burst, now: now, buckets: make(map[string]*rate.Limiter)}
 }
 
-// allow reports whether r may proceed and, if not, after how many seconds.
-func (l *ipLimiter) allow(r *http.Request) (bool, int) {
-	ip := limitKey(r.RemoteAddr)
+// Allow reports whether r may proceed and, if not, after how many seconds.
+func (l *IPLimiter) Allow(r *http.Request) (bool, int) {
+	ip := LimitKey(r.RemoteAddr)
 	now := l.now()
 	l.mu.Lock()
 	if now.Sub(l.swept) > time.Minute { // forget idle buckets
@@ -55,11 +55,11 @@ func (l *ipLimiter) allow(r *http.Request) (bool, int) {
 	return true, 0
 }
 
-// limitKey is the bucket of a client address ("host:port" or a bare
+// LimitKey is the bucket of a client address ("host:port" or a bare
 // address): an IPv4 address as itself, an IPv4-mapped IPv6 address as the
 // IPv4 address it maps, an IPv6 address as its /64 prefix. Anything
 // unparsable is its own bucket.
-func limitKey(remoteAddr string) string {
+func LimitKey(remoteAddr string) string {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
 		host = remoteAddr

@@ -1,4 +1,4 @@
-package server
+package termgw
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/terminal"
@@ -27,7 +28,7 @@ const codeBrowserGone terminal.ErrorCode = "browser_closed"
 
 // pump holds one session's two legs and what it buffered before ready.
 type pump struct {
-	s       *Server
+	s       *Gateway
 	log     *slog.Logger
 	sess    store.TerminalSession
 	br      *websocket.Conn
@@ -46,7 +47,7 @@ type pump struct {
 // a status frame for every step. It returns "" once the PTY is ready, or
 // the code and message the session fails with.
 func (p *pump) open(ctx context.Context, l *liveSession, taskID string) (terminal.ErrorCode, string) {
-	cfg := p.s.cfg.Terminal
+	cfg := p.s.cfg
 	dispatch := time.NewTimer(cfg.DispatchTimeout)
 	defer dispatch.Stop()
 	// Claims and results seen by another replica arrive through the store.
@@ -187,11 +188,11 @@ func (p *pump) holdBrowser(ctx context.Context, f frame) (terminal.ErrorCode, st
 
 // dispatchFailure names why terminal.open was not picked up in time.
 func (p *pump) dispatchFailure(ctx context.Context) (terminal.ErrorCode, string) {
-	if !p.s.nodeOnline(ctx, p.sess.NodeID) {
+	if !p.s.nodes.NodeOnline(ctx, p.sess.NodeID) {
 		return terminal.CodeNodeOffline, fmt.Sprintf("node %q stopped heartbeating before it picked up terminal.open", p.sess.NodeID)
 	}
 	return terminal.CodeDispatchTimeout, fmt.Sprintf("node %q did not pick up terminal.open within %s",
-		p.sess.NodeID, p.s.cfg.Terminal.DispatchTimeout)
+		p.sess.NodeID, p.s.cfg.DispatchTimeout)
 }
 
 // nodeClosedEarly: the node's stream ended before ready. The task's
@@ -243,7 +244,7 @@ type end struct {
 // has one message in flight, so a slow browser stalls the node's reads and,
 // through TCP, the PTY: nothing is dropped and memory stays bounded.
 func (p *pump) splice(ctx context.Context, l *liveSession) {
-	cfg := p.s.cfg.Terminal
+	cfg := p.s.cfg
 	s := p.s
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -251,12 +252,12 @@ func (p *pump) splice(ctx context.Context, l *liveSession) {
 	if err := writeControl(ctx, p.br, terminal.Ready(p.sess.ID)); err != nil {
 		p.log.Info("browser left before ready was sent", "err", err)
 	}
-	s.metrics.terminalSessions.WithLabelValues("ready").Inc()
-	s.metrics.terminalOpenSeconds.Observe(s.cfg.Now().Sub(p.started).Seconds())
-	s.audit(ctx, auditEntry{actor: "browser", action: "terminal.open", target: p.sess.ID, result: "ready",
-		cid: p.sess.CorrelationID, detail: fmt.Sprintf("allocation=%s node=%s user=%s mode=%s", p.sess.AllocationID,
+	s.metrics.Sessions.WithLabelValues("ready").Inc()
+	s.metrics.OpenSeconds.Observe(s.now().Sub(p.started).Seconds())
+	s.audit.Record(ctx, audit.Entry{Actor: "browser", Action: "terminal.open", Target: p.sess.ID, Result: "ready",
+		CID: p.sess.CorrelationID, Detail: fmt.Sprintf("allocation=%s node=%s user=%s mode=%s", p.sess.AllocationID,
 			p.sess.NodeID, p.sess.Username, p.sess.Mode)})
-	p.log.Info("terminal ready", "elapsed_ms", s.cfg.Now().Sub(p.started).Milliseconds())
+	p.log.Info("terminal ready", "elapsed_ms", s.now().Sub(p.started).Milliseconds())
 
 	ends := make(chan end, 4)
 	finish := func(e end) {
@@ -358,7 +359,7 @@ func (p *pump) splice(ctx context.Context, l *liveSession) {
 		}
 	}()
 
-	life := time.NewTimer(max(cfg.MaxLifetime-s.cfg.Now().Sub(p.started), 0))
+	life := time.NewTimer(max(cfg.MaxLifetime-s.now().Sub(p.started), 0))
 	defer life.Stop()
 	idleCheck := time.NewTicker(max(min(cfg.IdleTimeout/4, time.Second), 10*time.Millisecond))
 	defer idleCheck.Stop()
@@ -437,10 +438,10 @@ func (p *pump) finish(ctx context.Context, cancel context.CancelFunc, wg *sync.W
 	if e.exit != nil {
 		detail += fmt.Sprintf(" exit=%d", *e.exit)
 	}
-	s.metrics.terminalSessions.WithLabelValues("closed_" + e.reason).Inc()
-	s.audit(ctx, auditEntry{actor: "browser", action: "terminal.close", target: p.sess.ID, result: e.reason,
-		cid: p.sess.CorrelationID, detail: detail + fmt.Sprintf(" duration=%s recording_bytes=%d",
-			s.cfg.Now().Sub(p.started).Round(time.Millisecond), bytes)})
+	s.metrics.Sessions.WithLabelValues("closed_" + e.reason).Inc()
+	s.audit.Record(ctx, audit.Entry{Actor: "browser", Action: "terminal.close", Target: p.sess.ID, Result: e.reason,
+		CID: p.sess.CorrelationID, Detail: detail + fmt.Sprintf(" duration=%s recording_bytes=%d",
+			s.now().Sub(p.started).Round(time.Millisecond), bytes)})
 	p.log.Info("terminal closed", "reason", e.reason, "recording_bytes", bytes)
 }
 
@@ -467,8 +468,8 @@ func (c *countWriter) Write(b []byte) (int, error) {
 
 // openRecording creates <recording dir>/<session id>.cast and records its
 // path on the session.
-func (s *Server) openRecording(ctx context.Context, sess store.TerminalSession, log *slog.Logger) *recording {
-	dir := s.cfg.Terminal.RecordingDir
+func (s *Gateway) openRecording(ctx context.Context, sess store.TerminalSession, log *slog.Logger) *recording {
+	dir := s.cfg.RecordingDir
 	if dir == "" {
 		return nil
 	}
@@ -486,7 +487,7 @@ func (s *Server) openRecording(ctx context.Context, sess store.TerminalSession, 
 	r.n = &countWriter{w: r.buf}
 	r.rec, err = terminal.NewRecorder(r.n, terminal.Header{Width: sess.Cols, Height: sess.Rows,
 		Title: sess.Username + "@" + sess.NodeID, Env: map[string]string{"TERM": "xterm-256color"}},
-		terminal.RecorderOptions{RecordInput: s.cfg.Terminal.RecordInput})
+		terminal.RecorderOptions{RecordInput: s.cfg.RecordInput})
 	if err != nil {
 		f.Close()
 		log.Error("terminal recording disabled for this session", "err", err)

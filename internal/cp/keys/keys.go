@@ -1,4 +1,4 @@
-package server
+package keys
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/kek"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/pki"
@@ -25,7 +26,7 @@ const retiredKeyGrace = 48 * time.Hour
 
 // loadOrCreateCA returns the CA shared by all replicas, creating it on the
 // very first start (first writer wins). Its key is stored sealed by rest.
-func loadOrCreateCA(ctx context.Context, st store.Store, now time.Time, rest atRest) (*pki.CA, error) {
+func loadOrCreateCA(ctx context.Context, st Store, now time.Time, rest atRest) (*pki.CA, error) {
 	certPEM, keyPEM, err := pki.NewCA("Drover CA", now)
 	if err != nil {
 		return nil, fmt.Errorf("generate CA: %w", err)
@@ -51,14 +52,16 @@ func loadOrCreateCA(ctx context.Context, st store.Store, now time.Time, rest atR
 	return ca, nil
 }
 
-// nodeTLSConfig is the node listener's TLS: any client certificate must
-// chain to the CA; routes other than register require one.
-func (s *Server) nodeTLSConfig() (*tls.Config, error) {
-	hosts := append([]string{"localhost", "127.0.0.1", "::1"}, s.cfg.TLSHosts...)
-	if h, _, err := net.SplitHostPort(s.cfg.NodeAddr); err == nil && h != "" {
+// NodeTLSConfig is the node listener's TLS configuration: TLS 1.3, a
+// server certificate of the CA for localhost, the listener's host (from
+// nodeAddr) and hosts, and client certificates of the CA verified when
+// given (each node route checks the caller's).
+func (k *Keys) NodeTLSConfig(nodeAddr string, hosts []string) (*tls.Config, error) {
+	hosts = append([]string{"localhost", "127.0.0.1", "::1"}, hosts...)
+	if h, _, err := net.SplitHostPort(nodeAddr); err == nil && h != "" {
 		hosts = append(hosts, h)
 	}
-	cert, err := s.ca.ServerCertificate(hosts, 365*24*time.Hour, s.cfg.Now())
+	cert, err := k.ca.ServerCertificate(hosts, 365*24*time.Hour, k.now())
 	if err != nil {
 		return nil, fmt.Errorf("node listener certificate: %w", err)
 	}
@@ -66,16 +69,40 @@ func (s *Server) nodeTLSConfig() (*tls.Config, error) {
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{cert},
 		ClientAuth:   tls.VerifyClientCertIfGiven,
-		ClientCAs:    s.ca.Pool(),
+		ClientCAs:    k.ca.Pool(),
 	}, nil
 }
 
-// keyring holds the task-signing keys: the newest active key signs, every
-// active or recently retired key is published in the JWKS.
-type keyring struct {
-	st   store.Store
+// Store is what the keys room reads and writes: the secrets table (the
+// CA) and the signing keys. store.Store satisfies it.
+type Store interface {
+	GetSecret(ctx context.Context, name string) ([]byte, error)
+	PutSecretIfAbsent(ctx context.Context, name string, value []byte) ([]byte, error)
+	ReplaceSecret(ctx context.Context, name string, old, value []byte) error
+	ListSigningKeys(ctx context.Context) ([]store.SigningKey, error)
+	AddSigningKey(ctx context.Context, k store.SigningKey) error
+	RetireSigningKeys(ctx context.Context, keepKID string, at time.Time) error
+	ReplaceSigningKey(ctx context.Context, kid string, old, value []byte) error
+}
+
+// Config configures the keys room.
+type Config struct {
+	// KEK seals the private keys at rest (see SealAtRest); nil refuses
+	// (ErrNoKEK) unless InsecurePlaintextKeys.
+	KEK                   *kek.Ring
+	InsecurePlaintextKeys bool
+	Now                   func() time.Time
+	Log                   *slog.Logger
+}
+
+// Keys holds the CA and the task-signing keys: the newest active key
+// signs, every active or recently retired key is published in the JWKS.
+type Keys struct {
+	st   Store
 	now  func() time.Time
+	log  *slog.Logger
 	rest atRest
+	ca   *pki.CA
 
 	mu     sync.RWMutex
 	signer *task.Signer
@@ -83,21 +110,40 @@ type keyring struct {
 	jwks   api.JWKS
 }
 
-func newKeyring(ctx context.Context, st store.Store, now func() time.Time, rest atRest) (*keyring, error) {
-	k := &keyring{st: st, now: now, rest: rest}
+// Open loads (or, on first start, creates) the CA and the task-signing
+// keys from st. With a KEK it first seals every private key at rest with
+// it (SealAtRest); without one it refuses unless InsecurePlaintextKeys.
+func Open(ctx context.Context, st Store, cfg Config) (*Keys, error) {
+	rest := atRest{ring: cfg.KEK}
+	if cfg.KEK == nil {
+		if !cfg.InsecurePlaintextKeys {
+			return nil, ErrNoKEK
+		}
+		cfg.Log.Warn("private keys are stored in plaintext (--insecure-plaintext-keys): anyone who can read the database can impersonate the control plane")
+	} else if _, err := SealAtRest(ctx, st, cfg.KEK, cfg.Log); err != nil {
+		return nil, err
+	}
+	ca, err := loadOrCreateCA(ctx, st, cfg.Now(), rest)
+	if err != nil {
+		return nil, err
+	}
+	k := &Keys{st: st, now: cfg.Now, log: cfg.Log, rest: rest, ca: ca}
 	if err := k.reload(ctx); err != nil {
 		return nil, err
 	}
 	if k.signer == nil {
-		if _, err := k.rotate(ctx); err != nil {
+		if _, err := k.Rotate(ctx); err != nil {
 			return nil, err
 		}
 	}
 	return k, nil
 }
 
+// CA is the control plane's CA.
+func (k *Keys) CA() *pki.CA { return k.ca }
+
 // reload reads the keys from the store (another replica may have rotated).
-func (k *keyring) reload(ctx context.Context) error {
+func (k *Keys) reload(ctx context.Context) error {
 	keys, err := k.st.ListSigningKeys(ctx)
 	if err != nil {
 		return fmt.Errorf("list signing keys: %w", err)
@@ -136,8 +182,8 @@ func (k *keyring) reload(ctx context.Context) error {
 	return nil
 }
 
-// rotate adds a new signing key, retires the others and returns its kid.
-func (k *keyring) rotate(ctx context.Context) (string, error) {
+// Rotate adds a new signing key, retires the others and returns its kid.
+func (k *Keys) Rotate(ctx context.Context) (string, error) {
 	kid, priv, err := task.GenerateKey()
 	if err != nil {
 		return "", err
@@ -159,7 +205,8 @@ func (k *keyring) rotate(ctx context.Context) (string, error) {
 	return kid, k.reload(ctx)
 }
 
-func (k *keyring) sign(c api.TaskClaims) (string, error) {
+// Sign signs task claims with the active key.
+func (k *Keys) Sign(c api.TaskClaims) (string, error) {
 	k.mu.RLock()
 	signer := k.signer
 	k.mu.RUnlock()
@@ -169,13 +216,16 @@ func (k *keyring) sign(c api.TaskClaims) (string, error) {
 	return signer.Sign(c)
 }
 
-func (k *keyring) publicSet() api.JWKS {
+// PublicSet is the JWKS nodes verify task envelopes with.
+func (k *Keys) PublicSet() api.JWKS {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	return api.JWKS{Keys: append([]api.JWK(nil), k.jwks.Keys...)}
 }
 
-func (k *keyring) refreshLoop(ctx context.Context, log *slog.Logger) {
+// Run reloads the keys every 30s (another replica may rotate) until ctx
+// ends.
+func (k *Keys) Run(ctx context.Context) {
 	t := time.NewTicker(30 * time.Second)
 	defer t.Stop()
 	for {
@@ -184,7 +234,7 @@ func (k *keyring) refreshLoop(ctx context.Context, log *slog.Logger) {
 			return
 		case <-t.C:
 			if err := k.reload(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("reload signing keys", "err", err)
+				k.log.Warn("reload signing keys", "err", err)
 			}
 		}
 	}

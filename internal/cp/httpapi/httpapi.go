@@ -1,0 +1,168 @@
+// Package httpapi is what every room of the control plane's HTTP API
+// shares: the error type and its JSON envelope, strict JSON decoding,
+// correlation ids, operator authentication (bearer tokens and roles),
+// per-client rate limits and per-key concurrency caps.
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// MaxBody bounds every request body the control plane reads.
+const MaxBody = 1 << 20
+
+type ctxKey int
+
+const (
+	ctxCorrelation ctxKey = iota
+	ctxActor
+)
+
+var correlationRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// NewID returns a random id with a prefix, e.g. "tsk_5f2c...".
+func NewID(prefix string) string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// ValidCorrelationID reports whether cid is a correlation id the control
+// plane keeps (1-128 characters of [A-Za-z0-9._:-]).
+func ValidCorrelationID(cid string) bool { return correlationRE.MatchString(cid) }
+
+// WithCorrelation reads X-Correlation-ID (generating one when absent or
+// malformed), stores it in the context and echoes it on the response.
+func WithCorrelation(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cid := r.Header.Get(api.HeaderCorrelationID)
+		if !ValidCorrelationID(cid) {
+			cid = NewID("cid_")
+		}
+		w.Header().Set(api.HeaderCorrelationID, cid)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxCorrelation, cid)))
+	})
+}
+
+// CorrelationID is the request's correlation id ("" outside a request).
+func CorrelationID(ctx context.Context) string {
+	s, _ := ctx.Value(ctxCorrelation).(string)
+	return s
+}
+
+// Actor is how audit records and created_by fields name the request's
+// principal ("" when there is none).
+func Actor(ctx context.Context) string {
+	s, _ := ctx.Value(ctxActor).(string)
+	return s
+}
+
+// Error is an error with an HTTP status and a stable code.
+type Error struct {
+	Status     int
+	Code       string
+	Msg        string
+	Fields     []api.FieldError
+	RetryAfter int // seconds; 0 = none
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Msg) }
+
+// Errorf is an Error with a formatted message.
+func Errorf(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Invalid is the 422 invalid_payload error of fields.
+func Invalid(fields []api.FieldError) *Error {
+	msg := "invalid payload"
+	if len(fields) > 0 {
+		msg = fields[0].Field + ": " + fields[0].Message
+	}
+	return &Error{Status: http.StatusUnprocessableEntity, Code: "invalid_payload", Msg: msg, Fields: fields}
+}
+
+// WriteJSON writes v with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// WriteError writes the error envelope; errors that are not *Error are
+// 500s and logged.
+func WriteError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
+	var he *Error
+	if !errors.As(err, &he) {
+		log.ErrorContext(r.Context(), "internal error", "err", err, "path", r.URL.Path,
+			"correlation_id", CorrelationID(r.Context()))
+		he = Errorf(http.StatusInternalServerError, "internal", "internal error")
+	}
+	if he.RetryAfter > 0 {
+		w.Header().Set("Retry-After", fmt.Sprint(he.RetryAfter))
+	}
+	if he.Status >= 400 && he.Status < 500 {
+		log.InfoContext(r.Context(), "request refused", "status", he.Status, "code", he.Code,
+			"msg", he.Msg, "path", r.URL.Path, "correlation_id", CorrelationID(r.Context()))
+	}
+	WriteJSON(w, he.Status, api.ErrorBody{Error: api.ErrorDetail{
+		Code: he.Code, Message: he.Msg, Fields: he.Fields,
+		CorrelationID: CorrelationID(r.Context()),
+		Retryable:     he.Status == http.StatusTooManyRequests || he.Status >= 500,
+	}})
+}
+
+// DecodeJSON strictly decodes a bounded body into v.
+func DecodeJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, MaxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &Error{Status: http.StatusUnprocessableEntity, Code: "invalid_json",
+			Msg: "request body: " + err.Error()}
+	}
+	return nil
+}
+
+// HandlerFunc is a handler that returns its error instead of writing it.
+type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// Handle adapts f to http.Handler: its error is written with WriteError.
+func Handle(log *slog.Logger, f HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := f(w, r); err != nil {
+			WriteError(log, w, r, err)
+		}
+	})
+}
+
+// Logger returns log carrying the request's correlation id.
+func Logger(ctx context.Context, log *slog.Logger) *slog.Logger {
+	return log.With("correlation_id", CorrelationID(ctx))
+}
+
+// StoreError maps the store's ErrNotFound and ErrConflict on a kind of
+// object ("task", "allocation") to 404 <kind>_not_found and 409
+// <kind>_conflict; other errors pass through.
+func StoreError(err error, kind, id string) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return Errorf(http.StatusNotFound, kind+"_not_found", "%s %q not found", kind, id)
+	case errors.Is(err, store.ErrConflict):
+		return Errorf(http.StatusConflict, kind+"_conflict", "%s %q: %v", kind, id, err)
+	}
+	return err
+}

@@ -1,0 +1,31 @@
+package server
+
+import (
+	"context"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// nodeOnline reports whether a node's agent is heard from and allowed in.
+func (s *Server) nodeOnline(ctx context.Context, id string) bool {
+	hs, err := s.hosts.get(ctx, id)
+	if err != nil || hs.revoked || !hs.enabled {
+		return false
+	}
+	switch hs.status {
+	case api.HostStale, api.HostUnknown, api.HostAuthFailed, "":
+		return false
+	}
+	return true
+}
+
+// onlineFunc adapts nodeOnline to termgw.Nodes.
+type onlineFunc func(ctx context.Context, id string) bool
+
+func (f onlineFunc) NodeOnline(ctx context.Context, id string) bool { return f(ctx, id) }
+
+// enqueueFunc adapts enqueue to termgw.Tasks.
+type enqueueFunc func(ctx context.Context, t store.Task) error
+
+func (f enqueueFunc) Enqueue(ctx context.Context, t store.Task) error { return f(ctx, t) }
