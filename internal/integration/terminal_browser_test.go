@@ -21,7 +21,6 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/drover-dev/drover/internal/cp/server"
-	"github.com/drover-dev/drover/internal/node/runtime/qemu/qemutest"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/terminal"
 )
