@@ -309,8 +309,12 @@ func (s *Server) lease(typ string) time.Duration {
 // deliver signs a claimed task and writes it to the agent.
 func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c nodeCaller, t store.Task) error {
 	ctx := r.Context()
+	// iat and exp are whole seconds and exp must be after iat: the expiry
+	// is rounded up, so a task claimed in the second it expires in (a
+	// terminal.open near its dispatch deadline) still gets an envelope
+	// instead of a signing error.
 	claims := api.TaskClaims{TaskID: t.ID, NodeID: c.id, Type: t.Type, Params: t.Params,
-		CorrelationID: t.CorrelationID, IssuedAt: s.cfg.Now().Unix(), ExpiresAt: t.ExpiresAt.Unix()}
+		CorrelationID: t.CorrelationID, IssuedAt: s.cfg.Now().Unix(), ExpiresAt: ceilUnix(t.ExpiresAt)}
 	env, err := s.keys.Sign(claims)
 	if err != nil {
 		return fmt.Errorf("sign task %s: %w", t.ID, err)
@@ -322,6 +326,14 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c nodeCaller, t
 	httpapi.WriteJSON(w, http.StatusOK, api.TaskDelivery{TaskID: t.ID, TaskType: t.Type, Envelope: env,
 		ExpiresAt: time.Unix(claims.ExpiresAt, 0).UTC(), CorrelationID: t.CorrelationID, Attempt: t.Attempts})
 	return nil
+}
+
+// ceilUnix is t in whole seconds, rounded up.
+func ceilUnix(t time.Time) int64 {
+	if t.Nanosecond() > 0 {
+		return t.Unix() + 1
+	}
+	return t.Unix()
 }
 
 // taskEvent records progress and moves a dispatched task to running.
