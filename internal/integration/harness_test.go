@@ -100,7 +100,12 @@ type env struct {
 	opURL   string
 	nodeURL string
 	opToken string
-	stop    func()
+	// opHTTP calls the operator API. Under a short idle timeout it opens a
+	// connection per request: a reused keep-alive connection can be closed
+	// by the server's idle timer just as a request is written on it, and a
+	// POST that was written is not retried (EOF).
+	opHTTP *http.Client
+	stop   func()
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -145,7 +150,10 @@ func startEnv(t testing.TB, st store.Store, mutate ...func(*server.Config)) *env
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, opLn, nodeLn) }()
 	<-srv.Ready()
-	e := &env{t: t, st: st, srv: srv, opURL: "http://" + opLn.Addr().String(), nodeURL: nodeURL}
+	e := &env{t: t, st: st, srv: srv, opURL: "http://" + opLn.Addr().String(), nodeURL: nodeURL, opHTTP: http.DefaultClient}
+	if cfg.IdleTimeout > 0 && cfg.IdleTimeout < 5*time.Second {
+		e.opHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	}
 	e.stop = func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -182,7 +190,7 @@ func (e *env) op(method, path string, in, out any) int {
 	}
 	req, _ := http.NewRequest(method, e.opURL+path, body)
 	req.Header.Set("Authorization", "Bearer "+e.opToken)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.opHTTP.Do(req)
 	if err != nil {
 		e.t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -47,7 +47,7 @@ func (e *env) opAs(token, method, path string, in, out any) (int, string) {
 	}
 	req, _ := http.NewRequest(method, e.opURL+path, body)
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.opHTTP.Do(req)
 	if err != nil {
 		e.t.Fatalf("%s %s: %v", method, path, err)
 	}
