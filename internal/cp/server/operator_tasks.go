@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -186,5 +187,25 @@ func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "task.cancel", Target: id, Result: "canceled", CID: t.CorrelationID})
 	httpapi.WriteJSON(w, http.StatusOK, taskView(t))
+	return nil
+}
+
+// newTask builds a queued task created by the control plane on behalf of
+// the caller.
+func (s *Server) newTask(ctx context.Context, nodeID, typ string, params json.RawMessage, ttl time.Duration) store.Task {
+	now := s.cfg.Now().UTC()
+	return store.Task{ID: httpapi.NewID("tsk_"), NodeID: nodeID, Type: typ, Params: params, State: api.TaskQueued,
+		CorrelationID: httpapi.CorrelationID(ctx), CreatedBy: orSystem(httpapi.Actor(ctx)), CreatedAt: now, ExpiresAt: now.Add(ttl)}
+}
+
+// enqueue stores t, wakes its node's long-poll on this replica and audits.
+func (s *Server) enqueue(ctx context.Context, t store.Task) error {
+	if err := s.store.EnqueueTask(ctx, t); err != nil {
+		return err
+	}
+	s.waiters.wake(t.NodeID)
+	s.metrics.tasksEnqueued.Inc()
+	s.audit.Record(ctx, audit.Entry{Actor: t.CreatedBy, Action: "task.enqueue", Target: t.ID, Result: "queued",
+		CID: t.CorrelationID, Detail: "node=" + t.NodeID + " type=" + t.Type})
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
+	"github.com/drover-dev/drover/internal/cp/allocations"
 	"github.com/drover-dev/drover/internal/cp/audit"
 	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/kek"
@@ -201,6 +202,8 @@ type Server struct {
 	authFails *failLimiter
 	// term is the terminal gateway.
 	term *termgw.Gateway
+	// allocs is the allocations room.
+	allocs *allocations.Room
 	// tasks carries task events (claimed, finished) from the task path to
 	// the consumers subscribed by task type (newTaskBus).
 	tasks *taskbus.Bus
@@ -248,6 +251,7 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 			NodeStreams: s.metrics.terminalNodeStreams, Revoked: s.metrics.terminalRevoked,
 			OpenSeconds: s.metrics.terminalOpenSeconds, LimitRefusals: s.metrics.limitRefusals},
 		s.log, cfg.Now)
+	s.allocs = allocations.New(st, instanceFinder{s}, taskQueue{s}, s.term, s.audit, s.cfg.Registry, s.log, cfg.Now)
 	s.tasks = s.newTaskBus()
 	s.polls = newLongPolls(s.cfg.NodeLongPollLimit, s.reg)
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "drover_terminal_live_sessions",

@@ -22,7 +22,7 @@ import (
 func (s *Server) newTaskBus() *taskbus.Bus {
 	b := taskbus.New()
 	s.term.Subscribe(b)
-	s.subscribeAllocationTasks(b)
+	s.allocs.Subscribe(b)
 	return b
 }
 

@@ -1,10 +1,17 @@
-package server
+// Package allocations owns the allocation routes (create, list, show,
+// release under /api/v1/allocations) and the allocation state machine
+// driven by the results of the user tasks (allocation.provision_user,
+// allocation.deprovision_user). It must not queue tasks itself (it asks
+// Tasks), resolve instances (it asks Instances) or hold terminal sessions
+// (it asks Terminals to end them); all its state is in the Store.
+package allocations
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -16,6 +23,57 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
+
+// Store is what the allocations room reads and writes. store.Store
+// satisfies it.
+type Store interface {
+	GetHost(ctx context.Context, id string) (store.Host, error)
+	CreateAllocation(ctx context.Context, a store.Allocation) error
+	GetAllocation(ctx context.Context, id string) (store.Allocation, error)
+	ListAllocations(ctx context.Context, f store.AllocationFilter) ([]store.Allocation, error)
+	UpdateAllocation(ctx context.Context, id string, fn func(*store.Allocation) error) (store.Allocation, error)
+}
+
+// Instances resolves an instance id, or else a name (an API error when
+// there is none).
+type Instances interface {
+	Find(ctx context.Context, ref string) (store.Instance, error)
+}
+
+// Tasks builds and queues the user tasks.
+type Tasks interface {
+	// New is a queued task created on behalf of the caller.
+	New(ctx context.Context, nodeID, typ string, params json.RawMessage, ttl time.Duration) store.Task
+	// Enqueue stores t and wakes its node.
+	Enqueue(ctx context.Context, t store.Task) error
+}
+
+// Terminals ends the live terminal sessions of an allocation.
+type Terminals interface {
+	CloseAllocation(id string)
+}
+
+// Room serves the allocation routes.
+type Room struct {
+	store     Store
+	instances Instances
+	tasks     Tasks
+	terms     Terminals
+	audit     *audit.Log
+	registry  *task.Registry
+	log       *slog.Logger
+	now       func() time.Time
+}
+
+// New is the allocations room.
+func New(st Store, instances Instances, tasks Tasks, terms Terminals, auditLog *audit.Log, registry *task.Registry,
+	log *slog.Logger, now func() time.Time) *Room {
+	return &Room{store: st, instances: instances, tasks: tasks, terms: terms, audit: auditLog, registry: registry,
+		log: log, now: now}
+}
+
+// errNoChange aborts an UpdateAllocation without writing.
+var errNoChange = errors.New("no change")
 
 // allocTaskTTL is how long an allocation's user task may wait in the queue
 // for its node.
@@ -31,15 +89,15 @@ func allocationView(a store.Allocation) api.Allocation {
 		ReleaseTaskID: a.ReleaseTaskID, CreatedBy: a.CreatedBy, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}
 }
 
-// createAllocation binds a user to a host (queueing allocation.provision_user)
+// Create is POST /api/v1/allocations: it binds a user to a host (queueing allocation.provision_user)
 // or to an instance (active at once: its terminal is the serial console).
-func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error {
+func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var req api.CreateAllocationRequest
 	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
-	now := s.cfg.Now().UTC()
+	now := s.now().UTC()
 	a := store.Allocation{ID: httpapi.NewID("alc_"), Username: req.Username, CreatedBy: httpapi.Actor(ctx), CreatedAt: now, UpdatedAt: now}
 	switch {
 	case req.HostID == "" && req.InstanceID == "":
@@ -47,7 +105,7 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error 
 	case req.HostID != "" && req.InstanceID != "":
 		return httpapi.Invalid([]api.FieldError{{Field: "instance_id", Message: "set host_id or instance_id, not both"}})
 	case req.InstanceID != "":
-		in, err := s.findInstance(ctx, req.InstanceID)
+		in, err := s.instances.Find(ctx, req.InstanceID)
 		if err != nil {
 			return err
 		}
@@ -73,17 +131,17 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error 
 	if a.InstanceID == "" {
 		params, _ := json.Marshal(task.AllocProvisionUserParams{AllocationID: a.ID, Username: req.Username,
 			SSHAuthorizedKeys: req.SSHAuthorizedKeys, Shell: req.Shell, Sudo: req.Sudo})
-		if fe := s.cfg.Registry.Validate(task.TypeAllocProvisionUser, params); len(fe) > 0 {
+		if fe := s.registry.Validate(task.TypeAllocProvisionUser, params); len(fe) > 0 {
 			return httpapi.Invalid(paramsToFields(fe))
 		}
-		t = s.newTask(ctx, a.HostID, task.TypeAllocProvisionUser, params, allocTaskTTL)
+		t = s.tasks.New(ctx, a.HostID, task.TypeAllocProvisionUser, params, allocTaskTTL)
 		a.ProvisionTaskID = t.ID
 	}
 	if err := s.store.CreateAllocation(ctx, a); err != nil {
 		return err
 	}
 	if t.ID != "" {
-		if err := s.enqueue(ctx, t); err != nil {
+		if err := s.tasks.Enqueue(ctx, t); err != nil {
 			return err
 		}
 	}
@@ -120,27 +178,8 @@ func paramsToFields(fe []api.FieldError) []api.FieldError {
 	return out
 }
 
-// newTask builds a queued task created by the control plane on behalf of
-// the caller.
-func (s *Server) newTask(ctx context.Context, nodeID, typ string, params json.RawMessage, ttl time.Duration) store.Task {
-	now := s.cfg.Now().UTC()
-	return store.Task{ID: httpapi.NewID("tsk_"), NodeID: nodeID, Type: typ, Params: params, State: api.TaskQueued,
-		CorrelationID: httpapi.CorrelationID(ctx), CreatedBy: orSystem(httpapi.Actor(ctx)), CreatedAt: now, ExpiresAt: now.Add(ttl)}
-}
-
-// enqueue stores t, wakes its node's long-poll on this replica and audits.
-func (s *Server) enqueue(ctx context.Context, t store.Task) error {
-	if err := s.store.EnqueueTask(ctx, t); err != nil {
-		return err
-	}
-	s.waiters.wake(t.NodeID)
-	s.metrics.tasksEnqueued.Inc()
-	s.audit.Record(ctx, audit.Entry{Actor: t.CreatedBy, Action: "task.enqueue", Target: t.ID, Result: "queued",
-		CID: t.CorrelationID, Detail: "node=" + t.NodeID + " type=" + t.Type})
-	return nil
-}
-
-func (s *Server) listAllocations(w http.ResponseWriter, r *http.Request) error {
+// List is GET /api/v1/allocations.
+func (s *Room) List(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	as, err := s.store.ListAllocations(r.Context(), store.AllocationFilter{HostID: q.Get("host_id"),
 		InstanceID: q.Get("instance_id"), State: api.AllocationState(q.Get("state"))})
@@ -155,7 +194,8 @@ func (s *Server) listAllocations(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) showAllocation(w http.ResponseWriter, r *http.Request) error {
+// Show is GET /api/v1/allocations/{id}.
+func (s *Room) Show(w http.ResponseWriter, r *http.Request) error {
 	a, err := s.store.GetAllocation(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return httpapi.StoreError(err, "allocation", r.PathValue("id"))
@@ -164,11 +204,11 @@ func (s *Server) showAllocation(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// releaseAllocation ends an allocation: its open terminal sessions are
+// Release is DELETE /api/v1/allocations/{id}: it ends an allocation: its open terminal sessions are
 // closed, and a host allocation's user is removed by
 // allocation.deprovision_user (released when that succeeds). Releasing
 // twice is fine.
-func (s *Server) releaseAllocation(w http.ResponseWriter, r *http.Request) error {
+func (s *Room) Release(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	id := r.PathValue("id")
 	var t store.Task
@@ -176,13 +216,13 @@ func (s *Server) releaseAllocation(w http.ResponseWriter, r *http.Request) error
 		if a.State == api.AllocationReleasing || a.State == api.AllocationReleased {
 			return nil
 		}
-		a.UpdatedAt = s.cfg.Now().UTC()
+		a.UpdatedAt = s.now().UTC()
 		if a.InstanceID != "" {
 			a.State = api.AllocationReleased
 			return nil
 		}
 		params, _ := json.Marshal(task.AllocDeprovisionUserParams{AllocationID: a.ID, Username: a.Username})
-		t = s.newTask(ctx, a.HostID, task.TypeAllocDeprovisionUser, params, allocTaskTTL)
+		t = s.tasks.New(ctx, a.HostID, task.TypeAllocDeprovisionUser, params, allocTaskTTL)
 		a.State, a.ReleaseTaskID = api.AllocationReleasing, t.ID
 		return nil
 	})
@@ -190,29 +230,29 @@ func (s *Server) releaseAllocation(w http.ResponseWriter, r *http.Request) error
 		return httpapi.StoreError(err, "allocation", id)
 	}
 	if t.ID != "" {
-		if err := s.enqueue(ctx, t); err != nil {
+		if err := s.tasks.Enqueue(ctx, t); err != nil {
 			return err
 		}
 	}
-	s.term.CloseAllocation(id)
+	s.terms.CloseAllocation(id)
 	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "allocation.release", Target: a.ID, Result: string(a.State),
 		CID: httpapi.CorrelationID(ctx)})
 	httpapi.WriteJSON(w, http.StatusAccepted, allocationView(a))
 	return nil
 }
 
-// subscribeAllocationTasks runs the allocation state machine on the
+// Subscribe runs the allocation state machine on the
 // results of the user tasks.
-func (s *Server) subscribeAllocationTasks(b *taskbus.Bus) {
-	b.OnFinished(task.TypeAllocProvisionUser, s.allocationTaskDone)
-	b.OnFinished(task.TypeAllocDeprovisionUser, s.allocationTaskDone)
+func (s *Room) Subscribe(b *taskbus.Bus) {
+	b.OnFinished(task.TypeAllocProvisionUser, s.taskDone)
+	b.OnFinished(task.TypeAllocDeprovisionUser, s.taskDone)
 }
 
-// allocationTaskDone moves an allocation on when its user task finishes:
+// taskDone moves an allocation on when its user task finishes:
 // provision succeeded → active, failed → failed; deprovision succeeded →
 // released (a failed deprovision stays releasing, with the reason, for an
 // operator to retry).
-func (s *Server) allocationTaskDone(ctx context.Context, e taskbus.Finished) {
+func (s *Room) taskDone(ctx context.Context, e taskbus.Finished) {
 	t := e.Task
 	var p struct {
 		AllocationID string `json:"allocation_id"`
@@ -242,7 +282,7 @@ func (s *Server) allocationTaskDone(ctx context.Context, e taskbus.Finished) {
 		default:
 			return errNoChange
 		}
-		a.UpdatedAt = s.cfg.Now().UTC()
+		a.UpdatedAt = s.now().UTC()
 		return nil
 	})
 	if errors.Is(err, errNoChange) {
