@@ -1,7 +1,8 @@
 // Package httpapi is what every room of the control plane's HTTP API
 // shares: the error type and its JSON envelope, strict JSON decoding,
 // correlation ids, operator authentication (bearer tokens and roles),
-// per-client rate limits and per-key concurrency caps.
+// per-client rate limits, per-key concurrency caps and per-node long-poll
+// waiters.
 package httpapi
 
 import (

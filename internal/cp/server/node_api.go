@@ -48,8 +48,8 @@ func (s *Server) nodeRoutes() map[string]http.Handler {
 		nodeapi.PostEvent.MuxPattern():       s.nodeAuth(s.taskEvent),
 		nodeapi.PostResult.MuxPattern():      s.nodeAuth(s.taskResult),
 		nodeapi.DesiredInstances.MuxPattern(): s.nodeAuth(
-			s.limitLongPolls(s.polls.instances, instancesLongPoll, s.nodeInstances)),
-		nodeapi.InstanceStatus.MuxPattern(): s.nodeAuth(s.instanceStatus),
+			s.limitLongPolls(s.polls.instances, instancesLongPoll, nodeIDHandler(s.inst.NodeDesired))),
+		nodeapi.InstanceStatus.MuxPattern(): s.nodeAuth(nodeIDHandler(s.inst.NodeStatus)),
 		nodeapi.TerminalStream.MuxPattern(): s.term.NodeMTLS(s.nodeAuth(func(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
 			return s.term.NodeStream(w, r, c.id)
 		})),
@@ -259,7 +259,7 @@ func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c nodeCaller) 
 		}
 		wait = min(d, s.cfg.MaxWait)
 	}
-	wake, done := s.waiters.add(c.id)
+	wake, done := s.waiters.Add(c.id)
 	defer done()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/cp/audit"
 	"github.com/drover-dev/drover/internal/cp/httpapi"
+	"github.com/drover-dev/drover/internal/cp/instances"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -21,14 +22,11 @@ func hostView(h store.Host) api.Host {
 		Status: h.Status, StatusReason: h.StatusReason, Hostname: h.Hostname, SelectedAccel: h.SelectedAccel,
 		AgentVersion: h.AgentVersion, Enrolled: !h.EnrolledAt.IsZero(), CreatedAt: h.CreatedAt, UpdatedAt: h.UpdatedAt,
 	}
-	v.Schedulable = h.Enabled && !h.Revoked && !h.Draining && h.Status == api.HostHealthy
+	v.Schedulable = instances.Schedulable(h)
 	if len(h.Capabilities) > 0 {
 		var c api.Capabilities
 		if json.Unmarshal(h.Capabilities, &c) == nil {
 			v.Capabilities = &c
-			if c.AccelError != "" {
-				v.Schedulable = false
-			}
 		}
 	}
 	if len(h.Capacity) > 0 {
@@ -225,3 +223,22 @@ func (s *Server) EnsureHost(ctx context.Context, id, osFamily string) (string, e
 
 // errNoChange aborts an UpdateHost without writing.
 var errNoChange = errors.New("no change")
+
+// setHostDraining is drain and undrain: a draining host takes no new
+// instances, and its agent learns it from its desired set.
+func (s *Server) setHostDraining(on bool) httpapi.HandlerFunc {
+	action := "host.undrain"
+	if on {
+		action = "host.drain"
+	}
+	return func(w http.ResponseWriter, r *http.Request) error {
+		err := s.mutateHost(w, r, action, func(h *store.Host) error {
+			h.Draining = on
+			return nil
+		})
+		if err == nil {
+			s.inst.Wake(r.PathValue("id"))
+		}
+		return err
+	}
+}

@@ -62,7 +62,7 @@ func (s *Server) enqueueTask(w http.ResponseWriter, r *http.Request) error {
 	} else if fe := s.cfg.Registry.Validate(req.Type, req.Params); len(fe) > 0 {
 		fields = append(fields, fe...)
 	} else if len(fields) == 0 { // the host exists: slice tasks may name only its approved slots
-		fe, err := s.sliceSlotFields(ctx, req.NodeID, req.Type, req.Params)
+		fe, err := s.inst.SliceSlotFields(ctx, req.NodeID, req.Type, req.Params)
 		if err != nil {
 			return err
 		}
@@ -103,7 +103,7 @@ func (s *Server) enqueueTask(w http.ResponseWriter, r *http.Request) error {
 	if err := s.store.EnqueueTask(ctx, t); err != nil {
 		return err
 	}
-	s.waiters.wake(t.NodeID) // same replica: do not wait for the event round trip
+	s.waiters.Wake(t.NodeID) // same replica: do not wait for the event round trip
 	s.metrics.tasksEnqueued.Inc()
 	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "task.enqueue", Target: t.ID, Result: "queued", CID: cid,
 		Detail: "node=" + t.NodeID + " type=" + t.Type})
@@ -203,7 +203,7 @@ func (s *Server) enqueue(ctx context.Context, t store.Task) error {
 	if err := s.store.EnqueueTask(ctx, t); err != nil {
 		return err
 	}
-	s.waiters.wake(t.NodeID)
+	s.waiters.Wake(t.NodeID)
 	s.metrics.tasksEnqueued.Inc()
 	s.audit.Record(ctx, audit.Entry{Actor: t.CreatedBy, Action: "task.enqueue", Target: t.ID, Result: "queued",
 		CID: t.CorrelationID, Detail: "node=" + t.NodeID + " type=" + t.Type})

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +24,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/allocations"
 	"github.com/drover-dev/drover/internal/cp/audit"
 	"github.com/drover-dev/drover/internal/cp/httpapi"
+	"github.com/drover-dev/drover/internal/cp/instances"
 	"github.com/drover-dev/drover/internal/cp/kek"
 	"github.com/drover-dev/drover/internal/cp/keys"
 	"github.com/drover-dev/drover/internal/cp/store"
@@ -191,12 +191,9 @@ type Server struct {
 	keys    *keys.Keys
 	hosts   *hostCache
 	live    *liveness
-	waiters *waiters
-	// instWaiters wakes node long-polls on their desired instance set.
-	instWaiters *waiters
-	// placeMu serialises this replica's instance placements (check, then
-	// insert); across replicas verifyPlacement settles races.
-	placeMu sync.Mutex
+	waiters *httpapi.Waiters
+	// inst is the instances room (placement, the desired-set long-polls).
+	inst    *instances.Room
 	limiter *httpapi.IPLimiter
 	// authFails limits failed enrolments per source and per host id.
 	authFails *failLimiter
@@ -243,15 +240,16 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg)
 	s.hosts = newHostCache(st, cfg.Now)
-	s.waiters = newWaiters()
-	s.instWaiters = newWaiters()
+	s.waiters = httpapi.NewWaiters()
+	s.inst = instances.New(instances.Config{VCPUAllocationRatio: s.cfg.VCPUAllocationRatio, Log: s.log, Now: cfg.Now},
+		st, s.audit)
 	s.live = newLiveness(s)
 	s.term = termgw.New(s.cfg.Terminal, st, onlineFunc(s.nodeOnline), enqueueFunc(s.enqueue), s.audit,
 		termgw.Metrics{Mints: s.metrics.terminalMints, Sessions: s.metrics.terminalSessions,
 			NodeStreams: s.metrics.terminalNodeStreams, Revoked: s.metrics.terminalRevoked,
 			OpenSeconds: s.metrics.terminalOpenSeconds, LimitRefusals: s.metrics.limitRefusals},
 		s.log, cfg.Now)
-	s.allocs = allocations.New(st, instanceFinder{s}, taskQueue{s}, s.term, s.audit, s.cfg.Registry, s.log, cfg.Now)
+	s.allocs = allocations.New(st, s.inst, taskQueue{s}, s.term, s.audit, s.cfg.Registry, s.log, cfg.Now)
 	s.tasks = s.newTaskBus()
 	s.polls = newLongPolls(s.cfg.NodeLongPollLimit, s.reg)
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "drover_terminal_live_sessions",
@@ -358,13 +356,13 @@ func (s *Server) dispatchEvents(ctx context.Context, events <-chan store.Event) 
 			}
 			switch ev.Kind {
 			case store.EventTask:
-				s.waiters.wake(ev.ID)
+				s.waiters.Wake(ev.ID)
 			case store.EventHost:
 				s.hosts.invalidate(ev.ID)
-				s.waiters.wake(ev.ID)     // a waiting revoked node re-checks and is refused
-				s.instWaiters.wake(ev.ID) // draining is part of the node's instance set
+				s.waiters.Wake(ev.ID) // a waiting revoked node re-checks and is refused
+				s.inst.Wake(ev.ID)    // draining is part of the node's instance set
 			case store.EventInstance:
-				s.instWaiters.wake(ev.ID)
+				s.inst.Wake(ev.ID)
 			}
 			s.term.Event(ctx, ev) // host, allocation and token changes end terminals
 		}

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
-	"time"
 
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -31,19 +29,3 @@ func (f onlineFunc) NodeOnline(ctx context.Context, id string) bool { return f(c
 type enqueueFunc func(ctx context.Context, t store.Task) error
 
 func (f enqueueFunc) Enqueue(ctx context.Context, t store.Task) error { return f(ctx, t) }
-
-// taskQueue adapts newTask and enqueue to the rooms' Tasks interfaces.
-type taskQueue struct{ s *Server }
-
-func (q taskQueue) New(ctx context.Context, nodeID, typ string, params json.RawMessage, ttl time.Duration) store.Task {
-	return q.s.newTask(ctx, nodeID, typ, params, ttl)
-}
-
-func (q taskQueue) Enqueue(ctx context.Context, t store.Task) error { return q.s.enqueue(ctx, t) }
-
-// instanceFinder adapts findInstance to allocations.Instances.
-type instanceFinder struct{ s *Server }
-
-func (f instanceFinder) Find(ctx context.Context, ref string) (store.Instance, error) {
-	return f.s.findInstance(ctx, ref)
-}

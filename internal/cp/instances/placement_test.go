@@ -1,4 +1,4 @@
-package server
+package instances
 
 import (
 	"encoding/json"

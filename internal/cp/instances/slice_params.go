@@ -1,4 +1,4 @@
-package server
+package instances
 
 // The control plane's half of the slice device rule: a slice task may name
 // only devices of slots an operator approved for its node. The agent checks
@@ -30,7 +30,7 @@ type namedSlot struct {
 	id, gpu, fabric, nvme string
 }
 
-// sliceSlotFields checks the slots a slice.vm_provision or slice.vm_release
+// SliceSlotFields checks the slots a slice.vm_provision or slice.vm_release
 // names against nodeID's approved slots: each slot id must be an approved
 // slot of nodeID, and each device it names must be that slot's device in
 // the same role (GPU, fabric VF, NVMe namespace: the stored candidate's
@@ -39,7 +39,7 @@ type namedSlot struct {
 // checked provision wrote, so a VM can be released after its approval is
 // deleted. params must already be valid for typ; other task types have no
 // slots and get nil.
-func (s *Server) sliceSlotFields(ctx context.Context, nodeID, typ string, params json.RawMessage) ([]api.FieldError, error) {
+func (s *Room) SliceSlotFields(ctx context.Context, nodeID, typ string, params json.RawMessage) ([]api.FieldError, error) {
 	var named []namedSlot
 	switch typ {
 	case task.TypeVMProvision:

@@ -1,18 +1,18 @@
-package server
+package httpapi
 
 import (
 	"testing"
 )
 
 func TestWaitersWakeOnlyTheirNode(t *testing.T) {
-	w := newWaiters()
-	a, doneA := w.add("a")
-	b, doneB := w.add("b")
-	if got := w.count(); got != 2 {
+	w := NewWaiters()
+	a, doneA := w.Add("a")
+	b, doneB := w.Add("b")
+	if got := w.Count(); got != 2 {
 		t.Fatalf("count %d, want 2", got)
 	}
-	w.wake("a")
-	w.wake("a") // coalesces; must not block
+	w.Wake("a")
+	w.Wake("a") // coalesces; must not block
 	select {
 	case <-a:
 	default:
@@ -25,8 +25,8 @@ func TestWaitersWakeOnlyTheirNode(t *testing.T) {
 	}
 	doneA()
 	doneB()
-	if got := w.count(); got != 0 {
+	if got := w.Count(); got != 0 {
 		t.Fatalf("count %d after removal, want 0", got)
 	}
-	w.wake("a") // no waiters: no-op
+	w.Wake("a") // no waiters: no-op
 }

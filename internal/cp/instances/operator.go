@@ -1,4 +1,4 @@
-package server
+package instances
 
 import (
 	"context"
@@ -50,8 +50,8 @@ func instanceView(in store.Instance) api.Instance {
 	return v
 }
 
-// findInstance resolves an instance id, or else a name.
-func (s *Server) findInstance(ctx context.Context, ref string) (store.Instance, error) {
+// Find resolves an instance id, or else a name.
+func (s *Room) Find(ctx context.Context, ref string) (store.Instance, error) {
 	in, err := s.store.GetInstance(ctx, ref)
 	if errors.Is(err, store.ErrNotFound) {
 		in, err = s.store.GetInstanceByName(ctx, ref)
@@ -62,8 +62,9 @@ func (s *Server) findInstance(ctx context.Context, ref string) (store.Instance, 
 	return in, nil
 }
 
-// createInstance validates, places and records one instance (201).
-func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) error {
+// Create (POST /api/v1/instances) validates, places and records one instance
+// (201).
+func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var req api.CreateInstanceRequest
 	if err := httpapi.DecodeJSON(r, &req); err != nil {
@@ -90,7 +91,7 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) error {
 // checks that no other replica's concurrent placement overcommitted the
 // host; the loser of such a race removes its record and places again.
 // f is updated with the new instance. The caller holds s.placeMu.
-func (s *Server) createPlaced(ctx context.Context, f *fleet, req api.CreateInstanceRequest) (store.Instance, error) {
+func (s *Room) createPlaced(ctx context.Context, f *fleet, req api.CreateInstanceRequest) (store.Instance, error) {
 	if f.names[req.Name] {
 		return store.Instance{}, httpapi.Errorf(http.StatusConflict, "instance_exists", "an instance named %q exists", req.Name)
 	}
@@ -100,7 +101,7 @@ func (s *Server) createPlaced(ctx context.Context, f *fleet, req api.CreateInsta
 		if err != nil {
 			return store.Instance{}, err
 		}
-		now := s.cfg.Now().UTC()
+		now := s.now().UTC()
 		in := store.Instance{ID: newInstanceID(), Name: req.Name, Group: req.Group, HostID: hostID, Labels: req.Labels,
 			Spec: spec, DesiredState: api.DesiredRunning, Generation: 1, Phase: api.InstancePending,
 			CreatedBy: httpapi.Actor(ctx), CreatedAt: now, UpdatedAt: now}
@@ -112,7 +113,7 @@ func (s *Server) createPlaced(ctx context.Context, f *fleet, req api.CreateInsta
 		}
 		ok, err := s.verifyPlacement(ctx, in.ID, hostID, req.Spec)
 		if err == nil && ok {
-			s.instWaiters.wake(hostID) // same replica: do not wait for the event round trip
+			s.waiters.Wake(hostID) // same replica: do not wait for the event round trip
 			f.add(hostID, in.Name, in.DesiredState, req.Spec)
 			s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.create", Target: in.ID, Result: "ok",
 				CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s host=%s group=%s", in.Name, hostID, in.Group)})
@@ -136,7 +137,7 @@ func (s *Server) createPlaced(ctx context.Context, f *fleet, req api.CreateInsta
 
 // pickHost chooses the host for req: req.HostID when it can take it, or
 // the best host matching req.HostLabels.
-func (s *Server) pickHost(ctx context.Context, f *fleet, req api.CreateInstanceRequest) (string, error) {
+func (s *Room) pickHost(ctx context.Context, f *fleet, req api.CreateInstanceRequest) (string, error) {
 	if req.HostID != "" && !slices.ContainsFunc(f.hosts, func(h store.Host) bool { return h.ID == req.HostID }) {
 		return "", httpapi.Invalid([]api.FieldError{{Field: "host_id", Message: "no host " + strconv.Quote(req.HostID)}})
 	}
@@ -179,7 +180,7 @@ func (s *Server) pickHost(ctx context.Context, f *fleet, req api.CreateInstanceR
 // overcommitted and that no other record holds its slots. Within a replica
 // placeMu makes this always true; it settles races between replicas (both
 // losers retry, the survivors stand).
-func (s *Server) verifyPlacement(ctx context.Context, id, hostID string, spec api.InstanceSpec) (bool, error) {
+func (s *Room) verifyPlacement(ctx context.Context, id, hostID string, spec api.InstanceSpec) (bool, error) {
 	h, err := s.store.GetHost(ctx, hostID)
 	if err != nil {
 		return false, err
@@ -204,7 +205,7 @@ func (s *Server) verifyPlacement(ctx context.Context, id, hostID string, spec ap
 			}
 		}
 	}
-	free, ok := freeOf(h, used, s.cfg.VCPUAllocationRatio)
+	free, ok := freeOf(h, used, s.cpuRatio)
 	if !ok || free.VCPUs < 0 || free.MemoryMiB < 0 || free.DiskGiB < 0 || free.GPUs < 0 {
 		return false, nil
 	}
@@ -216,7 +217,8 @@ func (s *Server) verifyPlacement(ctx context.Context, id, hostID string, spec ap
 	return true, nil
 }
 
-func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) error {
+// List is GET /api/v1/instances.
+func (s *Room) List(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	ins, err := s.store.ListInstances(r.Context(), store.InstanceFilter{HostID: q.Get("host"), Group: q.Get("group")})
 	if err != nil {
@@ -230,8 +232,9 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) error {
-	in, err := s.findInstance(r.Context(), r.PathValue("id"))
+// Show is GET /api/v1/instances/{id}.
+func (s *Room) Show(w http.ResponseWriter, r *http.Request) error {
+	in, err := s.Find(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -239,18 +242,18 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// setInstanceDesired is stop and start: the desired state changes and the
+// SetDesired is stop and start: the desired state changes and the
 // generation is bumped. Asking again for the state an instance already has
 // changes nothing, except start on a Failed instance, whose new generation
 // asks its agent to try again.
-func (s *Server) setInstanceDesired(desired api.DesiredState) httpapi.HandlerFunc {
+func (s *Room) SetDesired(desired api.DesiredState) httpapi.HandlerFunc {
 	action := "instance.stop"
 	if desired == api.DesiredRunning {
 		action = "instance.start"
 	}
 	return func(w http.ResponseWriter, r *http.Request) error {
 		ctx := r.Context()
-		in, err := s.findInstance(ctx, r.PathValue("id"))
+		in, err := s.Find(ctx, r.PathValue("id"))
 		if err != nil {
 			return err
 		}
@@ -273,7 +276,7 @@ func (s *Server) setInstanceDesired(desired api.DesiredState) httpapi.HandlerFun
 		case err != nil:
 			return httpapi.StoreError(err, "instance", in.ID)
 		default:
-			s.instWaiters.wake(out.HostID)
+			s.waiters.Wake(out.HostID)
 		}
 		s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: action, Target: in.ID, Result: result, CID: httpapi.CorrelationID(ctx),
 			Detail: fmt.Sprintf("name=%s generation=%d", out.Name, out.Generation)})
@@ -282,10 +285,11 @@ func (s *Server) setInstanceDesired(desired api.DesiredState) httpapi.HandlerFun
 	}
 }
 
-// deleteInstance asks the agent to stop and destroy the instance (202); the
-// record goes when the agent reports it Stopped at the delete's generation.
-// ?force=true removes the record at once (for a host that is gone).
-func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) error {
+// Delete (DELETE /api/v1/instances/{id}) asks the agent to stop and destroy
+// the instance (202); the record goes when the agent reports it Stopped at
+// the delete's generation. ?force=true removes the record at once (for a
+// host that is gone).
+func (s *Room) Delete(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	force := false
 	if v := r.URL.Query().Get("force"); v != "" {
@@ -295,7 +299,7 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) error {
 		}
 		force = b
 	}
-	in, err := s.findInstance(ctx, r.PathValue("id"))
+	in, err := s.Find(ctx, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -303,7 +307,7 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) error {
 		if err := s.store.DeleteInstance(ctx, in.ID); err != nil {
 			return httpapi.StoreError(err, "instance", in.ID)
 		}
-		s.instWaiters.wake(in.HostID)
+		s.waiters.Wake(in.HostID)
 		s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.delete", Target: in.ID, Result: "forced",
 			CID: httpapi.CorrelationID(ctx), Detail: "name=" + in.Name + " host=" + in.HostID})
 		httpapi.WriteJSON(w, http.StatusOK, instanceView(in))
@@ -319,7 +323,7 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) error {
 
 // markDeleted sets desired deleted (bumping the generation unless it was
 // already set) and audits it.
-func (s *Server) markDeleted(ctx context.Context, id string) (store.Instance, error) {
+func (s *Room) markDeleted(ctx context.Context, id string) (store.Instance, error) {
 	var cur store.Instance
 	result := "ok"
 	out, err := s.store.UpdateInstance(ctx, id, func(i *store.Instance) error {
@@ -336,30 +340,11 @@ func (s *Server) markDeleted(ctx context.Context, id string) (store.Instance, er
 	case err != nil:
 		return store.Instance{}, httpapi.StoreError(err, "instance", id)
 	default:
-		s.instWaiters.wake(out.HostID)
+		s.waiters.Wake(out.HostID)
 	}
 	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.delete", Target: id, Result: result,
 		CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s generation=%d", out.Name, out.Generation)})
 	return out, nil
-}
-
-// setHostDraining is drain and undrain: a draining host takes no new
-// instances, and its agent learns it from its desired set.
-func (s *Server) setHostDraining(on bool) httpapi.HandlerFunc {
-	action := "host.undrain"
-	if on {
-		action = "host.drain"
-	}
-	return func(w http.ResponseWriter, r *http.Request) error {
-		err := s.mutateHost(w, r, action, func(h *store.Host) error {
-			h.Draining = on
-			return nil
-		})
-		if err == nil {
-			s.instWaiters.wake(r.PathValue("id"))
-		}
-		return err
-	}
 }
 
 // instanceSuffix is n of "<group>-<n>", or -1.

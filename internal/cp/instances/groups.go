@@ -1,4 +1,4 @@
-package server
+package instances
 
 import (
 	"encoding/json"
@@ -17,11 +17,12 @@ import (
 // maxReplicas bounds one group.
 const maxReplicas = 1000
 
-// scaleGroup makes Replicas instances of a group wanted: it creates
-// <group>-<n> (lowest free n) from the template, or marks the
-// highest-numbered live members deleted. Scaling up is planned in full
-// before anything is created, so a group that does not fit creates nothing.
-func (s *Server) scaleGroup(w http.ResponseWriter, r *http.Request) error {
+// Scale is POST /api/v1/instance-groups/{group}/scale: it makes Replicas
+// instances of a group wanted: it creates <group>-<n> (lowest free n) from
+// the template, or marks the highest-numbered live members deleted. Scaling
+// up is planned in full before anything is created, so a group that does not
+// fit creates nothing.
+func (s *Room) Scale(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	group := r.PathValue("group")
 	var req api.ScaleRequest

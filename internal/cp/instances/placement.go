@@ -1,4 +1,4 @@
-package server
+package instances
 
 import (
 	"context"
@@ -34,7 +34,7 @@ type fleet struct {
 }
 
 // loadFleet reads hosts and instances.
-func (s *Server) loadFleet(ctx context.Context) (*fleet, error) {
+func (s *Room) loadFleet(ctx context.Context) (*fleet, error) {
 	hosts, err := s.store.ListHosts(ctx)
 	if err != nil {
 		return nil, err
@@ -44,7 +44,7 @@ func (s *Server) loadFleet(ctx context.Context) (*fleet, error) {
 		return nil, err
 	}
 	f := &fleet{hosts: hosts, used: map[string]api.Capacity{}, slots: map[string]map[string]string{}, names: map[string]bool{},
-		cpuRatio: s.cfg.VCPUAllocationRatio}
+		cpuRatio: s.cpuRatio}
 	for _, in := range ins {
 		var spec api.InstanceSpec
 		if err := json.Unmarshal(in.Spec, &spec); err != nil {
@@ -146,7 +146,7 @@ func (f *fleet) place(req api.PlacementRequest, slots slotCheck) (api.PlacementR
 			reasons = append(reasons, h.ID+": draining")
 			continue
 		}
-		if v := hostView(h); !v.Schedulable {
+		if !Schedulable(h) {
 			reasons = append(reasons, fmt.Sprintf("%s: not schedulable (status %s, enabled %t)", h.ID, h.Status, h.Enabled))
 			continue
 		}
@@ -183,6 +183,22 @@ func (f *fleet) place(req api.PlacementRequest, slots slotCheck) (api.PlacementR
 	return fits[0], nil
 }
 
+// Schedulable is whether a host may take new instances: enabled, not
+// revoked or draining, healthy, and its accelerator without an error (the
+// host view's schedulable flag).
+func Schedulable(h store.Host) bool {
+	if !h.Enabled || h.Revoked || h.Draining || h.Status != api.HostHealthy {
+		return false
+	}
+	if len(h.Capabilities) > 0 {
+		var c api.Capabilities
+		if json.Unmarshal(h.Capabilities, &c) == nil && c.AccelError != "" {
+			return false
+		}
+	}
+	return true
+}
+
 func labelsMatch(have, want map[string]string) bool {
 	for k, v := range want {
 		if have[k] != v {
@@ -192,10 +208,10 @@ func labelsMatch(have, want map[string]string) bool {
 	return true
 }
 
-// checkPlacement answers where work of a given size would go, or a 409 that
-// says what is short on each candidate host. It counts instances exactly as
-// instance placement does.
-func (s *Server) checkPlacement(w http.ResponseWriter, r *http.Request) error {
+// CheckPlacement (POST /api/v1/placements/check) answers where work of a
+// given size would go, or a 409 that says what is short on each candidate
+// host. It counts instances exactly as instance placement does.
+func (s *Room) CheckPlacement(w http.ResponseWriter, r *http.Request) error {
 	var req api.PlacementRequest
 	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err

@@ -1,4 +1,4 @@
-package server
+package instances
 
 import (
 	"bytes"
@@ -43,7 +43,7 @@ func instancesETag(draining bool, ins []api.DesiredInstance) string {
 
 // desiredSet reads a node's desired instance set; revoked reports a host
 // revoked since the request was authorised.
-func (s *Server) desiredSet(ctx context.Context, nodeID string) (set api.NodeInstances, revoked bool, err error) {
+func (s *Room) desiredSet(ctx context.Context, nodeID string) (set api.NodeInstances, revoked bool, err error) {
 	h, err := s.store.GetHost(ctx, nodeID)
 	if err != nil {
 		return api.NodeInstances{}, false, err
@@ -76,7 +76,7 @@ func (s *Server) desiredSet(ctx context.Context, nodeID string) (set api.NodeIns
 
 // slotDevices maps a host's approved slots to the PCI addresses they pass
 // through: the GPU, then the fabric VF when the slot has one.
-func (s *Server) slotDevices(ctx context.Context, hostID string) (map[string][]string, error) {
+func (s *Room) slotDevices(ctx context.Context, hostID string) (map[string][]string, error) {
 	slots, err := s.store.ListSlots(ctx, hostID)
 	if err != nil {
 		return nil, err
@@ -104,11 +104,12 @@ func (s *Server) slotDevices(ctx context.Context, hostID string) (map[string][]s
 	return out, nil
 }
 
-// nodeInstances returns the node's desired instance set. With ?etag= equal
-// to the current one and ?wait= > 0 it long-polls: it sleeps until an
-// instance or host change event for this node (never polling the store),
-// then answers with the fresh set, or with the same set when the wait ends.
-func (s *Server) nodeInstances(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+// NodeDesired (nodeapi.DesiredInstances) returns the node's desired instance
+// set. With ?etag= equal to the current one and ?wait= > 0 it long-polls: it
+// sleeps until an instance or host change event for this node (never polling
+// the store), then answers with the fresh set, or with the same set when the
+// wait ends.
+func (s *Room) NodeDesired(w http.ResponseWriter, r *http.Request, nodeID string) error {
 	ctx := r.Context()
 	q := r.URL.Query()
 	var wait time.Duration
@@ -121,9 +122,9 @@ func (s *Server) nodeInstances(w http.ResponseWriter, r *http.Request, c nodeCal
 	}
 	etag := q.Get("etag")
 	// Register before reading, so a change committed in between still wakes us.
-	wake, done := s.instWaiters.add(c.id)
+	wake, done := s.waiters.Add(nodeID)
 	defer done()
-	set, revoked, err := s.desiredSet(ctx, c.id)
+	set, revoked, err := s.desiredSet(ctx, nodeID)
 	if err != nil {
 		return err
 	}
@@ -134,7 +135,7 @@ func (s *Server) nodeInstances(w http.ResponseWriter, r *http.Request, c nodeCal
 		for set.ETag == etag && !revoked {
 			select {
 			case <-wake:
-				if set, revoked, err = s.desiredSet(ctx, c.id); err != nil {
+				if set, revoked, err = s.desiredSet(ctx, nodeID); err != nil {
 					return err
 				}
 			case <-timer.C:
@@ -152,11 +153,12 @@ func (s *Server) nodeInstances(w http.ResponseWriter, r *http.Request, c nodeCal
 	return nil
 }
 
-// instanceStatus records a status transition the node reports for one of
-// its instances. Reports older than the recorded generation are ignored,
-// identical ones change nothing, and a Stopped report at or after the
-// delete's generation removes the record of an instance being deleted.
-func (s *Server) instanceStatus(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+// NodeStatus (nodeapi.InstanceStatus) records a status transition the node
+// reports for one of its instances. Reports older than the recorded
+// generation are ignored, identical ones change nothing, and a Stopped
+// report at or after the delete's generation removes the record of an
+// instance being deleted.
+func (s *Room) NodeStatus(w http.ResponseWriter, r *http.Request, nodeID string) error {
 	ctx := r.Context()
 	iid := r.PathValue("iid")
 	var rep api.InstanceStatusReport
@@ -181,15 +183,15 @@ func (s *Server) instanceStatus(w http.ResponseWriter, r *http.Request, c nodeCa
 		rt, _ = json.Marshal(rep.Runtime)
 	}
 	notYours := func() error {
-		s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.id, Action: "instance.status", Target: iid, Result: "denied",
+		s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "instance.status", Target: iid, Result: "denied",
 			CID: httpapi.CorrelationID(ctx), Detail: "instance not assigned to this node"})
-		return httpapi.Errorf(http.StatusNotFound, "instance_not_found", "instance %q not found for node %q", iid, c.id)
+		return httpapi.Errorf(http.StatusNotFound, "instance_not_found", "instance %q not found for node %q", iid, nodeID)
 	}
 	var cur store.Instance
 	out, err := s.store.UpdateInstance(ctx, iid, func(in *store.Instance) error {
 		cur = *in
 		switch {
-		case in.HostID != c.id:
+		case in.HostID != nodeID:
 			return store.ErrNotFound
 		case rep.Generation > in.Generation:
 			return httpapi.Invalid([]api.FieldError{{Field: "generation",
@@ -203,7 +205,7 @@ func (s *Server) instanceStatus(w http.ResponseWriter, r *http.Request, c nodeCa
 			return errNoChange
 		}
 		in.Phase, in.ReasonCode, in.Message, in.ObservedGeneration = rep.Phase, rep.ReasonCode, rep.Message, rep.Generation
-		in.Runtime, in.StatusAt = rt, statusTime(rep.At, s.cfg.Now().UTC())
+		in.Runtime, in.StatusAt = rt, statusTime(rep.At, s.now().UTC())
 		return nil
 	})
 	switch {
@@ -215,9 +217,9 @@ func (s *Server) instanceStatus(w http.ResponseWriter, r *http.Request, c nodeCa
 		if err := s.store.DeleteInstance(ctx, iid); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.id, Action: "instance.delete", Target: iid, Result: "removed",
+		s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "instance.delete", Target: iid, Result: "removed",
 			CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s stopped at generation %d", cur.Name, rep.Generation)})
-		httpapi.Logger(ctx, s.log).Info("instance removed", "instance_id", iid, "name", cur.Name, "node_id", c.id)
+		httpapi.Logger(ctx, s.log).Info("instance removed", "instance_id", iid, "name", cur.Name, "node_id", nodeID)
 		out = cur
 		out.Phase, out.ReasonCode, out.Message, out.ObservedGeneration = rep.Phase, rep.ReasonCode, rep.Message, rep.Generation
 	case err != nil:
