@@ -42,8 +42,8 @@ type Instances interface {
 
 // Tasks builds and queues the user tasks.
 type Tasks interface {
-	// New is a queued task created on behalf of the caller.
-	New(ctx context.Context, nodeID, typ string, params json.RawMessage, ttl time.Duration) store.Task
+	// NewTask is a queued task created on behalf of the caller.
+	NewTask(ctx context.Context, nodeID, typ string, params json.RawMessage, ttl time.Duration) store.Task
 	// Enqueue stores t and wakes its node.
 	Enqueue(ctx context.Context, t store.Task) error
 }
@@ -89,8 +89,9 @@ func allocationView(a store.Allocation) api.Allocation {
 		ReleaseTaskID: a.ReleaseTaskID, CreatedBy: a.CreatedBy, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}
 }
 
-// Create is POST /api/v1/allocations: it binds a user to a host (queueing allocation.provision_user)
-// or to an instance (active at once: its terminal is the serial console).
+// Create is POST /api/v1/allocations: it binds a user to a host (queueing
+// allocation.provision_user) or to an instance (active at once: its terminal
+// is the serial console).
 func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var req api.CreateAllocationRequest
@@ -134,7 +135,7 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 		if fe := s.registry.Validate(task.TypeAllocProvisionUser, params); len(fe) > 0 {
 			return httpapi.Invalid(paramsToFields(fe))
 		}
-		t = s.tasks.New(ctx, a.HostID, task.TypeAllocProvisionUser, params, allocTaskTTL)
+		t = s.tasks.NewTask(ctx, a.HostID, task.TypeAllocProvisionUser, params, allocTaskTTL)
 		a.ProvisionTaskID = t.ID
 	}
 	if err := s.store.CreateAllocation(ctx, a); err != nil {
@@ -204,9 +205,9 @@ func (s *Room) Show(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// Release is DELETE /api/v1/allocations/{id}: it ends an allocation: its open terminal sessions are
-// closed, and a host allocation's user is removed by
-// allocation.deprovision_user (released when that succeeds). Releasing
+// Release is DELETE /api/v1/allocations/{id}: it ends an allocation: its
+// open terminal sessions are closed, and a host allocation's user is removed
+// by allocation.deprovision_user (released when that succeeds). Releasing
 // twice is fine.
 func (s *Room) Release(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
@@ -222,7 +223,7 @@ func (s *Room) Release(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		}
 		params, _ := json.Marshal(task.AllocDeprovisionUserParams{AllocationID: a.ID, Username: a.Username})
-		t = s.tasks.New(ctx, a.HostID, task.TypeAllocDeprovisionUser, params, allocTaskTTL)
+		t = s.tasks.NewTask(ctx, a.HostID, task.TypeAllocDeprovisionUser, params, allocTaskTTL)
 		a.State, a.ReleaseTaskID = api.AllocationReleasing, t.ID
 		return nil
 	})

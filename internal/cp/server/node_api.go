@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,9 +15,6 @@ import (
 	"github.com/drover-dev/drover/internal/wire/nodeapi"
 	"github.com/drover-dev/drover/internal/wire/pki"
 )
-
-// leaseSlack is added to a task type's handler timeout to get its lease.
-const leaseSlack = 30 * time.Second
 
 // NodeHandler serves the node-facing API. It must be served over TLS with
 // s.nodeTLS so that client certificates are verified.
@@ -44,9 +39,9 @@ func (s *Server) nodeRoutes() map[string]http.Handler {
 		nodeapi.Heartbeat.MuxPattern():       s.nodeAuth(s.heartbeat),
 		nodeapi.JWKS.MuxPattern():            s.nodeAuth(s.nodeJWKS),
 		nodeapi.PutCapabilities.MuxPattern(): s.nodeAuth(s.putCapabilities),
-		nodeapi.WaitTask.MuxPattern():        s.nodeAuth(s.limitLongPolls(s.polls.tasks, nil, s.waitTask)),
-		nodeapi.PostEvent.MuxPattern():       s.nodeAuth(s.taskEvent),
-		nodeapi.PostResult.MuxPattern():      s.nodeAuth(s.taskResult),
+		nodeapi.WaitTask.MuxPattern():        s.nodeAuth(s.limitLongPolls(s.polls.tasks, nil, nodeIDHandler(s.tasks.Wait))),
+		nodeapi.PostEvent.MuxPattern():       s.nodeAuth(nodeIDHandler(s.tasks.Event)),
+		nodeapi.PostResult.MuxPattern():      s.nodeAuth(nodeIDHandler(s.tasks.Result)),
 		nodeapi.DesiredInstances.MuxPattern(): s.nodeAuth(
 			s.limitLongPolls(s.polls.instances, instancesLongPoll, nodeIDHandler(s.inst.NodeDesired))),
 		nodeapi.InstanceStatus.MuxPattern(): s.nodeAuth(nodeIDHandler(s.inst.NodeStatus)),
@@ -243,166 +238,5 @@ func (s *Server) putCapabilities(w http.ResponseWriter, r *http.Request, c nodeC
 
 func (s *Server) nodeJWKS(w http.ResponseWriter, _ *http.Request, _ nodeCaller) error {
 	httpapi.WriteJSON(w, http.StatusOK, s.keys.PublicSet())
-	return nil
-}
-
-// waitTask long-polls for the node's next task and claims it atomically.
-// It never polls the store: it claims once, then sleeps until a change event
-// for this node, the deadline, or the client going away.
-func (s *Server) waitTask(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
-	ctx := r.Context()
-	wait := s.cfg.MaxWait
-	if v := r.URL.Query().Get("timeout"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return httpapi.Invalid([]api.FieldError{{Field: "timeout", Message: "must be a duration such as 30s"}})
-		}
-		wait = min(d, s.cfg.MaxWait)
-	}
-	wake, done := s.waiters.Add(c.id)
-	defer done()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		now := s.cfg.Now().UTC()
-		t, ok, err := s.store.ClaimTask(ctx, c.id, now, now.Add(s.lease("")))
-		if err != nil {
-			return err
-		}
-		if ok {
-			return s.deliver(w, r, c, t)
-		}
-		select {
-		case <-wake:
-			hs, err := s.hosts.get(ctx, c.id)
-			if err != nil {
-				return err
-			}
-			if hs.revoked {
-				return httpapi.Errorf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
-			}
-		case <-timer.C:
-			w.WriteHeader(http.StatusNoContent)
-			return nil
-		case <-ctx.Done():
-			return nil
-		}
-	}
-}
-
-// lease is a task type's handler timeout plus slack. The claim does not know
-// the type yet, so it passes "" and gets the longest registered timeout; the
-// agent's first event then sets the lease from the type's own timeout.
-func (s *Server) lease(typ string) time.Duration {
-	if spec, ok := s.cfg.Registry.Lookup(typ); ok && spec.Timeout > 0 {
-		return spec.Timeout + leaseSlack
-	}
-	var longest time.Duration
-	for _, t := range s.cfg.Registry.Types() {
-		if spec, _ := s.cfg.Registry.Lookup(t); spec.Timeout > longest {
-			longest = spec.Timeout
-		}
-	}
-	return longest + leaseSlack
-}
-
-// deliver signs a claimed task and writes it to the agent.
-func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c nodeCaller, t store.Task) error {
-	ctx := r.Context()
-	// iat and exp are whole seconds and exp must be after iat: the expiry
-	// is rounded up, so a task claimed in the second it expires in (a
-	// terminal.open near its dispatch deadline) still gets an envelope
-	// instead of a signing error.
-	claims := api.TaskClaims{TaskID: t.ID, NodeID: c.id, Type: t.Type, Params: t.Params,
-		CorrelationID: t.CorrelationID, IssuedAt: s.cfg.Now().Unix(), ExpiresAt: ceilUnix(t.ExpiresAt)}
-	env, err := s.keys.Sign(claims)
-	if err != nil {
-		return fmt.Errorf("sign task %s: %w", t.ID, err)
-	}
-	s.metrics.tasksClaimed.Inc()
-	s.taskDispatched(ctx, t)
-	s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.id, Action: "task.claim", Target: t.ID, Result: "dispatched",
-		CID: t.CorrelationID, Detail: fmt.Sprintf("type=%s attempt=%d", t.Type, t.Attempts)})
-	httpapi.WriteJSON(w, http.StatusOK, api.TaskDelivery{TaskID: t.ID, TaskType: t.Type, Envelope: env,
-		ExpiresAt: time.Unix(claims.ExpiresAt, 0).UTC(), CorrelationID: t.CorrelationID, Attempt: t.Attempts})
-	return nil
-}
-
-// ceilUnix is t in whole seconds, rounded up.
-func ceilUnix(t time.Time) int64 {
-	if t.Nanosecond() > 0 {
-		return t.Unix() + 1
-	}
-	return t.Unix()
-}
-
-// taskEvent records progress and moves a dispatched task to running.
-func (s *Server) taskEvent(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
-	ctx := r.Context()
-	var ev api.TaskEvent
-	if err := httpapi.DecodeJSON(r, &ev); err != nil {
-		return err
-	}
-	if ev.Phase == "" {
-		return httpapi.Invalid([]api.FieldError{{Field: "phase", Message: "required"}})
-	}
-	taskID := r.PathValue("task_id")
-	t, err := s.store.GetTask(ctx, taskID)
-	if err != nil || t.NodeID != c.id {
-		return httpapi.Errorf(http.StatusNotFound, "task_not_found", "task %q not found for node %q", taskID, c.id)
-	}
-	if ev.At.IsZero() {
-		ev.At = s.cfg.Now().UTC()
-	}
-	if _, err := s.store.StartTask(ctx, c.id, taskID, s.cfg.Now().UTC().Add(s.lease(t.Type))); err != nil {
-		return httpapi.StoreError(err, "task", taskID)
-	}
-	b, _ := json.Marshal(ev)
-	if err := s.store.AddTaskEvent(ctx, store.TaskEvent{TaskID: taskID, At: ev.At.UTC(), Event: b}); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-// taskResult records a task's result. The same result twice is fine; a
-// different one for a finished task is a 409.
-func (s *Server) taskResult(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
-	ctx := r.Context()
-	var res api.TaskResult
-	if err := httpapi.DecodeJSON(r, &res); err != nil {
-		return err
-	}
-	var state api.TaskState
-	switch res.Status {
-	case api.ResultSucceeded:
-		state = api.TaskSucceeded
-	case api.ResultFailed:
-		state = api.TaskFailed
-		if res.Error == nil || res.Error.Code == "" {
-			return httpapi.Invalid([]api.FieldError{{Field: "error.code", Message: "required when status is failed"}})
-		}
-	default:
-		return httpapi.Invalid([]api.FieldError{{Field: "status", Message: `must be "succeeded" or "failed"`}})
-	}
-	canon, err := json.Marshal(res)
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256(canon)
-	taskID := r.PathValue("task_id")
-	t, err := s.store.CompleteTask(ctx, c.id, taskID, state, canon, hex.EncodeToString(sum[:]), s.cfg.Now().UTC())
-	if err != nil {
-		s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.id, Action: "task.result", Target: taskID, Result: "refused",
-			CID: res.CorrelationID, Detail: err.Error()})
-		return httpapi.StoreError(err, "task", taskID)
-	}
-	s.metrics.taskResults.WithLabelValues(string(t.State)).Inc()
-	s.taskFinished(ctx, t)
-	s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.id, Action: "task.result", Target: taskID, Result: string(t.State),
-		CID: t.CorrelationID})
-	httpapi.Logger(ctx, s.log).Info("task result", "task_id", taskID, "node_id", c.id, "state", t.State,
-		"task_correlation_id", t.CorrelationID)
-	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"task_id": taskID, "state": string(t.State)})
 	return nil
 }

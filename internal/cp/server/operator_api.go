@@ -9,11 +9,6 @@ import (
 	"github.com/drover-dev/drover/internal/cp/httpapi"
 )
 
-const (
-	defaultTaskTTL = 10 * time.Minute
-	maxTaskTTL     = 24 * time.Hour
-)
-
 // OperatorHandler serves the operator API, health and metrics: exactly
 // publicRoutes and operatorRoutes.
 func (s *Server) OperatorHandler() http.Handler {
@@ -50,10 +45,5 @@ func (s *Server) rotateSigningKey(w http.ResponseWriter, r *http.Request) error 
 	s.audit.Record(r.Context(), audit.Entry{Actor: httpapi.Actor(r.Context()), Action: "signing_key.rotate", Target: kid,
 		Result: "ok", CID: httpapi.CorrelationID(r.Context())})
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"active_kid": kid, "jwks": s.keys.PublicSet()})
-	return nil
-}
-
-func (s *Server) listTaskTypes(w http.ResponseWriter, _ *http.Request) error {
-	httpapi.WriteJSON(w, http.StatusOK, s.cfg.Registry.Types())
 	return nil
 }

@@ -5,21 +5,22 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"time"
-
-	"github.com/drover-dev/drover/internal/cp/store"
 )
 
-// taskQueue adapts newTask and enqueue to the rooms' Tasks interfaces.
-type taskQueue struct{ s *Server }
+// nodeState answers the rooms' questions about a node from the host
+// cache: termgw.Nodes and tasks.Nodes.
+type nodeState struct{ s *Server }
 
-func (q taskQueue) New(ctx context.Context, nodeID, typ string, params json.RawMessage, ttl time.Duration) store.Task {
-	return q.s.newTask(ctx, nodeID, typ, params, ttl)
+func (n nodeState) NodeOnline(ctx context.Context, id string) bool { return n.s.nodeOnline(ctx, id) }
+
+func (n nodeState) NodeRevoked(ctx context.Context, id string) (bool, error) {
+	hs, err := n.s.hosts.get(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	return hs.revoked, nil
 }
-
-func (q taskQueue) Enqueue(ctx context.Context, t store.Task) error { return q.s.enqueue(ctx, t) }
 
 // nodeIDHandler adapts a room's node handler, which takes the caller's node
 // id, to the node API's authenticated handlers.

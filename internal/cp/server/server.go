@@ -1,7 +1,10 @@
-// Package server is the Drover control plane: the operator API (bearer
-// tokens, loopback by default), the node-facing API (mTLS, every route bound
-// to the caller's certificate), host liveness, long-poll waiters, the task
-// lease reaper, audit and metrics. It owns no persistence of its own: all
+// Package server is the Drover control plane's assembly: Config, New,
+// Serve/Run, and the operator (bearer tokens, loopback by default) and node
+// (mTLS, every route bound to the caller's certificate) route tables that
+// mount the handlers of its rooms (allocations, instances, tasks, termgw,
+// audit, keys). It still holds the parts not yet in rooms: hosts
+// (enrolment, node auth, liveness, the operator host and slot routes),
+// operator tokens and metrics. It owns no persistence of its own: all
 // state is in the store.Store it is given, so several replicas can share one
 // PostgreSQL database. It must not execute anything on behalf of nodes.
 package server
@@ -28,7 +31,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/kek"
 	"github.com/drover-dev/drover/internal/cp/keys"
 	"github.com/drover-dev/drover/internal/cp/store"
-	"github.com/drover-dev/drover/internal/cp/taskbus"
+	"github.com/drover-dev/drover/internal/cp/tasks"
 	"github.com/drover-dev/drover/internal/cp/termgw"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/pki"
@@ -183,15 +186,14 @@ func SealAtRest(ctx context.Context, st store.Store, ring *kek.Ring, log *slog.L
 
 // Server is one control-plane replica.
 type Server struct {
-	cfg     Config
-	store   store.Store
-	log     *slog.Logger
-	audit   *audit.Log
-	ca      *pki.CA
-	keys    *keys.Keys
-	hosts   *hostCache
-	live    *liveness
-	waiters *httpapi.Waiters
+	cfg   Config
+	store store.Store
+	log   *slog.Logger
+	audit *audit.Log
+	ca    *pki.CA
+	keys  *keys.Keys
+	hosts *hostCache
+	live  *liveness
 	// inst is the instances room (placement, the desired-set long-polls).
 	inst    *instances.Room
 	limiter *httpapi.IPLimiter
@@ -201,9 +203,9 @@ type Server struct {
 	term *termgw.Gateway
 	// allocs is the allocations room.
 	allocs *allocations.Room
-	// tasks carries task events (claimed, finished) from the task path to
-	// the consumers subscribed by task type (newTaskBus).
-	tasks *taskbus.Bus
+	// tasks is the task queue (and its event bus, subscribed in
+	// subscribeTaskEvents).
+	tasks *tasks.Room
 	// polls caps each node's concurrent long-polls per route.
 	polls   *longPolls
 	metrics *metrics
@@ -240,17 +242,20 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg)
 	s.hosts = newHostCache(st, cfg.Now)
-	s.waiters = httpapi.NewWaiters()
 	s.inst = instances.New(instances.Config{VCPUAllocationRatio: s.cfg.VCPUAllocationRatio, Log: s.log, Now: cfg.Now},
 		st, s.audit)
 	s.live = newLiveness(s)
-	s.term = termgw.New(s.cfg.Terminal, st, onlineFunc(s.nodeOnline), enqueueFunc(s.enqueue), s.audit,
+	s.tasks = tasks.New(tasks.Config{Registry: s.cfg.Registry, MaxWait: s.cfg.MaxWait, Log: s.log, Now: cfg.Now},
+		st, nodeState{s}, s.inst, s.keys, s.audit,
+		tasks.Metrics{Enqueued: s.metrics.tasksEnqueued, Claimed: s.metrics.tasksClaimed, Requeued: s.metrics.tasksRequeued,
+			Expired: s.metrics.tasksExpired, Results: s.metrics.taskResults})
+	s.term = termgw.New(s.cfg.Terminal, st, nodeState{s}, s.tasks, s.audit,
 		termgw.Metrics{Mints: s.metrics.terminalMints, Sessions: s.metrics.terminalSessions,
 			NodeStreams: s.metrics.terminalNodeStreams, Revoked: s.metrics.terminalRevoked,
 			OpenSeconds: s.metrics.terminalOpenSeconds, LimitRefusals: s.metrics.limitRefusals},
 		s.log, cfg.Now)
-	s.allocs = allocations.New(st, s.inst, taskQueue{s}, s.term, s.audit, s.cfg.Registry, s.log, cfg.Now)
-	s.tasks = s.newTaskBus()
+	s.allocs = allocations.New(st, s.inst, s.tasks, s.term, s.audit, s.cfg.Registry, s.log, cfg.Now)
+	s.subscribeTaskEvents()
 	s.polls = newLongPolls(s.cfg.NodeLongPollLimit, s.reg)
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "drover_terminal_live_sessions",
 		Help: "Terminal sessions this replica holds a browser for."}, func() float64 { return float64(s.term.Count()) }))
@@ -307,7 +312,7 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 	s.term.Start(gctx)
 	g.Go(func() error { s.dispatchEvents(gctx, events); return nil })
 	g.Go(func() error { s.live.run(gctx); return nil })
-	g.Go(func() error { s.reapLoop(gctx); return nil })
+	g.Go(func() error { s.tasks.Reap(gctx); return nil })
 	g.Go(func() error { s.term.Run(gctx); return nil })
 	g.Go(func() error { s.keys.Run(gctx); return nil })
 	g.Go(func() error { return serveUntil(gctx, opSrv, func() error { return opSrv.Serve(opLn) }) })
@@ -356,46 +361,15 @@ func (s *Server) dispatchEvents(ctx context.Context, events <-chan store.Event) 
 			}
 			switch ev.Kind {
 			case store.EventTask:
-				s.waiters.Wake(ev.ID)
+				s.tasks.Wake(ev.ID)
 			case store.EventHost:
 				s.hosts.invalidate(ev.ID)
-				s.waiters.Wake(ev.ID) // a waiting revoked node re-checks and is refused
-				s.inst.Wake(ev.ID)    // draining is part of the node's instance set
+				s.tasks.Wake(ev.ID) // a waiting revoked node re-checks and is refused
+				s.inst.Wake(ev.ID)  // draining is part of the node's instance set
 			case store.EventInstance:
 				s.inst.Wake(ev.ID)
 			}
 			s.term.Event(ctx, ev) // host, allocation and token changes end terminals
-		}
-	}
-}
-
-// reapLoop requeues tasks whose lease ended and expires overdue ones.
-func (s *Server) reapLoop(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		requeued, expired, err := s.store.ReapTasks(ctx, s.cfg.Now())
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("reap tasks", "err", err)
-			}
-			continue
-		}
-		for _, t := range requeued {
-			s.metrics.tasksRequeued.Inc()
-			s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "task.requeue", Target: t.ID,
-				Result: "lease_expired", CID: t.CorrelationID, Detail: fmt.Sprintf("node=%s attempts=%d", t.NodeID, t.Attempts)})
-		}
-		for _, t := range expired {
-			s.taskFinished(ctx, t)
-			s.metrics.tasksExpired.Inc()
-			s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "task.expire", Target: t.ID,
-				Result: "expired", CID: t.CorrelationID, Detail: "node=" + t.NodeID})
 		}
 	}
 }

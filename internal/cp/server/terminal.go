@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 
-	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -19,13 +18,3 @@ func (s *Server) nodeOnline(ctx context.Context, id string) bool {
 	}
 	return true
 }
-
-// onlineFunc adapts nodeOnline to termgw.Nodes.
-type onlineFunc func(ctx context.Context, id string) bool
-
-func (f onlineFunc) NodeOnline(ctx context.Context, id string) bool { return f(ctx, id) }
-
-// enqueueFunc adapts enqueue to termgw.Tasks.
-type enqueueFunc func(ctx context.Context, t store.Task) error
-
-func (f enqueueFunc) Enqueue(ctx context.Context, t store.Task) error { return f(ctx, t) }

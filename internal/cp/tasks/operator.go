@@ -1,7 +1,6 @@
-package server
+package tasks
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +12,11 @@ import (
 	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+const (
+	defaultTaskTTL = 10 * time.Minute
+	maxTaskTTL     = 24 * time.Hour
 )
 
 // taskView converts a task to its API form.
@@ -37,8 +41,8 @@ func taskView(t store.Task) api.Task {
 	return v
 }
 
-// enqueueTask validates and queues a task for one node.
-func (s *Server) enqueueTask(w http.ResponseWriter, r *http.Request) error {
+// Create (POST /api/v1/tasks) validates and queues a task for one node.
+func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var req api.EnqueueTaskRequest
 	if err := httpapi.DecodeJSON(r, &req); err != nil {
@@ -62,7 +66,7 @@ func (s *Server) enqueueTask(w http.ResponseWriter, r *http.Request) error {
 	} else if fe := s.cfg.Registry.Validate(req.Type, req.Params); len(fe) > 0 {
 		fields = append(fields, fe...)
 	} else if len(fields) == 0 { // the host exists: slice tasks may name only its approved slots
-		fe, err := s.inst.SliceSlotFields(ctx, req.NodeID, req.Type, req.Params)
+		fe, err := s.slots.SliceSlotFields(ctx, req.NodeID, req.Type, req.Params)
 		if err != nil {
 			return err
 		}
@@ -104,7 +108,7 @@ func (s *Server) enqueueTask(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.waiters.Wake(t.NodeID) // same replica: do not wait for the event round trip
-	s.metrics.tasksEnqueued.Inc()
+	s.metrics.Enqueued.Inc()
 	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "task.enqueue", Target: t.ID, Result: "queued", CID: cid,
 		Detail: "node=" + t.NodeID + " type=" + t.Type})
 	httpapi.WriteJSON(w, http.StatusCreated, taskView(t))
@@ -119,7 +123,8 @@ func compactJSON(b json.RawMessage) (json.RawMessage, error) {
 	return json.Marshal(v)
 }
 
-func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) error {
+// List is GET /api/v1/tasks.
+func (s *Room) List(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	limit, _ := strconv.Atoi(q.Get("limit"))
 	tasks, err := s.store.ListTasks(r.Context(), store.TaskFilter{NodeID: q.Get("node_id"),
@@ -135,10 +140,11 @@ func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// showTask returns a task with its events. With ?wait=DURATION it waits
-// (up to 60s) for the task to finish; this is an operator convenience and
-// re-reads the task every 200ms, unlike the node long-poll.
-func (s *Server) showTask(w http.ResponseWriter, r *http.Request) error {
+// Show (GET /api/v1/tasks/{id}) returns a task with its events. With
+// ?wait=DURATION it waits (up to 60s) for the task to finish; this is an
+// operator convenience and re-reads the task every 200ms, unlike the node
+// long-poll.
+func (s *Room) Show(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	id := r.PathValue("id")
 	var wait time.Duration
@@ -178,7 +184,8 @@ func (s *Server) showTask(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request) error {
+// Cancel is POST /api/v1/tasks/{id}/cancel.
+func (s *Room) Cancel(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	id := r.PathValue("id")
 	t, err := s.store.CancelTask(ctx, id, s.cfg.Now().UTC())
@@ -190,22 +197,8 @@ func (s *Server) cancelTask(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// newTask builds a queued task created by the control plane on behalf of
-// the caller.
-func (s *Server) newTask(ctx context.Context, nodeID, typ string, params json.RawMessage, ttl time.Duration) store.Task {
-	now := s.cfg.Now().UTC()
-	return store.Task{ID: httpapi.NewID("tsk_"), NodeID: nodeID, Type: typ, Params: params, State: api.TaskQueued,
-		CorrelationID: httpapi.CorrelationID(ctx), CreatedBy: orSystem(httpapi.Actor(ctx)), CreatedAt: now, ExpiresAt: now.Add(ttl)}
-}
-
-// enqueue stores t, wakes its node's long-poll on this replica and audits.
-func (s *Server) enqueue(ctx context.Context, t store.Task) error {
-	if err := s.store.EnqueueTask(ctx, t); err != nil {
-		return err
-	}
-	s.waiters.Wake(t.NodeID)
-	s.metrics.tasksEnqueued.Inc()
-	s.audit.Record(ctx, audit.Entry{Actor: t.CreatedBy, Action: "task.enqueue", Target: t.ID, Result: "queued",
-		CID: t.CorrelationID, Detail: "node=" + t.NodeID + " type=" + t.Type})
+// Types is GET /api/v1/task-types.
+func (s *Room) Types(w http.ResponseWriter, _ *http.Request) error {
+	httpapi.WriteJSON(w, http.StatusOK, s.cfg.Registry.Types())
 	return nil
 }

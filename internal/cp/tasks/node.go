@@ -1,0 +1,180 @@
+package tasks
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// leaseSlack is added to a task type's handler timeout to get its lease.
+const leaseSlack = 30 * time.Second
+
+// Wait (nodeapi.WaitTask) long-polls for the node's next task and claims it
+// atomically. It never polls the store: it claims once, then sleeps until a
+// change event for this node, the deadline, or the client going away.
+func (s *Room) Wait(w http.ResponseWriter, r *http.Request, nodeID string) error {
+	ctx := r.Context()
+	wait := s.cfg.MaxWait
+	if v := r.URL.Query().Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return httpapi.Invalid([]api.FieldError{{Field: "timeout", Message: "must be a duration such as 30s"}})
+		}
+		wait = min(d, s.cfg.MaxWait)
+	}
+	wake, done := s.waiters.Add(nodeID)
+	defer done()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		now := s.cfg.Now().UTC()
+		t, ok, err := s.store.ClaimTask(ctx, nodeID, now, now.Add(s.lease("")))
+		if err != nil {
+			return err
+		}
+		if ok {
+			return s.deliver(w, r, nodeID, t)
+		}
+		select {
+		case <-wake:
+			revoked, err := s.nodes.NodeRevoked(ctx, nodeID)
+			if err != nil {
+				return err
+			}
+			if revoked {
+				return httpapi.Errorf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
+			}
+		case <-timer.C:
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// lease is a task type's handler timeout plus slack. The claim does not know
+// the type yet, so it passes "" and gets the longest registered timeout; the
+// agent's first event then sets the lease from the type's own timeout.
+func (s *Room) lease(typ string) time.Duration {
+	if spec, ok := s.cfg.Registry.Lookup(typ); ok && spec.Timeout > 0 {
+		return spec.Timeout + leaseSlack
+	}
+	var longest time.Duration
+	for _, t := range s.cfg.Registry.Types() {
+		if spec, _ := s.cfg.Registry.Lookup(t); spec.Timeout > longest {
+			longest = spec.Timeout
+		}
+	}
+	return longest + leaseSlack
+}
+
+// deliver signs a claimed task and writes it to the agent.
+func (s *Room) deliver(w http.ResponseWriter, r *http.Request, nodeID string, t store.Task) error {
+	ctx := r.Context()
+	// iat and exp are whole seconds and exp must be after iat: the expiry
+	// is rounded up, so a task claimed in the second it expires in (a
+	// terminal.open near its dispatch deadline) still gets an envelope
+	// instead of a signing error.
+	claims := api.TaskClaims{TaskID: t.ID, NodeID: nodeID, Type: t.Type, Params: t.Params,
+		CorrelationID: t.CorrelationID, IssuedAt: s.cfg.Now().Unix(), ExpiresAt: ceilUnix(t.ExpiresAt)}
+	env, err := s.signer.Sign(claims)
+	if err != nil {
+		return fmt.Errorf("sign task %s: %w", t.ID, err)
+	}
+	s.metrics.Claimed.Inc()
+	s.taskDispatched(ctx, t)
+	s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.claim", Target: t.ID, Result: "dispatched",
+		CID: t.CorrelationID, Detail: fmt.Sprintf("type=%s attempt=%d", t.Type, t.Attempts)})
+	httpapi.WriteJSON(w, http.StatusOK, api.TaskDelivery{TaskID: t.ID, TaskType: t.Type, Envelope: env,
+		ExpiresAt: time.Unix(claims.ExpiresAt, 0).UTC(), CorrelationID: t.CorrelationID, Attempt: t.Attempts})
+	return nil
+}
+
+// ceilUnix is t in whole seconds, rounded up.
+func ceilUnix(t time.Time) int64 {
+	if t.Nanosecond() > 0 {
+		return t.Unix() + 1
+	}
+	return t.Unix()
+}
+
+// Event (nodeapi.PostEvent) records progress and moves a dispatched task to
+// running.
+func (s *Room) Event(w http.ResponseWriter, r *http.Request, nodeID string) error {
+	ctx := r.Context()
+	var ev api.TaskEvent
+	if err := httpapi.DecodeJSON(r, &ev); err != nil {
+		return err
+	}
+	if ev.Phase == "" {
+		return httpapi.Invalid([]api.FieldError{{Field: "phase", Message: "required"}})
+	}
+	taskID := r.PathValue("task_id")
+	t, err := s.store.GetTask(ctx, taskID)
+	if err != nil || t.NodeID != nodeID {
+		return httpapi.Errorf(http.StatusNotFound, "task_not_found", "task %q not found for node %q", taskID, nodeID)
+	}
+	if ev.At.IsZero() {
+		ev.At = s.cfg.Now().UTC()
+	}
+	if _, err := s.store.StartTask(ctx, nodeID, taskID, s.cfg.Now().UTC().Add(s.lease(t.Type))); err != nil {
+		return httpapi.StoreError(err, "task", taskID)
+	}
+	b, _ := json.Marshal(ev)
+	if err := s.store.AddTaskEvent(ctx, store.TaskEvent{TaskID: taskID, At: ev.At.UTC(), Event: b}); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// Result (nodeapi.PostResult) records a task's result. The same result twice
+// is fine; a different one for a finished task is a 409.
+func (s *Room) Result(w http.ResponseWriter, r *http.Request, nodeID string) error {
+	ctx := r.Context()
+	var res api.TaskResult
+	if err := httpapi.DecodeJSON(r, &res); err != nil {
+		return err
+	}
+	var state api.TaskState
+	switch res.Status {
+	case api.ResultSucceeded:
+		state = api.TaskSucceeded
+	case api.ResultFailed:
+		state = api.TaskFailed
+		if res.Error == nil || res.Error.Code == "" {
+			return httpapi.Invalid([]api.FieldError{{Field: "error.code", Message: "required when status is failed"}})
+		}
+	default:
+		return httpapi.Invalid([]api.FieldError{{Field: "status", Message: `must be "succeeded" or "failed"`}})
+	}
+	canon, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(canon)
+	taskID := r.PathValue("task_id")
+	t, err := s.store.CompleteTask(ctx, nodeID, taskID, state, canon, hex.EncodeToString(sum[:]), s.cfg.Now().UTC())
+	if err != nil {
+		s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.result", Target: taskID, Result: "refused",
+			CID: res.CorrelationID, Detail: err.Error()})
+		return httpapi.StoreError(err, "task", taskID)
+	}
+	s.metrics.Results.WithLabelValues(string(t.State)).Inc()
+	s.taskFinished(ctx, t)
+	s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.result", Target: taskID, Result: string(t.State),
+		CID: t.CorrelationID})
+	httpapi.Logger(ctx, s.log).Info("task result", "task_id", taskID, "node_id", nodeID, "state", t.State,
+		"task_correlation_id", t.CorrelationID)
+	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"task_id": taskID, "state": string(t.State)})
+	return nil
+}
