@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/hosts"
 	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -88,23 +89,23 @@ func newLongPolls(limit int, reg *prometheus.Registry) *longPolls {
 }
 
 // nodeHandler is a node route behind nodeAuth.
-type nodeHandler = func(w http.ResponseWriter, r *http.Request, c nodeCaller) error
+type nodeHandler = func(w http.ResponseWriter, r *http.Request, c hosts.Caller) error
 
 // limitLongPolls admits at most Config.NodeLongPollLimit concurrent
 // requests of one node through slots; isPoll (nil: every request) picks the
 // requests that count. Beyond the cap: 429 node_long_poll_limit with
 // Retry-After. The cap is per replica.
 func (s *Server) limitLongPolls(slots *httpapi.Slots, isPoll func(*http.Request) bool, next nodeHandler) nodeHandler {
-	return func(w http.ResponseWriter, r *http.Request, c nodeCaller) error {
+	return func(w http.ResponseWriter, r *http.Request, c hosts.Caller) error {
 		if isPoll != nil && !isPoll(r) {
 			return next(w, r, c)
 		}
-		release, ok := slots.Acquire(c.id)
+		release, ok := slots.Acquire(c.ID)
 		if !ok {
 			s.metrics.limitRefusals.WithLabelValues(codeNodeLongPollLimit).Inc()
 			return &httpapi.Error{Status: http.StatusTooManyRequests, Code: codeNodeLongPollLimit, RetryAfter: longPollRetryAfter,
 				Msg: fmt.Sprintf("node %q already holds %d open long-polls of this route on this replica; retry when one ends",
-					c.id, slots.Limit())}
+					c.ID, slots.Limit())}
 		}
 		defer release()
 		return next(w, r, c)

@@ -1,18 +1,16 @@
 // Package server is the Drover control plane's assembly: Config, New,
 // Serve/Run, and the operator (bearer tokens, loopback by default) and node
 // (mTLS, every route bound to the caller's certificate) route tables that
-// mount the handlers of its rooms (allocations, instances, tasks, termgw,
-// audit, keys). It still holds the parts not yet in rooms: hosts
-// (enrolment, node auth, liveness, the operator host and slot routes),
-// operator tokens and metrics. It owns no persistence of its own: all
-// state is in the store.Store it is given, so several replicas can share one
-// PostgreSQL database. It must not execute anything on behalf of nodes.
+// mount the handlers of its rooms (hosts, allocations, instances, tasks, termgw,
+// audit, keys). It still holds the parts not yet in rooms: operator tokens
+// and metrics. It owns no persistence of its own: all state is in the
+// store.Store it is given, so several replicas can share one PostgreSQL
+// database. It must not execute anything on behalf of nodes.
 package server
 
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,14 +24,13 @@ import (
 
 	"github.com/drover-dev/drover/internal/cp/allocations"
 	"github.com/drover-dev/drover/internal/cp/audit"
-	"github.com/drover-dev/drover/internal/cp/httpapi"
+	"github.com/drover-dev/drover/internal/cp/hosts"
 	"github.com/drover-dev/drover/internal/cp/instances"
 	"github.com/drover-dev/drover/internal/cp/kek"
 	"github.com/drover-dev/drover/internal/cp/keys"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/cp/tasks"
 	"github.com/drover-dev/drover/internal/cp/termgw"
-	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/pki"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
@@ -192,13 +189,10 @@ type Server struct {
 	audit *audit.Log
 	ca    *pki.CA
 	keys  *keys.Keys
-	hosts *hostCache
-	live  *liveness
+	// hosts is the hosts room (enrolment, node auth, liveness).
+	hosts *hosts.Room
 	// inst is the instances room (placement, the desired-set long-polls).
-	inst    *instances.Room
-	limiter *httpapi.IPLimiter
-	// authFails limits failed enrolments per source and per host id.
-	authFails *failLimiter
+	inst *instances.Room
 	// term is the terminal gateway.
 	term *termgw.Gateway
 	// allocs is the allocations room.
@@ -213,8 +207,6 @@ type Server struct {
 
 	nodeTLS *tls.Config
 	ready   chan struct{}
-	// heartbeatReply is the constant heartbeat answer, encoded once.
-	heartbeatReply []byte
 }
 
 // New prepares a replica: it loads (or, on first start, creates) the CA and
@@ -238,18 +230,22 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 		}
 		s.cfg.NodeURL = "https://127.0.0.1:" + port
 	}
-	s.heartbeatReply, _ = json.Marshal(api.HeartbeatResponse{HeartbeatInterval: api.Duration(s.cfg.HeartbeatInterval)})
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s.reg)
-	s.hosts = newHostCache(st, cfg.Now)
 	s.inst = instances.New(instances.Config{VCPUAllocationRatio: s.cfg.VCPUAllocationRatio, Log: s.log, Now: cfg.Now},
 		st, s.audit)
-	s.live = newLiveness(s)
+	s.hosts = hosts.New(hosts.Config{NodeURL: s.cfg.NodeURL, AllowUnknownHostRegistration: cfg.AllowUnknownHostRegistration,
+		CertTTL: cfg.CertTTL, HeartbeatInterval: cfg.HeartbeatInterval, BootstrapTokenTTL: cfg.BootstrapTokenTTL,
+		RegisterRate: cfg.RegisterRate, RegisterBurst: cfg.RegisterBurst, AuthFailRate: cfg.AuthFailRate,
+		AuthFailBurst: cfg.AuthFailBurst, Log: s.log, Now: cfg.Now},
+		st, s.ca, s.keys, s.inst, s.audit,
+		hosts.Metrics{Heartbeats: s.metrics.heartbeats, Registrations: s.metrics.registrations,
+			NodeAuthFailed: s.metrics.nodeAuthFailed, StatusChanges: s.metrics.statusChanges})
 	s.tasks = tasks.New(tasks.Config{Registry: s.cfg.Registry, MaxWait: s.cfg.MaxWait, Log: s.log, Now: cfg.Now},
-		st, nodeState{s}, s.inst, s.keys, s.audit,
+		st, s.hosts, s.inst, s.keys, s.audit,
 		tasks.Metrics{Enqueued: s.metrics.tasksEnqueued, Claimed: s.metrics.tasksClaimed, Requeued: s.metrics.tasksRequeued,
 			Expired: s.metrics.tasksExpired, Results: s.metrics.taskResults})
-	s.term = termgw.New(s.cfg.Terminal, st, nodeState{s}, s.tasks, s.audit,
+	s.term = termgw.New(s.cfg.Terminal, st, s.hosts, s.tasks, s.audit,
 		termgw.Metrics{Mints: s.metrics.terminalMints, Sessions: s.metrics.terminalSessions,
 			NodeStreams: s.metrics.terminalNodeStreams, Revoked: s.metrics.terminalRevoked,
 			OpenSeconds: s.metrics.terminalOpenSeconds, LimitRefusals: s.metrics.limitRefusals},
@@ -262,8 +258,6 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	if cfg.Terminal.RecordingDir == "" {
 		s.log.Warn("terminal sessions are not recorded: no recording directory configured")
 	}
-	s.limiter = httpapi.NewIPLimiter(cfg.RegisterRate, cfg.RegisterBurst, cfg.Now)
-	s.authFails = newFailLimiter(cfg.AuthFailRate, cfg.AuthFailBurst, cfg.Now)
 	if s.nodeTLS, err = s.keys.NodeTLSConfig(s.cfg.NodeAddr, s.cfg.TLSHosts); err != nil {
 		return nil, err
 	}
@@ -311,7 +305,7 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 	g, gctx := errgroup.WithContext(ctx)
 	s.term.Start(gctx)
 	g.Go(func() error { s.dispatchEvents(gctx, events); return nil })
-	g.Go(func() error { s.live.run(gctx); return nil })
+	g.Go(func() error { s.hosts.Run(gctx); return nil })
 	g.Go(func() error { s.tasks.Reap(gctx); return nil })
 	g.Go(func() error { s.term.Run(gctx); return nil })
 	g.Go(func() error { s.keys.Run(gctx); return nil })
@@ -326,7 +320,7 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 	// Flush coalesced heartbeats so a clean stop loses nothing.
 	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s.live.flush(flushCtx)
+	s.hosts.Flush(flushCtx)
 	return err
 }
 
@@ -363,7 +357,7 @@ func (s *Server) dispatchEvents(ctx context.Context, events <-chan store.Event) 
 			case store.EventTask:
 				s.tasks.Wake(ev.ID)
 			case store.EventHost:
-				s.hosts.invalidate(ev.ID)
+				s.hosts.Invalidate(ev.ID)
 				s.tasks.Wake(ev.ID) // a waiting revoked node re-checks and is refused
 				s.inst.Wake(ev.ID)  // draining is part of the node's instance set
 			case store.EventInstance:
@@ -372,4 +366,12 @@ func (s *Server) dispatchEvents(ctx context.Context, events <-chan store.Event) 
 			s.term.Event(ctx, ev) // host, allocation and token changes end terminals
 		}
 	}
+}
+
+// EnsureHost creates the host record if it is missing and, unless the host
+// holds a certificate that is still valid, issues a fresh bootstrap token
+// (returned; "" when none is needed). `drover dev` uses it for its local
+// agent.
+func (s *Server) EnsureHost(ctx context.Context, id, osFamily string) (string, error) {
+	return s.hosts.EnsureHost(ctx, id, osFamily)
 }

@@ -1,4 +1,4 @@
-package server
+package hosts
 
 import (
 	"context"
@@ -26,14 +26,14 @@ type hostState struct {
 
 // hostCache keeps node-request authorisation off the database hot path.
 type hostCache struct {
-	st  store.Store
+	st  Store
 	now func() time.Time
 
 	mu    sync.RWMutex
 	hosts map[string]hostState
 }
 
-func newHostCache(st store.Store, now func() time.Time) *hostCache {
+func newHostCache(st Store, now func() time.Time) *hostCache {
 	return &hostCache{st: st, now: now, hosts: make(map[string]hostState)}
 }
 

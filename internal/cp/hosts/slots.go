@@ -1,4 +1,4 @@
-package server
+package hosts
 
 import (
 	"encoding/json"
@@ -50,7 +50,7 @@ func candidateIndex(raw json.RawMessage) (int, string, error) {
 // approveSlots turns candidate slots of a succeeded discovery task into
 // approved node resource slots. Slots with blockers (their own or
 // host-wide) are refused with 409 naming every blocker.
-func (s *Server) approveSlots(w http.ResponseWriter, r *http.Request) error {
+func (s *Room) ApproveSlots(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	hostID := r.PathValue("id")
 	var req api.ApproveSlotsRequest
@@ -130,7 +130,7 @@ func (s *Server) approveSlots(w http.ResponseWriter, r *http.Request) error {
 		s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "slot.approve", Target: hostID + "/" + sl.SlotID,
 			Result: "ok", CID: httpapi.CorrelationID(ctx), Detail: "task=" + t.ID})
 	}
-	return s.listSlots(w, r)
+	return s.ListSlots(w, r)
 }
 
 func slotView(sl store.Slot) api.Slot {
@@ -138,7 +138,7 @@ func slotView(sl store.Slot) api.Slot {
 		SourceTask: sl.SourceTask, ApprovedBy: sl.ApprovedBy, ApprovedAt: sl.ApprovedAt}
 }
 
-func (s *Server) listSlots(w http.ResponseWriter, r *http.Request) error {
+func (s *Room) ListSlots(w http.ResponseWriter, r *http.Request) error {
 	hostID := r.PathValue("id")
 	if _, err := s.store.GetHost(r.Context(), hostID); err != nil {
 		return httpapi.StoreError(err, "host", hostID)
@@ -155,7 +155,7 @@ func (s *Server) listSlots(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) deleteSlot(w http.ResponseWriter, r *http.Request) error {
+func (s *Room) DeleteSlot(w http.ResponseWriter, r *http.Request) error {
 	hostID, slotID := r.PathValue("id"), r.PathValue("slot_id")
 	if err := s.store.DeleteSlot(r.Context(), hostID, slotID); err != nil {
 		return httpapi.StoreError(err, "slot", hostID+"/"+slotID)

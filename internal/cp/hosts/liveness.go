@@ -1,4 +1,4 @@
-package server
+package hosts
 
 import (
 	"context"
@@ -17,13 +17,13 @@ const staleAfter = 3
 // only on a status transition or in the coalesced flush: one batched
 // statement per interval for every host heard from since the last one.
 type liveness struct {
-	s *Server
+	s *Room
 
 	mu    sync.Mutex
 	dirty map[string]time.Time
 }
 
-func newLiveness(s *Server) *liveness {
+func newLiveness(s *Room) *liveness {
 	return &liveness{s: s, dirty: make(map[string]time.Time)}
 }
 
@@ -44,7 +44,7 @@ func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Ti
 		if err != nil {
 			return err
 		}
-		l.s.hosts.put(h)
+		l.s.cache.put(h)
 		if prev != status {
 			l.s.statusChanged(ctx, id, prev, status, orDefault(reason, "heartbeat"))
 		}
@@ -83,7 +83,7 @@ func (l *liveness) flush(ctx context.Context) {
 		return
 	}
 	for _, id := range revived {
-		l.s.hosts.invalidate(id)
+		l.s.cache.invalidate(id)
 		l.s.statusChanged(ctx, id, api.HostStale, api.HostHealthy, "heartbeat")
 	}
 }
@@ -100,7 +100,7 @@ func (l *liveness) sweep(ctx context.Context) {
 		return
 	}
 	for _, id := range ids {
-		l.s.hosts.invalidate(id)
+		l.s.cache.invalidate(id)
 		l.s.statusChanged(ctx, id, "heartbeating", api.HostStale, "node_agent_heartbeat_stale")
 	}
 }
@@ -119,8 +119,8 @@ func (l *liveness) run(ctx context.Context) {
 }
 
 // statusChanged logs, counts and audits a host status transition.
-func (s *Server) statusChanged(ctx context.Context, id string, from, to api.HostStatus, reason string) {
-	s.metrics.statusChanges.WithLabelValues(string(to)).Inc()
+func (s *Room) statusChanged(ctx context.Context, id string, from, to api.HostStatus, reason string) {
+	s.metrics.StatusChanges.WithLabelValues(string(to)).Inc()
 	s.log.Info("host status changed", "host_id", id, "from", from, "to", to, "reason", reason)
 	s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "host.status", Target: id,
 		Result: string(to), Detail: "from=" + string(from) + " reason=" + reason})

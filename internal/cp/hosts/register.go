@@ -1,4 +1,4 @@
-package server
+package hosts
 
 import (
 	"context"
@@ -27,31 +27,31 @@ func errTokenRefused() *httpapi.Error {
 		"bootstrap token refused: it is wrong, expired or already used; an operator issues a new one with `drover hosts rotate-token`")
 }
 
-// register enrols a host with its bootstrap token and signs its CSR.
+// Register enrols a host with its bootstrap token and signs its CSR.
 //
 // Only a valid bootstrap token (or, with AllowUnknownHostRegistration, the
 // creation of a host record that did not exist) enrols. An anonymous
 // failure never changes the host: it is counted, audited with its source
 // address and rate limited per source and per host id.
-func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
+func (s *Room) Register(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	if ok, after := s.limiter.Allow(r); !ok {
-		s.metrics.registrations.WithLabelValues("rate_limited").Inc()
+		s.metrics.Registrations.WithLabelValues("rate_limited").Inc()
 		return &httpapi.Error{Status: http.StatusTooManyRequests, Code: "rate_limited",
 			Msg: "too many registration attempts; retry later", RetryAfter: after}
 	}
 	req, fields, err := api.DecodeRegister(io.LimitReader(r.Body, httpapi.MaxBody))
 	if err != nil {
-		s.metrics.registrations.WithLabelValues("invalid").Inc()
+		s.metrics.Registrations.WithLabelValues("invalid").Inc()
 		return httpapi.Errorf(http.StatusUnprocessableEntity, "invalid_json", "register payload: %v", err)
 	}
 	if len(fields) > 0 {
-		s.metrics.registrations.WithLabelValues("invalid").Inc()
+		s.metrics.Registrations.WithLabelValues("invalid").Inc()
 		return httpapi.Invalid(fields)
 	}
 	failKeys := []string{"source:" + httpapi.LimitKey(r.RemoteAddr), "host:" + req.HostID}
 	if blocked, after := s.authFails.blocked(failKeys...); blocked {
-		s.metrics.registrations.WithLabelValues("rate_limited").Inc()
+		s.metrics.Registrations.WithLabelValues("rate_limited").Inc()
 		return &httpapi.Error{Status: http.StatusTooManyRequests, Code: "rate_limited",
 			Msg: "too many failed registration attempts; retry later", RetryAfter: after}
 	}
@@ -116,13 +116,13 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
 		if he != nil {
 			result = he.Code
 		}
-		s.metrics.registrations.WithLabelValues(result).Inc()
+		s.metrics.Registrations.WithLabelValues(result).Inc()
 		s.audit.Record(ctx, audit.Entry{Actor: "node:" + req.HostID, Action: "host.register", Target: req.HostID,
 			Result: result, CID: httpapi.CorrelationID(ctx), Detail: "source=" + src})
 		return err
 	}
-	s.hosts.put(h)
-	s.metrics.registrations.WithLabelValues("ok").Inc()
+	s.cache.put(h)
+	s.metrics.Registrations.WithLabelValues("ok").Inc()
 	s.audit.Record(ctx, audit.Entry{Actor: "node:" + h.ID, Action: "host.register", Target: h.ID, Result: "ok",
 		CID: httpapi.CorrelationID(ctx), Detail: "cert_serial=" + h.CertSerial + " source=" + src})
 	httpapi.Logger(ctx, s.log).Info("host enrolled", "host_id", h.ID, "cert_not_after", h.CertNotAfter, "source", src)
@@ -135,10 +135,10 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
 // inserted already enrolled, so the insert is what decides. created is
 // false when the id got a record meanwhile; the caller then requires a
 // token like for any known host.
-func (s *Server) registerUnknown(ctx context.Context, req api.RegisterRequest, src string, now time.Time) (api.Identity, bool, error) {
+func (s *Room) registerUnknown(ctx context.Context, req api.RegisterRequest, src string, now time.Time) (api.Identity, bool, error) {
 	certPEM, serial, notAfter, err := s.ca.SignNodeCSR([]byte(req.CSRPEM), req.HostID, s.cfg.CertTTL, now)
 	if err != nil {
-		s.metrics.registrations.WithLabelValues("invalid_payload").Inc()
+		s.metrics.Registrations.WithLabelValues("invalid_payload").Inc()
 		return api.Identity{}, false, httpapi.Invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
 	}
 	h := store.Host{ID: req.HostID, OSFamily: req.Capabilities.OSFamily, Enabled: true, Status: api.HostUnknown,
@@ -149,8 +149,8 @@ func (s *Server) registerUnknown(ctx context.Context, req api.RegisterRequest, s
 	} else if err != nil {
 		return api.Identity{}, false, err
 	}
-	s.hosts.put(h)
-	s.metrics.registrations.WithLabelValues("unknown_host_registration").Inc()
+	s.cache.put(h)
+	s.metrics.Registrations.WithLabelValues("unknown_host_registration").Inc()
 	s.audit.Record(ctx, audit.Entry{Actor: "node:" + h.ID, Action: "host.create", Target: h.ID,
 		Result: "unknown_host_registration", CID: httpapi.CorrelationID(ctx), Detail: "source=" + src})
 	s.audit.Record(ctx, audit.Entry{Actor: "node:" + h.ID, Action: "host.register", Target: h.ID, Result: "ok",
@@ -167,9 +167,9 @@ func setReported(h *store.Host, caps api.Capabilities) {
 
 // registerFailed counts, rate limits and audits an anonymous registration
 // failure. It never touches the host record: whoever sent it proved nothing.
-func (s *Server) registerFailed(ctx context.Context, hostID, src string, failKeys []string, code string) {
+func (s *Room) registerFailed(ctx context.Context, hostID, src string, failKeys []string, code string) {
 	s.authFails.fail(failKeys...)
-	s.metrics.registrations.WithLabelValues(code).Inc()
+	s.metrics.Registrations.WithLabelValues(code).Inc()
 	s.audit.Record(ctx, audit.Entry{Actor: "anonymous", Action: "host.register", Target: hostID, Result: code,
 		CID: httpapi.CorrelationID(ctx), Detail: "source=" + src})
 }

@@ -1,4 +1,4 @@
-package server
+package hosts
 
 import (
 	"context"
@@ -48,7 +48,8 @@ func hostView(h store.Host) api.Host {
 	return v
 }
 
-func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) error {
+// List is GET /api/v1/hosts.
+func (s *Room) List(w http.ResponseWriter, r *http.Request) error {
 	hosts, err := s.store.ListHosts(r.Context())
 	if err != nil {
 		return err
@@ -61,7 +62,8 @@ func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) showHost(w http.ResponseWriter, r *http.Request) error {
+// Show is GET /api/v1/hosts/{id}.
+func (s *Room) Show(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	h, err := s.store.GetHost(r.Context(), id)
 	if err != nil {
@@ -71,8 +73,8 @@ func (s *Server) showHost(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// createHost makes a host record and returns its bootstrap token once.
-func (s *Server) createHost(w http.ResponseWriter, r *http.Request) error {
+// Create (POST /api/v1/hosts) makes a host record and returns its bootstrap token once.
+func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	var req api.CreateHostRequest
 	if err := httpapi.DecodeJSON(r, &req); err != nil {
@@ -114,7 +116,7 @@ func (s *Server) createHost(w http.ResponseWriter, r *http.Request) error {
 }
 
 // mutateHost applies fn to a host, audits the action and returns the view.
-func (s *Server) mutateHost(w http.ResponseWriter, r *http.Request, action string, fn func(*store.Host) error) error {
+func (s *Room) mutateHost(w http.ResponseWriter, r *http.Request, action string, fn func(*store.Host) error) error {
 	ctx := r.Context()
 	id := r.PathValue("id")
 	h, err := s.store.UpdateHost(ctx, id, func(h *store.Host) error {
@@ -124,13 +126,14 @@ func (s *Server) mutateHost(w http.ResponseWriter, r *http.Request, action strin
 	if err != nil {
 		return httpapi.StoreError(err, "host", id)
 	}
-	s.hosts.invalidate(id)
+	s.cache.invalidate(id)
 	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: action, Target: id, Result: "ok", CID: httpapi.CorrelationID(ctx)})
 	httpapi.WriteJSON(w, http.StatusOK, hostView(h))
 	return nil
 }
 
-func (s *Server) setHostEnabled(enabled bool) httpapi.HandlerFunc {
+// SetEnabled is enable and disable.
+func (s *Room) SetEnabled(enabled bool) httpapi.HandlerFunc {
 	action := "host.disable"
 	if enabled {
 		action = "host.enable"
@@ -143,18 +146,18 @@ func (s *Server) setHostEnabled(enabled bool) httpapi.HandlerFunc {
 	}
 }
 
-// revokeHost refuses the host's certificates and renewals from now on;
+// Revoke refuses the host's certificates and renewals from now on;
 // enrolment with any token is refused with 403. Revocation is permanent for
 // this host id.
-func (s *Server) revokeHost(w http.ResponseWriter, r *http.Request) error {
+func (s *Room) Revoke(w http.ResponseWriter, r *http.Request) error {
 	return s.mutateHost(w, r, "host.revoke", func(h *store.Host) error {
 		h.Revoked, h.Enabled = true, false
 		return nil
 	})
 }
 
-// rotateToken issues a fresh bootstrap token; the old one stops working.
-func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request) error {
+// RotateToken issues a fresh bootstrap token; the old one stops working.
+func (s *Room) RotateToken(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	id := r.PathValue("id")
 	var req struct {
@@ -192,7 +195,7 @@ func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request) error {
 // holds a certificate that is still valid, issues a fresh bootstrap token
 // (returned; "" when none is needed). `drover dev` uses it for its local
 // agent.
-func (s *Server) EnsureHost(ctx context.Context, id, osFamily string) (string, error) {
+func (s *Room) EnsureHost(ctx context.Context, id, osFamily string) (string, error) {
 	now := s.cfg.Now().UTC()
 	err := s.store.CreateHost(ctx, store.Host{ID: id, OSFamily: osFamily, Enabled: true, Status: api.HostUnknown,
 		CreatedAt: now, UpdatedAt: now})
@@ -224,9 +227,9 @@ func (s *Server) EnsureHost(ctx context.Context, id, osFamily string) (string, e
 // errNoChange aborts an UpdateHost without writing.
 var errNoChange = errors.New("no change")
 
-// setHostDraining is drain and undrain: a draining host takes no new
+// SetDraining is drain and undrain: a draining host takes no new
 // instances, and its agent learns it from its desired set.
-func (s *Server) setHostDraining(on bool) httpapi.HandlerFunc {
+func (s *Room) SetDraining(on bool) httpapi.HandlerFunc {
 	action := "host.undrain"
 	if on {
 		action = "host.drain"
@@ -237,7 +240,7 @@ func (s *Server) setHostDraining(on bool) httpapi.HandlerFunc {
 			return nil
 		})
 		if err == nil {
-			s.inst.Wake(r.PathValue("id"))
+			s.instances.Wake(r.PathValue("id"))
 		}
 		return err
 	}

@@ -1,0 +1,142 @@
+// Package hosts owns the hosts: the operator's host routes (create, list,
+// show, enable/disable, drain/undrain, bootstrap token rotation, revoke) and
+// slot approvals, enrolment (register, with its rate limits), node
+// authentication (NodeAuth binds every node route to the caller's
+// certificate), certificate renewal, heartbeats and liveness (in memory,
+// written on transitions and in coalesced flushes), capability reports, and
+// a cache of the host state node requests need. It must not queue tasks or
+// place instances (it wakes Instances when a host drains), and keeps no host
+// state beyond that cache and the pending heartbeats: hosts are in the
+// Store.
+package hosts
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// Store is what the hosts room reads and writes. store.Store satisfies it.
+type Store interface {
+	GetHost(ctx context.Context, id string) (store.Host, error)
+	ListHosts(ctx context.Context) ([]store.Host, error)
+	CreateHost(ctx context.Context, h store.Host) error
+	UpdateHost(ctx context.Context, id string, fn func(*store.Host) error) (store.Host, error)
+	TouchHosts(ctx context.Context, seen []store.Seen) ([]string, error)
+	MarkStale(ctx context.Context, cutoff time.Time) ([]string, error)
+	GetTask(ctx context.Context, id string) (store.Task, error)
+	ListSlots(ctx context.Context, hostID string) ([]store.Slot, error)
+	ApproveSlots(ctx context.Context, slots []store.Slot) error
+	DeleteSlot(ctx context.Context, hostID, slotID string) error
+}
+
+// CA signs node certificates (pki.CA).
+type CA interface {
+	SignNodeCSR(csrPEM []byte, nodeID string, ttl time.Duration, now time.Time) (
+		certPEM []byte, serial string, notAfter time.Time, err error)
+	CertPEM() []byte
+	Hash() string
+}
+
+// Keys is the task-signing keyring's public set (keys.Keys).
+type Keys interface {
+	PublicSet() api.JWKS
+}
+
+// Instances is woken when a host's draining flag changes (it is part of
+// the node's desired instance set).
+type Instances interface {
+	Wake(nodeID string)
+}
+
+// Metrics are the room's series, registered by the control plane.
+type Metrics struct {
+	Heartbeats                                   prometheus.Counter
+	Registrations, NodeAuthFailed, StatusChanges *prometheus.CounterVec
+}
+
+// Config configures the room (see server.Config for each field).
+type Config struct {
+	NodeURL                      string
+	AllowUnknownHostRegistration bool
+	CertTTL                      time.Duration
+	HeartbeatInterval            time.Duration
+	BootstrapTokenTTL            time.Duration
+	RegisterRate                 rate.Limit
+	RegisterBurst                int
+	AuthFailRate                 rate.Limit
+	AuthFailBurst                int
+	Log                          *slog.Logger
+	Now                          func() time.Time
+}
+
+// Room serves the host routes and authenticates nodes.
+type Room struct {
+	cfg       Config
+	store     Store
+	ca        CA
+	keys      Keys
+	instances Instances
+	audit     *audit.Log
+	metrics   Metrics
+	log       *slog.Logger
+	cache     *hostCache
+	live      *liveness
+	limiter   *httpapi.IPLimiter
+	// authFails limits failed enrolments per source and per host id.
+	authFails *failLimiter
+	// heartbeatReply is the constant heartbeat answer, encoded once.
+	heartbeatReply []byte
+}
+
+// New is the hosts room.
+func New(cfg Config, st Store, ca CA, keys Keys, instances Instances, auditLog *audit.Log, m Metrics) *Room {
+	s := &Room{cfg: cfg, store: st, ca: ca, keys: keys, instances: instances, audit: auditLog, metrics: m, log: cfg.Log,
+		cache:     newHostCache(st, cfg.Now),
+		limiter:   httpapi.NewIPLimiter(cfg.RegisterRate, cfg.RegisterBurst, cfg.Now),
+		authFails: newFailLimiter(cfg.AuthFailRate, cfg.AuthFailBurst, cfg.Now)}
+	s.live = newLiveness(s)
+	s.heartbeatReply, _ = json.Marshal(api.HeartbeatResponse{HeartbeatInterval: api.Duration(cfg.HeartbeatInterval)})
+	return s
+}
+
+// Run sweeps liveness (flush, then mark stale hosts) every heartbeat
+// interval until ctx ends.
+func (s *Room) Run(ctx context.Context) { s.live.run(ctx) }
+
+// Flush writes the coalesced heartbeats (on a clean stop).
+func (s *Room) Flush(ctx context.Context) { s.live.flush(ctx) }
+
+// Invalidate drops a host's cached state (a host change event).
+func (s *Room) Invalidate(id string) { s.cache.invalidate(id) }
+
+// NodeOnline reports whether a node's agent is heard from and allowed in.
+func (s *Room) NodeOnline(ctx context.Context, id string) bool {
+	hs, err := s.cache.get(ctx, id)
+	if err != nil || hs.revoked || !hs.enabled {
+		return false
+	}
+	switch hs.status {
+	case api.HostStale, api.HostUnknown, api.HostAuthFailed, "":
+		return false
+	}
+	return true
+}
+
+// NodeRevoked reports whether a node's identity was revoked.
+func (s *Room) NodeRevoked(ctx context.Context, id string) (bool, error) {
+	hs, err := s.cache.get(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	return hs.revoked, nil
+}

@@ -1,0 +1,207 @@
+package hosts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pki"
+)
+
+// Caller is the authenticated identity of a node request.
+type Caller struct {
+	ID    string
+	state hostState
+}
+
+// NodeAuth binds a request to its client certificate: the certificate's
+// node id must equal {id}, and the host must not be revoked or superseded.
+func (s *Room) NodeAuth(next func(w http.ResponseWriter, r *http.Request, c Caller) error) http.Handler {
+	return httpapi.Handle(s.log, func(w http.ResponseWriter, r *http.Request) error {
+		var id string // the certificate's node id, once known
+		refuse := func(status int, code, format string, args ...any) error {
+			s.metrics.NodeAuthFailed.WithLabelValues(code).Inc()
+			he := httpapi.Errorf(status, code, format, args...)
+			if status == http.StatusForbidden { // an authenticated node acting outside its identity
+				s.audit.Record(r.Context(), audit.Entry{Actor: "node:" + id, Action: "node.auth",
+					Target: r.PathValue("id"), Result: code, CID: httpapi.CorrelationID(r.Context()),
+					Detail: r.Method + " " + r.URL.Path + ": " + he.Msg})
+			}
+			return he
+		}
+		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+			return refuse(http.StatusUnauthorized, "client_certificate_required",
+				"this route requires a node client certificate")
+		}
+		cert := r.TLS.PeerCertificates[0]
+		var err error
+		id, err = pki.NodeID(cert)
+		if err != nil {
+			return refuse(http.StatusUnauthorized, "client_certificate_invalid", "client certificate: %v", err)
+		}
+		if want := r.PathValue("id"); want != id {
+			return refuse(http.StatusForbidden, "node_mismatch",
+				"certificate is for node %q, not %q", id, want)
+		}
+		hs, err := s.cache.get(r.Context(), id)
+		if errors.Is(err, store.ErrNotFound) {
+			return refuse(http.StatusForbidden, "node_identity_revoked", "node identity revoked: host %q no longer exists", id)
+		} else if err != nil {
+			return err
+		}
+		if hs.revoked {
+			return refuse(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
+		}
+		// A certificate issued before the host's latest enrolment belongs to
+		// a previous (possibly cloned) identity.
+		if issued := cert.NotBefore.Add(pki.Backdate); issued.Before(hs.enrolledAt.Add(-time.Second)) {
+			// The CA issued this certificate to the host: authenticated
+			// evidence that an older identity of it is still in use.
+			if hs.status != api.HostAuthFailed {
+				s.markAuthFailed(r.Context(), id, "node_identity_superseded")
+			}
+			return refuse(http.StatusForbidden, "node_identity_superseded",
+				"node identity superseded by a later enrolment")
+		}
+		return next(w, r, Caller{ID: id, state: hs})
+	})
+}
+
+// markAuthFailed records authenticated evidence that something else holds
+// an identity of the host: a certificate the CA issued to it, refused
+// because a later enrolment superseded it. Anonymous failures (a wrong
+// bootstrap token) never change a host's status.
+func (s *Room) markAuthFailed(ctx context.Context, id, reason string) {
+	var prev api.HostStatus
+	_, err := s.store.UpdateHost(ctx, id, func(h *store.Host) error {
+		prev = h.Status
+		h.Status, h.StatusReason = api.HostAuthFailed, reason
+		return nil
+	})
+	if err == nil && prev != api.HostAuthFailed {
+		s.statusChanged(ctx, id, prev, api.HostAuthFailed, reason)
+	}
+}
+
+func (s *Room) identity(nodeID string, certPEM []byte, notAfter time.Time) api.Identity {
+	return api.Identity{
+		NodeID: nodeID, CertificatePEM: string(certPEM), CABundlePEM: string(s.ca.CertPEM()),
+		NotAfter: notAfter, JWKS: s.keys.PublicSet(),
+		HeartbeatInterval: api.Duration(s.cfg.HeartbeatInterval),
+	}
+}
+
+// Renew issues a fresh certificate to an authenticated, non-revoked node.
+func (s *Room) Renew(w http.ResponseWriter, r *http.Request, c Caller) error {
+	ctx := r.Context()
+	var req api.RenewRequest
+	if err := httpapi.DecodeJSON(r, &req); err != nil {
+		return err
+	}
+	now := s.cfg.Now().UTC()
+	var ident api.Identity
+	h, err := s.store.UpdateHost(ctx, c.ID, func(h *store.Host) error {
+		if h.Revoked {
+			return httpapi.Errorf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
+		}
+		certPEM, serial, notAfter, err := s.ca.SignNodeCSR([]byte(req.CSRPEM), h.ID, s.cfg.CertTTL, now)
+		if err != nil {
+			return httpapi.Invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
+		}
+		h.CertSerial, h.CertNotAfter = serial, notAfter
+		ident = s.identity(h.ID, certPEM, notAfter)
+		return nil
+	})
+	result := "ok"
+	if err != nil {
+		result = "refused"
+	}
+	s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.ID, Action: "host.renew", Target: c.ID, Result: result,
+		CID: httpapi.CorrelationID(ctx)})
+	if err != nil {
+		return err
+	}
+	s.cache.put(h)
+	httpapi.WriteJSON(w, http.StatusOK, ident)
+	return nil
+}
+
+// Heartbeat records liveness; the store is written only on transitions.
+func (s *Room) Heartbeat(w http.ResponseWriter, r *http.Request, c Caller) error {
+	var hb api.Heartbeat
+	if err := httpapi.DecodeJSON(r, &hb); err != nil {
+		return err
+	}
+	s.metrics.Heartbeats.Inc()
+	ctx := r.Context()
+	status, reason := api.HostHealthy, ""
+	if hb.Diagnostic == "task_result_post_failed" {
+		// The agent reaches us for heartbeats but its results do not arrive.
+		status, reason = api.HostTaskResultFailed, hb.Diagnostic
+	}
+	if err := s.live.beat(ctx, c.ID, c.state, s.cfg.Now().UTC(), status, reason); err != nil {
+		return err
+	}
+	if hb.Capacity != nil {
+		if c.state.capacity == nil || *c.state.capacity != *hb.Capacity { // compared by value: no encoding per beat
+			b, _ := json.Marshal(hb.Capacity)
+			h, err := s.store.UpdateHost(ctx, c.ID, func(h *store.Host) error {
+				h.Capacity = b
+				if hb.AgentVersion != "" {
+					h.AgentVersion = hb.AgentVersion
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			s.cache.put(h)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(s.heartbeatReply)
+	return nil
+}
+
+// PutCapabilities replaces the host's reported capabilities (the agent
+// sends them when they change).
+func (s *Room) PutCapabilities(w http.ResponseWriter, r *http.Request, c Caller) error {
+	ctx := r.Context()
+	var caps api.Capabilities
+	if err := httpapi.DecodeJSON(r, &caps); err != nil {
+		return err
+	}
+	if fields := caps.Validate("capabilities"); len(fields) > 0 {
+		return httpapi.Invalid(fields)
+	}
+	b, _ := json.Marshal(caps)
+	h, err := s.store.UpdateHost(ctx, c.ID, func(h *store.Host) error {
+		if h.OSFamily != caps.OSFamily {
+			return httpapi.Invalid([]api.FieldError{{Field: "capabilities.os_family",
+				Message: fmt.Sprintf("os_family %q does not match the host record (%q)", caps.OSFamily, h.OSFamily)}})
+		}
+		h.Capabilities, h.Hostname, h.SelectedAccel, h.AgentVersion = b, caps.Hostname, caps.SelectedAccel, caps.AgentVersion
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.cache.put(h)
+	s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.ID, Action: "host.capabilities", Target: c.ID, Result: "ok",
+		CID: httpapi.CorrelationID(ctx)})
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// JWKS is the task-signing public keys.
+func (s *Room) JWKS(w http.ResponseWriter, _ *http.Request, _ Caller) error {
+	httpapi.WriteJSON(w, http.StatusOK, s.keys.PublicSet())
+	return nil
+}
