@@ -137,7 +137,7 @@ func TestControlPlaneKill9BetweenClaimAndResult(t *testing.T) {
 	t.Cleanup(p.kill9)
 
 	// Drive the child through the same helpers as in-process replicas.
-	e := &env{t: t, opURL: "http://" + p.opAddr, nodeURL: "https://" + p.nodeAddr, opToken: tok.Token}
+	e := &env{t: t, opURL: "http://" + p.opAddr, nodeURL: "https://" + p.nodeAddr, opToken: tok.Token, opHTTP: http.DefaultClient}
 	var ca struct {
 		CAHash string `json:"ca_hash"`
 	}
