@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/alecthomas/kong"
+	"golang.org/x/term"
 )
 
 // Version is set at build time with -ldflags "-X .../internal/cli.Version=...".
@@ -53,11 +54,9 @@ func Main(args []string) int {
 		Interactive: isTerminal(os.Stdin)})
 }
 
-// isTerminal reports whether f is a character device (a terminal).
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
+// isTerminal reports whether f is a terminal (not merely a character
+// device: /dev/null is one, and a script's stdin often is it).
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 
 // exitRequest is how kong's exit hook (help, version) unwinds Parse: the
 // command must not run after its usage was printed.

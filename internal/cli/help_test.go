@@ -190,3 +190,16 @@ func between(s, start, end string) string {
 	v, _, _ := strings.Cut(after, end)
 	return v
 }
+
+// TestDevNullIsNotATerminal: a script whose stdin is /dev/null (a
+// character device) is not asked for confirmation; it needs --yes.
+func TestDevNullIsNotATerminal(t *testing.T) {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if isTerminal(f) {
+		t.Fatalf("%s is taken for a terminal", os.DevNull)
+	}
+}
