@@ -4,38 +4,17 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/drover-dev/drover/internal/testutil"
 )
 
-// qemuImgOrSkip returns qemu-img's path, skipping the test without it
-// (failing it when CI=true).
-func qemuImgOrSkip(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("qemu-img")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("qemu-img not found (required when CI=true)")
-		}
-		t.Skip("qemu-img not found on PATH")
-	}
-	return p
-}
-
-// qemuImgRun runs qemu-img, failing the test on error.
-func qemuImgRun(t *testing.T, qemuImg string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(qemuImg, args...).CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img %v: %v: %s", args, err, out)
-	}
-}
-
 func TestInspect(t *testing.T) {
-	qemuImg := qemuImgOrSkip(t)
+	qemuImg := testutil.QEMUImg(t)
 	dir := t.TempDir()
 	ctx := context.Background()
 	path := func(name string) string { return filepath.Join(dir, name) }
@@ -44,26 +23,26 @@ func TestInspect(t *testing.T) {
 	if err := os.WriteFile(hostFile, []byte("root:x:0:0\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	qemuImgRun(t, qemuImg, "create", "-q", "-f", "raw", path("plain.raw"), "1M")
-	qemuImgRun(t, qemuImg, "create", "-q", "-f", "qcow2", path("plain.qcow2"), "2M")
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "raw", path("plain.raw"), "1M")
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", path("plain.qcow2"), "2M")
 	// Made over a decoy, then pointed at the host file, as an attacker
 	// would (creating it over the host file would truncate that).
-	qemuImgRun(t, qemuImg, "create", "-q", "-f", "qcow2", "-o", "data_file="+path("decoy")+",data_file_raw=on", path("datafile.qcow2"), "1M")
-	qemuImgRun(t, qemuImg, "amend", "-f", "qcow2", "-o", "data_file="+hostFile, path("datafile.qcow2"))
-	qemuImgRun(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", path("plain.raw"), path("backed.qcow2"))
-	qemuImgRun(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", path("backed.qcow2"), path("chain.qcow2"))
-	qemuImgRun(t, qemuImg, "create", "-q", "-f", "vdi", path("disk.vdi"), "1M")
-	qemuImgRun(t, qemuImg, "create", "-q", "-f", "vmdk", path("disk.vmdk"), "1M")
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-o", "data_file="+path("decoy")+",data_file_raw=on", path("datafile.qcow2"), "1M")
+	testutil.RunQEMUImg(t, qemuImg, "amend", "-f", "qcow2", "-o", "data_file="+hostFile, path("datafile.qcow2"))
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", path("plain.raw"), path("backed.qcow2"))
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", path("backed.qcow2"), path("chain.qcow2"))
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "vdi", path("disk.vdi"), "1M")
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "vmdk", path("disk.vmdk"), "1M")
 	// A backing file that qemu-img would block on if it opened it, and one
 	// that does not exist: the header alone must refuse both.
 	fifo := path("fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	qemuImgRun(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", path("plain.raw"), path("fifo-backed.qcow2"), "1M")
-	qemuImgRun(t, qemuImg, "rebase", "-q", "-u", "-f", "qcow2", "-F", "raw", "-b", fifo, path("fifo-backed.qcow2"))
-	qemuImgRun(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", path("plain.raw"), path("gone-backed.qcow2"), "1M")
-	qemuImgRun(t, qemuImg, "rebase", "-q", "-u", "-f", "qcow2", "-F", "raw", "-b", path("missing.raw"), path("gone-backed.qcow2"))
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", path("plain.raw"), path("fifo-backed.qcow2"), "1M")
+	testutil.RunQEMUImg(t, qemuImg, "rebase", "-q", "-u", "-f", "qcow2", "-F", "raw", "-b", fifo, path("fifo-backed.qcow2"))
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", path("plain.raw"), path("gone-backed.qcow2"), "1M")
+	testutil.RunQEMUImg(t, qemuImg, "rebase", "-q", "-u", "-f", "qcow2", "-F", "raw", "-b", path("missing.raw"), path("gone-backed.qcow2"))
 
 	tests := []struct {
 		name, file, format string

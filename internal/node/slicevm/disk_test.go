@@ -6,21 +6,14 @@ import (
 	"errors"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/drover-dev/drover/internal/node/image"
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
-
-func runQEMUImg(t *testing.T, qemuImg string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(qemuImg, args...).CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img %v: %v: %s", args, err, out)
-	}
-}
 
 // TestProvisionRefusesUnsafeImage: a qcow2 base image whose header names
 // an external data file (a host file) would make qemu-img convert copy
@@ -37,16 +30,16 @@ func TestProvisionRefusesUnsafeImage(t *testing.T) {
 	// Made over a decoy, then pointed at the host file (creating it over
 	// the host file would truncate it).
 	attack := filepath.Join(images, "datafile.qcow2")
-	runQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-o", "data_file="+filepath.Join(images, "decoy")+",data_file_raw=on", attack, "1M")
-	runQEMUImg(t, qemuImg, "amend", "-f", "qcow2", "-o", "data_file="+hostFile, attack)
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-o", "data_file="+filepath.Join(images, "decoy")+",data_file_raw=on", attack, "1M")
+	testutil.RunQEMUImg(t, qemuImg, "amend", "-f", "qcow2", "-o", "data_file="+hostFile, attack)
 	backed := filepath.Join(images, "backed.qcow2")
-	runQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", hostFile, backed, "1M")
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", hostFile, backed, "1M")
 
 	// The attack is real: what the old image write ran copies the host
 	// file through the crafted image.
 	leak := filepath.Join(t.TempDir(), "leak.raw")
 	writeFile(t, leak, make([]byte, 1<<20))
-	runQEMUImg(t, qemuImg, "convert", "-n", "-f", "qcow2", "-O", "raw", attack, leak)
+	testutil.RunQEMUImg(t, qemuImg, "convert", "-n", "-f", "qcow2", "-O", "raw", attack, leak)
 	if b, _ := os.ReadFile(leak); !bytes.Contains(b, []byte("HOST-SECRET")) {
 		t.Fatal("precondition: the data-file image does not expose the host file")
 	}

@@ -14,36 +14,16 @@ import (
 
 	"github.com/drover-dev/drover/internal/node/image"
 	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
-// qemuImgOrSkip returns qemu-img's path, skipping without it (failing when
-// CI=true).
-func qemuImgOrSkip(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("qemu-img")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("qemu-img not found (required when CI=true)")
-		}
-		t.Skip("qemu-img not found on PATH")
-	}
-	return p
-}
-
-func runQEMUImg(t *testing.T, qemuImg string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(qemuImg, args...).CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img %v: %v: %s", args, err, out)
-	}
-}
-
 func TestCreateOverlay(t *testing.T) {
-	qemuImg := qemuImgOrSkip(t)
+	qemuImg := testutil.QEMUImg(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	raw := filepath.Join(dir, "base.raw")
-	runQEMUImg(t, qemuImg, "create", "-q", "-f", "raw", raw, "1G")
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "raw", raw, "1G")
 
 	info, err := image.Inspect(ctx, qemuImg, raw, "")
 	if err != nil || info.Format != "raw" || info.VirtualSize != 1<<30 {
@@ -80,7 +60,7 @@ func TestCreateOverlay(t *testing.T) {
 		})
 	}
 	big := filepath.Join(dir, "big.raw")
-	runQEMUImg(t, qemuImg, "create", "-q", "-f", "raw", big, "3G")
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "raw", big, "3G")
 	info, _ = image.Inspect(ctx, qemuImg, big, "")
 	if err := CreateOverlay(ctx, qemuImg, big, info, filepath.Join(dir, "small.qcow2"), 1); err == nil || !strings.Contains(err.Error(), "smaller") {
 		t.Errorf("shrinking overlay: %v, want refused", err)
@@ -96,7 +76,7 @@ func TestCreateOverlay(t *testing.T) {
 // Create, as image_pull_failed naming the field, before any overlay or
 // QEMU exists.
 func TestCreateRefusesUnsafeImages(t *testing.T) {
-	qemuImg := qemuImgOrSkip(t)
+	qemuImg := testutil.QEMUImg(t)
 	ctx := context.Background()
 	root, images := shortDir(t), t.TempDir()
 	img := func(name string) string { return filepath.Join(images, name) }
@@ -110,16 +90,16 @@ func TestCreateRefusesUnsafeImages(t *testing.T) {
 	}
 	// Made over a decoy, then pointed at the host file (creating the image
 	// over the host file would truncate it).
-	runQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-o", "data_file="+img("decoy")+",data_file_raw=on", img("datafile.qcow2"), "1M")
-	runQEMUImg(t, qemuImg, "amend", "-f", "qcow2", "-o", "data_file="+hostFile, img("datafile.qcow2"))
-	runQEMUImg(t, qemuImg, "create", "-q", "-f", "raw", img("base.raw"), "1M")
-	runQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", hostFile, img("backed.qcow2"), "1M")
-	runQEMUImg(t, qemuImg, "create", "-q", "-f", "vdi", img("disk.vdi"), "1M")
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-o", "data_file="+img("decoy")+",data_file_raw=on", img("datafile.qcow2"), "1M")
+	testutil.RunQEMUImg(t, qemuImg, "amend", "-f", "qcow2", "-o", "data_file="+hostFile, img("datafile.qcow2"))
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "raw", img("base.raw"), "1M")
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", hostFile, img("backed.qcow2"), "1M")
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "vdi", img("disk.vdi"), "1M")
 
 	// The attack is real: QEMU's block layer reads the host file through
 	// the crafted image (what the guest's virtio disk would show).
 	leak := filepath.Join(t.TempDir(), "leak.raw")
-	runQEMUImg(t, qemuImg, "convert", "-f", "qcow2", "-O", "raw", img("datafile.qcow2"), leak)
+	testutil.RunQEMUImg(t, qemuImg, "convert", "-f", "qcow2", "-O", "raw", img("datafile.qcow2"), leak)
 	if b, _ := os.ReadFile(leak); !bytes.Contains(b, []byte("HOST-SECRET")) {
 		t.Fatal("precondition: the data-file image does not expose the host file")
 	}

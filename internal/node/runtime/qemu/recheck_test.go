@@ -13,6 +13,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/node/image"
 	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -21,7 +22,7 @@ import (
 // cached base blob, or the overlay, after a good Create) is refused by
 // Start as image_pull_failed naming spec.image, and QEMU never runs.
 func TestStartRechecksBaseImage(t *testing.T) {
-	qemuImg := qemuImgOrSkip(t)
+	qemuImg := testutil.QEMUImg(t)
 	ctx := context.Background()
 	root, images, work := shortDir(t), t.TempDir(), t.TempDir()
 	img := func(name string) string { return filepath.Join(images, name) }
@@ -30,11 +31,11 @@ func TestStartRechecksBaseImage(t *testing.T) {
 	if err := os.WriteFile(hostFile, bytes.Repeat([]byte("HOST-SECRET "), 4096), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	runQEMUImg(t, qemuImg, "create", "-q", "-f", "raw", img("base.raw"), "1M")
-	runQEMUImg(t, qemuImg, "convert", "-f", "raw", "-O", "qcow2", img("base.raw"), img("base.qcow2"))
-	runQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-o", "data_file="+img("decoy")+",data_file_raw=on", img("datafile.qcow2"), "1M")
-	runQEMUImg(t, qemuImg, "amend", "-f", "qcow2", "-o", "data_file="+hostFile, img("datafile.qcow2"))
-	runQEMUImg(t, qemuImg, "create", "-q", "-f", "vdi", img("disk.vdi"), "1M")
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "raw", img("base.raw"), "1M")
+	testutil.RunQEMUImg(t, qemuImg, "convert", "-f", "raw", "-O", "qcow2", img("base.raw"), img("base.qcow2"))
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-o", "data_file="+img("decoy")+",data_file_raw=on", img("datafile.qcow2"), "1M")
+	testutil.RunQEMUImg(t, qemuImg, "amend", "-f", "qcow2", "-o", "data_file="+hostFile, img("datafile.qcow2"))
+	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "vdi", img("disk.vdi"), "1M")
 
 	// The QEMU binary only records that it ran, then fails: a Start that
 	// gets past the check is vm_start_failed, and the marker says QEMU ran.
@@ -109,7 +110,7 @@ func TestStartRechecksBaseImage(t *testing.T) {
 				replace(t, img("datafile.qcow2"), blob)
 				// The attack is real: the overlay now shows the host file.
 				leak := filepath.Join(t.TempDir(), "leak.raw")
-				runQEMUImg(t, qemuImg, "convert", "-f", "qcow2", "-O", "raw", st.Overlay, leak)
+				testutil.RunQEMUImg(t, qemuImg, "convert", "-f", "qcow2", "-O", "raw", st.Overlay, leak)
 				if b, _ := os.ReadFile(leak); !bytes.Contains(b, []byte("HOST-SECRET")) {
 					t.Fatal("precondition: the overlay does not expose the host file")
 				}
@@ -121,7 +122,7 @@ func TestStartRechecksBaseImage(t *testing.T) {
 			if err := os.Remove(st.Overlay); err != nil {
 				t.Fatal(err)
 			}
-			runQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "vdi", "-b", blob, st.Overlay)
+			testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "vdi", "-b", blob, st.Overlay)
 		}},
 		{"blob gone", "base.raw", "spec.image: ", func(t *testing.T, _ runtime.Status, blob string) {
 			if err := os.Remove(blob); err != nil {
@@ -160,7 +161,7 @@ func TestStartRechecksBaseImage(t *testing.T) {
 		t.Cleanup(func() { replace(t, saved, blob) })
 		replace(t, img("datafile.qcow2"), blob)
 		leak := filepath.Join(work, "inert.raw")
-		runQEMUImg(t, qemuImg, "convert", "-f", "qcow2", "-O", "raw", st.Overlay, leak)
+		testutil.RunQEMUImg(t, qemuImg, "convert", "-f", "qcow2", "-O", "raw", st.Overlay, leak)
 		if b, _ := os.ReadFile(leak); bytes.Contains(b, []byte("HOST-SECRET")) {
 			t.Fatal("the raw-declared base exposes the host file")
 		}
