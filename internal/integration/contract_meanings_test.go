@@ -71,19 +71,6 @@ func operatorRouteMeaning() map[string]string {
 	}
 }
 
-func taskTypeMeaning() map[string]string {
-	return map[string]string{
-		"diag.health_probe":           "the agent's health probe",
-		"slice.topology_discover":     "scan the host for GPU slice candidates (reads only)",
-		"slice.vm_provision":          "provision a VM with its GPU slots passed through (the phases below)",
-		"slice.vm_release":            "stop and remove a slice VM, rebind and optionally wipe its devices",
-		"allocation.provision_user":   "create or update the allocation's OS user and its SSH keys",
-		"allocation.deprovision_user": "remove the allocation's OS user",
-		"terminal.open":               "open a terminal stream to the gateway (queued by the gateway)",
-		"diag.echo":                   "echo a message back from the node: proves the task path end to end",
-	}
-}
-
 func instancePhaseMeaning() map[string]string {
 	return map[string]string{
 		"Pending":  "placed on a host; the agent has not started it yet",

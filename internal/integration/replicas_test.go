@@ -20,7 +20,7 @@ import (
 const echoType = "test.echo"
 
 func withEcho(c *server.Config) {
-	reg, err := task.NewRegistry(append(task.Builtin(), task.Spec{Type: echoType, Timeout: 10 * time.Second,
+	reg, err := task.NewRegistry(append(task.Builtin(), task.Spec{Type: echoType, Timeout: 10 * time.Second, Meaning: "test echo",
 		Validate: func(json.RawMessage) []api.FieldError { return nil }})...)
 	if err != nil {
 		panic(err)

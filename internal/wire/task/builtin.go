@@ -44,13 +44,20 @@ type HealthProbeParams struct {
 // Builtin returns the specs of the task types known today (a fresh slice).
 func Builtin() []Spec {
 	return []Spec{
-		{Type: TypeHealthProbe, Validate: validateHealthProbe, Timeout: HealthProbeTimeout},
-		{Type: TypeTopologyDiscover, Validate: validateTopologyDiscover, Timeout: TopologyDiscoverTimeout},
-		{Type: TypeVMProvision, Validate: validateVMProvision, Timeout: VMProvisionTimeout},
-		{Type: TypeVMRelease, Validate: validateVMRelease, Timeout: VMReleaseTimeout},
-		{Type: TypeAllocProvisionUser, Validate: validateAllocProvisionUser, Timeout: AllocProvisionUserTimeout},
-		{Type: TypeAllocDeprovisionUser, Validate: validateAllocDeprovisionUser, Timeout: AllocDeprovisionUserTimeout},
-		{Type: TypeTerminalOpen, Validate: validateTerminalOpen, Timeout: TerminalOpenTimeout, Internal: true},
+		{Type: TypeHealthProbe, Validate: validateHealthProbe, Timeout: HealthProbeTimeout,
+			Meaning: "the agent's health probe", Params: HealthProbeParams{}},
+		{Type: TypeTopologyDiscover, Validate: validateTopologyDiscover, Timeout: TopologyDiscoverTimeout,
+			Meaning: "scan the host for GPU slice candidates (reads only)", Params: TopologyDiscoverParams{}},
+		{Type: TypeVMProvision, Validate: validateVMProvision, Timeout: VMProvisionTimeout,
+			Meaning: "provision a VM with its GPU slots passed through (the phases below)", Params: VMProvisionParams{}},
+		{Type: TypeVMRelease, Validate: validateVMRelease, Timeout: VMReleaseTimeout,
+			Meaning: "stop and remove a slice VM, rebind and optionally wipe its devices", Params: VMReleaseParams{}},
+		{Type: TypeAllocProvisionUser, Validate: validateAllocProvisionUser, Timeout: AllocProvisionUserTimeout,
+			Meaning: "create or update the allocation's OS user and its SSH keys", Params: AllocProvisionUserParams{}},
+		{Type: TypeAllocDeprovisionUser, Validate: validateAllocDeprovisionUser, Timeout: AllocDeprovisionUserTimeout,
+			Meaning: "remove the allocation's OS user", Params: AllocDeprovisionUserParams{}},
+		{Type: TypeTerminalOpen, Validate: validateTerminalOpen, Timeout: TerminalOpenTimeout, Internal: true,
+			Meaning: "open a terminal stream to the gateway (queued by the gateway)", Params: TerminalOpenParams{}},
 		EchoSpec(),
 	}
 }

@@ -37,7 +37,8 @@ type EchoOutput struct {
 
 // EchoSpec is diag.echo's registry entry.
 func EchoSpec() Spec {
-	return Spec{Type: TypeEcho, Validate: validateEcho, Timeout: EchoTimeout}
+	return Spec{Type: TypeEcho, Validate: validateEcho, Timeout: EchoTimeout,
+		Meaning: "echo a message back from the node: proves the task path end to end", Params: EchoParams{}}
 }
 
 // DecodeEchoParams strictly decodes and validates diag.echo's params; the

@@ -36,6 +36,11 @@ type Spec struct {
 	// Internal types are created by the control plane itself (the terminal
 	// gateway's terminal.open); the operator task API refuses them.
 	Internal bool
+	// Meaning is one line for docs/contract.md and the task-types route.
+	Meaning string
+	// Params is the zero value of the type's params struct; docs/contract.md
+	// lists its JSON fields.
+	Params any
 }
 
 // Lease is how long the server waits for a dispatched task's result before
@@ -61,6 +66,8 @@ func NewRegistry(specs ...Spec) (*Registry, error) {
 			return nil, fmt.Errorf("task: spec %q has no Validate func", s.Type)
 		case s.Timeout <= 0:
 			return nil, fmt.Errorf("task: spec %q needs a positive Timeout", s.Type)
+		case s.Meaning == "":
+			return nil, fmt.Errorf("task: spec %q needs a Meaning", s.Type)
 		}
 		if _, dup := r.specs[s.Type]; dup {
 			return nil, fmt.Errorf("task: duplicate task type %q", s.Type)

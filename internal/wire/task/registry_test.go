@@ -34,12 +34,13 @@ func TestNewRegistry(t *testing.T) {
 	}{
 		{"builtin", Builtin(), true},
 		{"empty registry", nil, true},
-		{"two types", []Spec{{Type: "b", Validate: noParams, Timeout: time.Second}, {Type: "a", Validate: noParams, Timeout: time.Second}}, true},
-		{"duplicate", []Spec{{Type: "a", Validate: noParams, Timeout: time.Second}, {Type: "a", Validate: noParams, Timeout: time.Second}}, false},
+		{"two types", []Spec{{Type: "b", Validate: noParams, Timeout: time.Second, Meaning: "m"}, {Type: "a", Validate: noParams, Timeout: time.Second, Meaning: "m"}}, true},
+		{"duplicate", []Spec{{Type: "a", Validate: noParams, Timeout: time.Second, Meaning: "m"}, {Type: "a", Validate: noParams, Timeout: time.Second, Meaning: "m"}}, false},
 		{"duplicate builtin", append(Builtin(), Builtin()...), false},
-		{"empty type", []Spec{{Validate: noParams, Timeout: time.Second}}, false},
+		{"empty type", []Spec{{Validate: noParams, Timeout: time.Second, Meaning: "m"}}, false},
 		{"nil validate", []Spec{{Type: "a", Timeout: time.Second}}, false},
-		{"zero timeout", []Spec{{Type: "a", Validate: noParams}}, false},
+		{"zero timeout", []Spec{{Type: "a", Validate: noParams, Meaning: "m"}}, false},
+		{"no meaning", []Spec{{Type: "a", Validate: noParams, Timeout: time.Second}}, false},
 	}
 	for _, tc := range tests {
 		r, err := NewRegistry(tc.specs...)
@@ -53,7 +54,7 @@ func TestNewRegistry(t *testing.T) {
 }
 
 func TestRegistryLookupAndTypes(t *testing.T) {
-	r, err := NewRegistry(append(Builtin(), Spec{Type: "a.first", Validate: noParams, Timeout: time.Minute})...)
+	r, err := NewRegistry(append(Builtin(), Spec{Type: "a.first", Validate: noParams, Timeout: time.Minute, Meaning: "m"})...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func TestRegistryLookupAndTypes(t *testing.T) {
 }
 
 func TestRegistryValidate(t *testing.T) {
-	r, err := NewRegistry(append(Builtin(), Spec{Type: "a.first", Validate: noParams, Timeout: time.Minute})...)
+	r, err := NewRegistry(append(Builtin(), Spec{Type: "a.first", Validate: noParams, Timeout: time.Minute, Meaning: "m"})...)
 	if err != nil {
 		t.Fatal(err)
 	}
