@@ -66,7 +66,7 @@ type exitRequest struct{ code int }
 func newParser(root *CLI, env *Env) (*kong.Kong, error) {
 	return kong.New(root, kong.Name("drover"),
 		kong.Description("Drover: control plane and operator CLI for fleets of bare-metal, GPU and VM hosts."),
-		kong.UsageOnError(), kong.Bind(env), kong.Writers(env.Stdout, env.Stderr),
+		kong.UsageOnError(), kong.Bind(env), devRuntimeVars(), kong.Writers(env.Stdout, env.Stderr),
 		kong.Exit(func(code int) { panic(exitRequest{code}) }))
 }
 

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/alecthomas/kong"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/drover-dev/drover/internal/cp/kek"
@@ -31,8 +32,23 @@ type DevCmd struct {
 	AgentListen                  string `name:"agent-listen" default:"127.0.0.1:9000" help:"Local agent API address."`
 	HostID                       string `name:"host-id" help:"Host id of the local agent (default: derived from the hostname)."`
 	AllowUnknownHostRegistration bool   `name:"allow-unknown-host-registration" default:"true" negatable:"" help:"Let unknown hosts enrol (dev default: on)."`
-	Runtime                      string `name:"runtime" default:"qemu" enum:"qemu,mock,none" help:"Instance runtime of the local agent: qemu, mock (runs nothing) or none."`
+	Runtime                      string `name:"runtime" default:"qemu" enum:"${dev_runtimes}" help:"Instance runtime of the local agent: one of ${enum} (mock runs nothing)."`
 	ImageDirs                    string `name:"image-dirs" help:"Comma-separated dirs local images may come from (default <data-dir>/images)."`
+}
+
+// devRuntimes are the runtimes `drover dev`'s agent links in; --runtime
+// accepts their names and none (devRuntimeVars). dev's agent can also run
+// the mock (runs nothing: demos without a hypervisor); drover-agent links
+// only qemu.
+func devRuntimes() noderuntime.Registry {
+	return noderuntime.Registry{qemu.Name: qemu.Factory, mock.Name: mock.Factory}
+}
+
+// devRuntimeVars gives kong the values --runtime accepts (${dev_runtimes}):
+// the registered runtimes, sorted, then none. An unknown value fails with
+// `--runtime must be one of ...` naming them, and --help lists them.
+func devRuntimeVars() kong.Vars {
+	return kong.Vars{"dev_runtimes": strings.Join(append(devRuntimes().Names(), agent.RuntimeNone), ",")}
 }
 
 var nonHostID = regexp.MustCompile(`[^a-z0-9._-]+`)
@@ -93,10 +109,7 @@ func (c *DevCmd) Run(ctx context.Context, env *Env) error {
 	// a fresh one is issued when its stored identity is missing or expired.
 	agentCfg := agent.Config{ControlPlaneURL: srv.NodeURL(), HostID: hostID, CAHash: srv.CAHash(),
 		OSFamily: "linux", StateDir: filepath.Join(c.DataDir, "agent"), ListenAddr: c.AgentListen,
-		Runtime: c.Runtime, ImageDirs: c.ImageDirs,
-		// dev's agent can also run the mock (runs nothing: demos without a
-		// hypervisor); drover-agent links only qemu.
-		Runtimes: noderuntime.Registry{qemu.Name: qemu.Factory, mock.Name: mock.Factory}}
+		Runtime: c.Runtime, ImageDirs: c.ImageDirs, Runtimes: devRuntimes()}
 	if agentCfg.ImageDirs == "" {
 		abs, err := filepath.Abs(filepath.Join(c.DataDir, "images"))
 		if err != nil {

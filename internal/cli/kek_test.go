@@ -135,7 +135,7 @@ func TestDevDefaults(t *testing.T) {
 	} {
 		t.Setenv("DROVER_NODE_LISTEN", tc.env)
 		var root CLI
-		p, err := kong.New(&root, kong.Name("drover"))
+		p, err := kong.New(&root, kong.Name("drover"), devRuntimeVars())
 		if err != nil {
 			t.Fatal(err)
 		}
