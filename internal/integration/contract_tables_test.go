@@ -10,6 +10,8 @@ import (
 
 	"github.com/drover-dev/drover/internal/cp/server"
 	"github.com/drover-dev/drover/internal/node/agent"
+	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/runtime/qemu"
 	"github.com/drover-dev/drover/internal/node/slicevm"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/nodeapi"
@@ -35,6 +37,8 @@ func contractSections(t *testing.T, opRoutes []server.Route) map[string]string {
 		"close-codes":       closeCodesSection(),
 		"vm-phases":         vmPhasesSection(t),
 		"agent-config":      agentConfigSection(),
+		"signals":           signalsSection(),
+		"preflight-hops":    preflightHopsSection(),
 	}
 }
 
@@ -236,7 +240,9 @@ func vmPhasesSection(t *testing.T) string {
 
 func agentConfigSection() string {
 	var rows [][]string
-	for _, k := range agent.ConfigKeys() {
+	// drover-agent's registry (cmd/drover-agent): its runtimes' own keys
+	// are part of the agent's contract.
+	for _, k := range agent.ConfigKeys(runtime.Registry{qemu.Name: qemu.Entry()}) {
 		flagName := k.Flag
 		if flagName != "" {
 			flagName = code(flagName)
