@@ -24,14 +24,11 @@ import (
 	"github.com/drover-dev/drover/internal/wire/task"
 )
 
-// Store is what the allocations room reads and writes. store.Store
-// satisfies it.
+// Store is what the allocations room reads and writes: the allocations,
+// and the host one is bound to. store.Store satisfies it.
 type Store interface {
+	store.AllocationStore
 	GetHost(ctx context.Context, id string) (store.Host, error)
-	CreateAllocation(ctx context.Context, a store.Allocation) error
-	GetAllocation(ctx context.Context, id string) (store.Allocation, error)
-	ListAllocations(ctx context.Context, f store.AllocationFilter) ([]store.Allocation, error)
-	UpdateAllocation(ctx context.Context, id string, fn func(*store.Allocation) error) (store.Allocation, error)
 }
 
 // Instances resolves an instance id, or else a name (an API error when

@@ -14,10 +14,10 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
-// Store is what the audit log reads and writes. store.Store satisfies it.
+// Store is what the audit log reads and writes: the whole audit log.
+// store.Store satisfies it.
 type Store interface {
-	AppendAudit(ctx context.Context, e store.AuditEvent) error
-	ListAudit(ctx context.Context, f store.AuditFilter) ([]store.AuditEvent, error)
+	store.AuditStore
 }
 
 // Entry is one audit record before it is stored.

@@ -25,18 +25,13 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
-// Store is what the hosts room reads and writes. store.Store satisfies it.
+// Store is what the hosts room reads and writes: the host records and their
+// approved slots, and the discovery task a slot approval names. store.Store
+// satisfies it.
 type Store interface {
-	GetHost(ctx context.Context, id string) (store.Host, error)
-	ListHosts(ctx context.Context) ([]store.Host, error)
-	CreateHost(ctx context.Context, h store.Host) error
-	UpdateHost(ctx context.Context, id string, fn func(*store.Host) error) (store.Host, error)
-	TouchHosts(ctx context.Context, seen []store.Seen) ([]string, error)
-	MarkStale(ctx context.Context, cutoff time.Time) ([]string, error)
+	store.HostStore
+	store.SlotStore
 	GetTask(ctx context.Context, id string) (store.Task, error)
-	ListSlots(ctx context.Context, hostID string) ([]store.Slot, error)
-	ApproveSlots(ctx context.Context, slots []store.Slot) error
-	DeleteSlot(ctx context.Context, hostID, slotID string) error
 }
 
 // CA signs node certificates (pki.CA).

@@ -21,18 +21,14 @@ import (
 	"github.com/drover-dev/drover/internal/cp/store"
 )
 
-// Store is what the instances room reads and writes. store.Store
-// satisfies it.
+// Store is what the instances room reads and writes: the instance records,
+// and the hosts and approved slots placement reads. store.Store satisfies
+// it.
 type Store interface {
+	store.InstanceStore
 	GetHost(ctx context.Context, id string) (store.Host, error)
 	ListHosts(ctx context.Context) ([]store.Host, error)
 	ListSlots(ctx context.Context, hostID string) ([]store.Slot, error)
-	CreateInstance(ctx context.Context, in store.Instance) error
-	GetInstance(ctx context.Context, id string) (store.Instance, error)
-	GetInstanceByName(ctx context.Context, name string) (store.Instance, error)
-	ListInstances(ctx context.Context, f store.InstanceFilter) ([]store.Instance, error)
-	UpdateInstance(ctx context.Context, id string, fn func(*store.Instance) error) (store.Instance, error)
-	DeleteInstance(ctx context.Context, id string) error
 }
 
 // Config configures the room.

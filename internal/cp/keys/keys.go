@@ -83,13 +83,7 @@ func (k *Keys) NodeTLSConfig(nodeAddr string, hosts []string) (*tls.Config, erro
 // Store is what the keys room reads and writes: the secrets table (the
 // CA) and the signing keys. store.Store satisfies it.
 type Store interface {
-	GetSecret(ctx context.Context, name string) ([]byte, error)
-	PutSecretIfAbsent(ctx context.Context, name string, value []byte) ([]byte, error)
-	ReplaceSecret(ctx context.Context, name string, old, value []byte) error
-	ListSigningKeys(ctx context.Context) ([]store.SigningKey, error)
-	AddSigningKey(ctx context.Context, k store.SigningKey) error
-	RetireSigningKeys(ctx context.Context, keepKID string, at time.Time) error
-	ReplaceSigningKey(ctx context.Context, kid string, old, value []byte) error
+	store.KeyStore
 }
 
 // Config configures the keys room.

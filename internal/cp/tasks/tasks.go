@@ -24,19 +24,11 @@ import (
 	"github.com/drover-dev/drover/internal/wire/task"
 )
 
-// Store is what the tasks room reads and writes. store.Store satisfies it.
+// Store is what the tasks room reads and writes: the whole task queue, and
+// a node's host record. store.Store satisfies it.
 type Store interface {
+	store.TaskStore
 	GetHost(ctx context.Context, id string) (store.Host, error)
-	EnqueueTask(ctx context.Context, t store.Task) error
-	GetTask(ctx context.Context, id string) (store.Task, error)
-	ListTasks(ctx context.Context, f store.TaskFilter) ([]store.Task, error)
-	ListTaskEvents(ctx context.Context, taskID string) ([]store.TaskEvent, error)
-	CancelTask(ctx context.Context, id string, now time.Time) (store.Task, error)
-	ClaimTask(ctx context.Context, nodeID string, now, leaseUntil time.Time) (store.Task, bool, error)
-	StartTask(ctx context.Context, nodeID, taskID string, leaseUntil time.Time) (store.Task, error)
-	AddTaskEvent(ctx context.Context, e store.TaskEvent) error
-	CompleteTask(ctx context.Context, nodeID, taskID string, state api.TaskState, result json.RawMessage, resultHash string, at time.Time) (store.Task, error)
-	ReapTasks(ctx context.Context, now time.Time) (requeued, expired []store.Task, err error)
 }
 
 // Nodes says whether a node's identity was revoked (a woken long-poll

@@ -24,19 +24,16 @@ const (
 	terminalRetryAfter = 10
 )
 
-// Store is what the gateway reads and writes. store.Store satisfies it.
+// Store is what the gateway reads and writes: the terminal sessions and
+// their tokens, and the records a session names. store.Store satisfies it.
 type Store interface {
+	store.TerminalStore
 	GetAllocation(ctx context.Context, id string) (store.Allocation, error)
 	GetInstance(ctx context.Context, id string) (store.Instance, error)
 	GetHost(ctx context.Context, id string) (store.Host, error)
 	GetOperatorToken(ctx context.Context, id string) (store.OperatorToken, error)
 	GetTask(ctx context.Context, id string) (store.Task, error)
 	CancelTask(ctx context.Context, id string, now time.Time) (store.Task, error)
-	CreateTerminalSession(ctx context.Context, t store.TerminalSession) error
-	GetTerminalSession(ctx context.Context, id string) (store.TerminalSession, error)
-	ListTerminalSessions(ctx context.Context, f store.TerminalSessionFilter) ([]store.TerminalSession, error)
-	UpdateTerminalSession(ctx context.Context, id string, fn func(*store.TerminalSession) error) (store.TerminalSession, error)
-	RedeemTerminalToken(ctx context.Context, hash string, now time.Time) (store.TerminalSession, error)
 }
 
 // Nodes says whether a node's agent is heard from and allowed in.

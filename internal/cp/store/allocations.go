@@ -1,0 +1,51 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// Allocation binds a user to a host (bare metal) or to an instance on
+// HostID. Spec is the api.CreateAllocationRequest it was created from (SSH
+// keys, shell, sudo), kept so a release can name the user it provisioned.
+type Allocation struct {
+	ID              string
+	Username        string
+	HostID          string
+	InstanceID      string // "" for host allocations
+	State           api.AllocationState
+	StateReason     string
+	Spec            json.RawMessage
+	ProvisionTaskID string
+	ReleaseTaskID   string
+	CreatedBy       string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
+// AllocationFilter narrows ListAllocations. Zero fields do not filter.
+type AllocationFilter struct {
+	HostID     string
+	InstanceID string
+	State      api.AllocationState
+}
+
+// AllocationStore is the allocations of users to hosts and instances: the
+// allocations room (cp/allocations: its routes and state machine) embeds it
+// whole; the termgw room only reads allocations.
+type AllocationStore interface {
+	// CreateAllocation inserts an allocation; ErrConflict if the id exists.
+	CreateAllocation(ctx context.Context, a Allocation) error
+	// GetAllocation returns an allocation or ErrNotFound.
+	GetAllocation(ctx context.Context, id string) (Allocation, error)
+	// ListAllocations returns allocations, oldest first.
+	ListAllocations(ctx context.Context, f AllocationFilter) ([]Allocation, error)
+	// UpdateAllocation applies fn to the allocation in one transaction and
+	// sets UpdatedAt to the value fn leaves; ErrNotFound if it does not
+	// exist. An error from fn aborts the update and is returned. Publishes
+	// EventAllocation.
+	UpdateAllocation(ctx context.Context, id string, fn func(*Allocation) error) (Allocation, error)
+}

@@ -1,0 +1,67 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// Host is a host record. TokenHash is the SHA-256 of the bootstrap token;
+// the token itself is never stored.
+type Host struct {
+	ID             string
+	OSFamily       string
+	Labels         map[string]string
+	Enabled        bool
+	Revoked        bool
+	Draining       bool // no new instances are placed here
+	Status         api.HostStatus
+	StatusReason   string
+	Hostname       string
+	SelectedAccel  string
+	AgentVersion   string
+	Capabilities   json.RawMessage // api.Capabilities, or nil
+	Capacity       json.RawMessage // api.Capacity, or nil
+	TokenHash      string          // hex SHA-256; "" when no token is outstanding
+	TokenExpiresAt time.Time
+	TokenUsed      bool
+	CertSerial     string
+	CertNotAfter   time.Time
+	EnrolledAt     time.Time
+	LastSeenAt     time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// Seen is one coalesced heartbeat observation.
+type Seen struct {
+	HostID string
+	At     time.Time
+}
+
+// HostStore is the host records: the hosts room (cp/hosts: enrolment,
+// liveness, the operator host routes) embeds it whole; the tasks,
+// instances, allocations and termgw rooms read hosts through narrower
+// interfaces of their own.
+type HostStore interface {
+	// CreateHost inserts a host; ErrConflict if the id exists.
+	CreateHost(ctx context.Context, h Host) error
+	// GetHost returns a host or ErrNotFound.
+	GetHost(ctx context.Context, id string) (Host, error)
+	// ListHosts returns all hosts ordered by id.
+	ListHosts(ctx context.Context) ([]Host, error)
+	// UpdateHost reads the host, applies fn and writes the result in one
+	// transaction that locks the row; if fn returns an error nothing is
+	// written and that error is returned. Publishes EventHost.
+	UpdateHost(ctx context.Context, id string, fn func(*Host) error) (Host, error)
+	// TouchHosts records coalesced heartbeats: LastSeenAt is raised (never
+	// lowered) and a host whose status is stale or unknown becomes healthy.
+	// It returns the ids whose status changed.
+	TouchHosts(ctx context.Context, seen []Seen) (revived []string, err error)
+	// MarkStale sets status stale on heartbeating hosts (healthy,
+	// task_result_failed, api_unreachable) last seen before cutoff and returns
+	// their ids.
+	MarkStale(ctx context.Context, cutoff time.Time) ([]string, error)
+}

@@ -1,0 +1,61 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// Instance is a declarative VM instance: the operator sets Spec and
+// DesiredState (each change bumps Generation); the agent of HostID reports
+// Phase, ReasonCode, Message, Runtime and the generation it acted on.
+type Instance struct {
+	ID                 string
+	Name               string // unique among all instance records
+	Group              string // "" when not in a group
+	HostID             string
+	Labels             map[string]string
+	Spec               json.RawMessage // api.InstanceSpec
+	DesiredState       api.DesiredState
+	Generation         int64 // bumped on every spec or desired-state change
+	Phase              api.InstancePhase
+	ReasonCode         api.ReasonCode
+	Message            string
+	ObservedGeneration int64
+	Runtime            json.RawMessage // api.InstanceRuntime, or nil
+	CreatedBy          string
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+	StatusAt           time.Time // zero until the agent reports
+}
+
+// InstanceFilter narrows ListInstances. Zero fields do not filter.
+type InstanceFilter struct {
+	HostID string
+	Group  string
+}
+
+// InstanceStore is the declarative instance records: the instances room
+// (cp/instances: the instance routes, placement, the node's desired set and
+// status reports) embeds it whole; the termgw room only reads instances.
+type InstanceStore interface {
+	// CreateInstance inserts an instance; ErrConflict if the id or the name
+	// exists. Publishes EventInstance for its host.
+	CreateInstance(ctx context.Context, in Instance) error
+	// GetInstance returns an instance or ErrNotFound.
+	GetInstance(ctx context.Context, id string) (Instance, error)
+	// GetInstanceByName returns an instance or ErrNotFound.
+	GetInstanceByName(ctx context.Context, name string) (Instance, error)
+	// ListInstances returns instances ordered by name.
+	ListInstances(ctx context.Context, f InstanceFilter) ([]Instance, error)
+	// UpdateInstance reads the instance, applies fn and writes the result in
+	// one transaction that locks the row, like UpdateHost; ErrConflict if fn
+	// renames it to a taken name. Publishes EventInstance for its host (both
+	// hosts when fn moves it).
+	UpdateInstance(ctx context.Context, id string, fn func(*Instance) error) (Instance, error)
+	// DeleteInstance removes an instance record; ErrNotFound if absent.
+	// Publishes EventInstance for its host.
+	DeleteInstance(ctx context.Context, id string) error
+}

@@ -1,0 +1,82 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// Task is a queued unit of work for one node.
+type Task struct {
+	ID             string
+	NodeID         string
+	Type           string
+	Params         json.RawMessage
+	State          api.TaskState
+	CorrelationID  string
+	CreatedBy      string
+	Attempts       int
+	CreatedAt      time.Time
+	ExpiresAt      time.Time
+	DispatchedAt   time.Time       // zero until claimed
+	LeaseExpiresAt time.Time       // zero unless dispatched or running
+	FinishedAt     time.Time       // zero until terminal
+	Result         json.RawMessage // api.TaskResult, or nil
+	ResultHash     string          // hex SHA-256 of the canonical result
+}
+
+// TaskEvent is a progress event recorded for a task.
+type TaskEvent struct {
+	TaskID string
+	Seq    int64
+	At     time.Time
+	Event  json.RawMessage // api.TaskEvent
+}
+
+// TaskFilter narrows ListTasks. Zero fields do not filter.
+type TaskFilter struct {
+	NodeID string
+	State  api.TaskState
+	Limit  int // default 100
+}
+
+// TaskStore is the task queue and its progress events: the tasks room
+// (cp/tasks: enqueue, claim, results, the reaper) embeds it whole; the
+// hosts and termgw rooms read or cancel tasks through narrower interfaces
+// of their own.
+type TaskStore interface {
+	// EnqueueTask inserts a queued task and publishes EventTask for its node
+	// (in the same transaction where the database supports it).
+	EnqueueTask(ctx context.Context, t Task) error
+	// GetTask returns a task or ErrNotFound.
+	GetTask(ctx context.Context, id string) (Task, error)
+	// ListTasks returns tasks newest first.
+	ListTasks(ctx context.Context, f TaskFilter) ([]Task, error)
+	// ClaimTask atomically moves the oldest queued, unexpired task of nodeID
+	// to dispatched, sets its lease and increments Attempts. ok is false when
+	// there is none, and when nodeID's host record is disabled or revoked
+	// (its tasks stay queued). Safe against concurrent claimers on other
+	// replicas.
+	ClaimTask(ctx context.Context, nodeID string, now, leaseUntil time.Time) (t Task, ok bool, err error)
+	// StartTask moves a dispatched task of nodeID to running and extends its
+	// lease. Running tasks only extend the lease. ErrNotFound if the task does
+	// not belong to nodeID; ErrConflict if it is terminal.
+	StartTask(ctx context.Context, nodeID, taskID string, leaseUntil time.Time) (Task, error)
+	// CompleteTask records a result for a task of nodeID. Posting a result
+	// with the same hash again returns the task unchanged; a different result
+	// for a terminal task is ErrConflict. ErrNotFound if the task does not
+	// belong to nodeID.
+	CompleteTask(ctx context.Context, nodeID, taskID string, state api.TaskState, result json.RawMessage, resultHash string, at time.Time) (Task, error)
+	// CancelTask cancels a task that is not terminal; ErrConflict otherwise.
+	CancelTask(ctx context.Context, id string, at time.Time) (Task, error)
+	// ReapTasks requeues dispatched or running tasks whose lease ended before
+	// now (publishing EventTask) and expires unfinished tasks whose
+	// ExpiresAt is before now.
+	ReapTasks(ctx context.Context, now time.Time) (requeued, expired []Task, err error)
+	// AddTaskEvent appends a progress event; Seq is assigned by the store.
+	AddTaskEvent(ctx context.Context, e TaskEvent) error
+	// ListTaskEvents returns a task's events in order.
+	ListTaskEvents(ctx context.Context, taskID string) ([]TaskEvent, error)
+}
