@@ -59,6 +59,7 @@ func Builtin() []Spec {
 		{Type: TypeTerminalOpen, Validate: validateTerminalOpen, Timeout: TerminalOpenTimeout, Internal: true,
 			Meaning: "open a terminal stream to the gateway (queued by the gateway)", Params: TerminalOpenParams{}},
 		EchoSpec(),
+		CollectSpec(),
 	}
 }
 
