@@ -24,7 +24,7 @@ func main() {
 	}
 	// The instance runtimes this binary links in (NODE_AGENT_RUNTIME; none
 	// is built in). A new runtime is one package and one entry here.
-	runtimes := runtime.Registry{qemu.Name: qemu.Factory}
+	runtimes := runtime.Registry{qemu.Name: qemu.Entry()}
 	cfg, err := agent.LoadConfig(os.Args[1:], os.Getenv, runtimes)
 	var help *agent.HelpError
 	if errors.As(err, &help) {

@@ -41,7 +41,7 @@ type DevCmd struct {
 // the mock (runs nothing: demos without a hypervisor); drover-agent links
 // only qemu.
 func devRuntimes() noderuntime.Registry {
-	return noderuntime.Registry{qemu.Name: qemu.Factory, mock.Name: mock.Factory}
+	return noderuntime.Registry{qemu.Name: qemu.Entry(), mock.Name: mock.Entry()}
 }
 
 // devRuntimeVars gives kong the values --runtime accepts (${dev_runtimes}):

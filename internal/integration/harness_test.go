@@ -296,7 +296,7 @@ func (e *env) startAgent(hostID, token string, o agentOpts) (a *agent.Agent, sto
 		OSFamily: "linux", StateDir: o.stateDir, ListenAddr: "127.0.0.1:0", HeartbeatInterval: 100 * time.Millisecond,
 		QEMUAccel: o.accel, AccelFallback: o.fallback, Runtime: o.runtime, ImageDirs: o.imageDirs, RuntimeDir: o.runtimeDir,
 		ReconcileInterval: 200 * time.Millisecond,
-		Runtimes:          runtime.Registry{qemu.Name: qemu.Factory, mock.Name: mock.Factory}}
+		Runtimes:          runtime.Registry{qemu.Name: qemu.Entry(), mock.Name: mock.Entry()}}
 	if cfg.Runtime == "" && o.rt == nil {
 		cfg.Runtime = agent.RuntimeNone
 	}

@@ -43,7 +43,6 @@ type Config struct {
 	Runtime           string        // NODE_AGENT_RUNTIME: a name in Runtimes (LoadConfig's default: qemu) | none (also "")
 	RuntimeDir        string        // NODE_AGENT_RUNTIME_DIR: instances, overlays, image cache (default <state dir>/runtime)
 	ImageDirs         string        // NODE_AGENT_IMAGE_DIRS: comma-separated dirs local images and file:// URLs may come from (default /var/lib/drover/images)
-	QEMUBinary        string        // NODE_AGENT_QEMU_BINARY: default qemu-system-<arch>
 	SecretsDir        string        // NODE_AGENT_SECRETS_DIR: one file per secret an instance may name
 	ReconcileInterval time.Duration // NODE_AGENT_RECONCILE_INTERVAL: resync period (default 5s)
 
@@ -56,6 +55,10 @@ type Config struct {
 	// must be one of them or none. The binary builds it (drover-agent:
 	// qemu; `drover dev`: qemu and mock), LoadConfig sets it.
 	Runtimes noderuntime.Registry
+	// RuntimeSettings are the keys the registered runtimes own, by key
+	// (NODE_AGENT_QEMU_BINARY, ...: each entry's Settings); unset ones
+	// take the runtime's default.
+	RuntimeSettings map[string]string
 }
 
 // DefaultRuntime is NODE_AGENT_RUNTIME when nothing sets it.
@@ -94,7 +97,6 @@ func (c *Config) fields() map[string]*string {
 		"NODE_AGENT_RUNTIME":           &c.Runtime,
 		"NODE_AGENT_RUNTIME_DIR":       &c.RuntimeDir,
 		"NODE_AGENT_IMAGE_DIRS":        &c.ImageDirs,
-		"NODE_AGENT_QEMU_BINARY":       &c.QEMUBinary,
 		"NODE_AGENT_SECRETS_DIR":       &c.SecretsDir,
 	}
 }
@@ -106,7 +108,7 @@ func LoadConfig(args []string, getenv func(string) string, runtimes noderuntime.
 	c := Config{OSFamily: api.OSFamilyOf(runtime.GOOS), StateDir: defaultStateDir(), ListenAddr: "127.0.0.1:9000",
 		Runtime: DefaultRuntime, ImageDirs: DefaultImageDir, Runtimes: runtimes}
 	var f Config
-	fs, configFile := newFlagSet(&f, getenv("NODE_AGENT_CONFIG"))
+	fs, configFile, rtFlags := newFlagSet(&f, getenv("NODE_AGENT_CONFIG"), runtimes)
 	fs.Lookup("runtime").Usage = "instance runtime: " + strings.Join(c.runtimeNames(), " | ")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -125,6 +127,11 @@ func LoadConfig(args []string, getenv func(string) string, runtimes noderuntime.
 	for key, dst := range c.fields() {
 		if v := getenv(key); v != "" {
 			*dst = v
+		}
+	}
+	for key := range c.runtimeKeys() {
+		if v := getenv(key); v != "" {
+			c.setRuntimeKey(key, v)
 		}
 	}
 	for _, key := range numericKeys() {
@@ -148,6 +155,11 @@ func LoadConfig(args []string, getenv func(string) string, runtimes noderuntime.
 			c.ImageAllowLocalURLs = f.ImageAllowLocalURLs
 		}
 	})
+	for key, v := range rtFlags {
+		if *v != "" {
+			c.setRuntimeKey(key, *v)
+		}
+	}
 	for _, p := range []struct {
 		dst *string
 		v   string
@@ -156,7 +168,7 @@ func LoadConfig(args []string, getenv func(string) string, runtimes noderuntime.
 		{&c.CAHash, f.CAHash}, {&c.CAFile, f.CAFile}, {&c.OSFamily, f.OSFamily}, {&c.QEMUAccel, f.QEMUAccel},
 		{&c.StateDir, f.StateDir}, {&c.ListenAddr, f.ListenAddr}, {&c.Hostname, f.Hostname},
 		{&c.AccelFallback, f.AccelFallback}, {&c.Runtime, f.Runtime}, {&c.RuntimeDir, f.RuntimeDir}, {&c.ImageDirs, f.ImageDirs},
-		{&c.QEMUBinary, f.QEMUBinary}, {&c.SecretsDir, f.SecretsDir},
+		{&c.SecretsDir, f.SecretsDir},
 	} {
 		if p.v != "" {
 			*p.dst = p.v
@@ -169,8 +181,9 @@ func LoadConfig(args []string, getenv func(string) string, runtimes noderuntime.
 }
 
 // newFlagSet defines the agent's flags, each setting its field of f, and
-// -config, whose default is configDefault.
-func newFlagSet(f *Config, configDefault string) (*flag.FlagSet, *string) {
+// -config, whose default is configDefault, and the flags of the settings
+// the runtimes own, returned by key.
+func newFlagSet(f *Config, configDefault string, runtimes noderuntime.Registry) (*flag.FlagSet, *string, map[string]*string) {
 	fs := flag.NewFlagSet("drover-agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	configFile := fs.String("config", configDefault, "env-style config file (KEY=VALUE lines, NODE_AGENT_* keys)")
@@ -195,10 +208,15 @@ func newFlagSet(f *Config, configDefault string) (*flag.FlagSet, *string) {
 	fs.StringVar(&f.ImageDirs, "image-dirs", "", "comma-separated dirs local images may come from")
 	fs.BoolVar(&f.ImageAllowLocalURLs, "image-allow-local-urls", false,
 		"let http(s) image URLs point at loopback, link-local (cloud metadata) and unspecified addresses (default false)")
-	fs.StringVar(&f.QEMUBinary, "qemu-binary", "", "QEMU system emulator (default qemu-system-<arch>)")
 	fs.StringVar(&f.SecretsDir, "secrets-dir", "", "directory with one file per instance secret")
 	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
-	return fs, configFile
+	rtFlags := map[string]*string{}
+	for _, name := range runtimes.Names() {
+		for _, st := range runtimes[name].Settings {
+			rtFlags[noderuntime.EnvKey(name, st.Name)] = fs.String(noderuntime.FlagName(name, st.Name), "", st.Usage)
+		}
+	}
+	return fs, configFile, rtFlags
 }
 
 // terminalURL is where terminal streams are dialed: TerminalURL, or the
@@ -229,9 +247,12 @@ func (c *Config) loadFile(path string) error {
 			return fmt.Errorf("config file %s:%d: want KEY=VALUE", path, n)
 		}
 		key, val = strings.TrimSpace(key), strings.Trim(strings.TrimSpace(val), `"'`)
+		_, runtimeKey := c.runtimeKeys()[key]
 		switch {
 		case fields[key] != nil:
 			*fields[key] = val
+		case runtimeKey:
+			c.setRuntimeKey(key, val)
 		case slices.Contains(numericKeys(), key):
 			if err := c.setNumeric(key, val); err != nil {
 				return fmt.Errorf("config file %s:%d: %w", path, n, err)
@@ -318,6 +339,11 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("NODE_AGENT_RUNTIME %q: must be one of %s (the runtimes this binary has)",
 			c.Runtime, strings.Join(c.runtimeNames(), ", ")))
 	}
+	if e, ok := c.Runtimes[c.Runtime]; ok {
+		if err := e.Check(c.runtimeValues(c.Runtime)); err != nil {
+			errs = append(errs, fmt.Errorf("NODE_AGENT_RUNTIME %s: %w", c.Runtime, err))
+		}
+	}
 	for _, d := range c.imageDirs() {
 		if !filepath.IsAbs(d) {
 			errs = append(errs, fmt.Errorf("NODE_AGENT_IMAGE_DIRS: %q is not an absolute path", d))
@@ -344,4 +370,42 @@ func (c Config) imageDirs() []string {
 		}
 	}
 	return out
+}
+
+// runtimeSetting is one key a registered runtime owns.
+type runtimeSetting struct {
+	runtime string
+	setting noderuntime.Setting
+}
+
+// runtimeKeys maps the keys of every registered runtime's settings
+// (NODE_AGENT_QEMU_BINARY, ...) to their runtime and setting.
+func (c Config) runtimeKeys() map[string]runtimeSetting {
+	out := map[string]runtimeSetting{}
+	for name, e := range c.Runtimes {
+		for _, st := range e.Settings {
+			out[noderuntime.EnvKey(name, st.Name)] = runtimeSetting{name, st}
+		}
+	}
+	return out
+}
+
+// setRuntimeKey sets one key a runtime owns.
+func (c *Config) setRuntimeKey(key, val string) {
+	if c.RuntimeSettings == nil {
+		c.RuntimeSettings = map[string]string{}
+	}
+	c.RuntimeSettings[key] = val
+}
+
+// runtimeValues are the settings of the runtime name, by setting name, as
+// its entry parses them (unset ones take the runtime's default there).
+func (c Config) runtimeValues(name string) noderuntime.Values {
+	v := noderuntime.Values{}
+	for _, st := range c.Runtimes[name].Settings {
+		if x, ok := c.RuntimeSettings[noderuntime.EnvKey(name, st.Name)]; ok {
+			v[st.Name] = x
+		}
+	}
+	return v
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -21,7 +22,7 @@ import (
 
 // testRuntimes is the registry the tests' configurations are loaded with:
 // drover-agent's (qemu) plus the mock.
-var testRuntimes = noderuntime.Registry{qemu.Name: qemu.Factory, mock.Name: mock.Factory}
+var testRuntimes = noderuntime.Registry{qemu.Name: qemu.Entry(), mock.Name: mock.Entry()}
 
 // loadConfig is agent.LoadConfig with testRuntimes.
 func loadConfig(args []string, getenv func(string) string) (agent.Config, error) {
@@ -161,7 +162,7 @@ NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS=true
 		CAHash: "sha256:0011", CAFile: "/etc/drover/ca.pem", OSFamily: "dragonflybsd", QEMUAccel: "nvmm",
 		StateDir: "/srv/drover agent", ListenAddr: "127.0.0.1:9100", Hostname: "gpu-01.example",
 		HeartbeatInterval: 250 * time.Millisecond, Runtime: "mock", RuntimeDir: "/srv/rt",
-		ImageDirs: "/srv/images,/var/lib/libvirt/images", QEMUBinary: "/opt/qemu/bin/qemu-system-x86_64",
+		ImageDirs: "/srv/images,/var/lib/libvirt/images", RuntimeSettings: map[string]string{"NODE_AGENT_QEMU_BINARY": "/opt/qemu/bin/qemu-system-x86_64"},
 		SecretsDir: "/etc/drover/secrets", ReconcileInterval: 2 * time.Second, TerminalURL: "https://term.example:9443",
 		ImageAllowLocalURLs: true}
 	if diff := cmp.Diff(c, want, cmpopts.IgnoreFields(agent.Config{}, "Runtimes")); diff != "" {
@@ -421,7 +422,7 @@ func TestHelp(t *testing.T) {
 func TestLoadConfigRuntimes(t *testing.T) {
 	t.Parallel()
 	url := []string{"-control-plane-url", "https://cp.example:8443"}
-	qemuOnly := noderuntime.Registry{qemu.Name: qemu.Factory} // drover-agent's
+	qemuOnly := noderuntime.Registry{qemu.Name: qemu.Entry()} // drover-agent's
 	cases := []struct {
 		name     string
 		runtimes noderuntime.Registry
@@ -453,5 +454,47 @@ func TestLoadConfigRuntimes(t *testing.T) {
 		if help != nil {
 			t.Log(help.Usage)
 		}
+	}
+}
+
+// TestLoadConfigRuntimeSettings: a runtime's own keys (qemu's
+// NODE_AGENT_QEMU_BINARY) come from the config file, the environment and
+// their flag in that order of precedence, -help lists them beside their
+// key, and a binary that does not register the runtime does not know them.
+func TestLoadConfigRuntimeSettings(t *testing.T) {
+	t.Parallel()
+	const key = "NODE_AGENT_QEMU_BINARY"
+	url := []string{"-control-plane-url", "https://cp.example:8443"}
+	file := writeConfigFile(t, key+"=/file/qemu\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"file", []string{"-config", file}, nil, "/file/qemu"},
+		{"env over file", []string{"-config", file}, map[string]string{key: "/env/qemu"}, "/env/qemu"},
+		{"flag over env", []string{"-config", file, "-qemu-binary", "/flag/qemu"}, map[string]string{key: "/env/qemu"}, "/flag/qemu"},
+	} {
+		c, err := agent.LoadConfig(append(append([]string{}, url...), tc.args...), env(tc.env), testRuntimes)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := c.RuntimeSettings[key]; got != tc.want {
+			t.Errorf("%s: %s = %q, want %q", tc.name, key, got, tc.want)
+		}
+	}
+	_, err := agent.LoadConfig([]string{"-help"}, env(nil), testRuntimes)
+	var help *agent.HelpError
+	if !errors.As(err, &help) || !regexp.MustCompile(`-qemu-binary\s+`+key+`\s+QEMU system emulator`).MatchString(help.Usage) {
+		t.Errorf("usage does not list -qemu-binary with its key: %v", err)
+	}
+	mockOnly := noderuntime.Registry{mock.Name: mock.Entry()}
+	if _, err := agent.LoadConfig(append(append([]string{}, url...), "-runtime", "mock", "-qemu-binary", "/x"), env(nil), mockOnly); err == nil {
+		t.Error("-qemu-binary accepted without qemu registered")
+	}
+	if _, err := agent.LoadConfig(append(append([]string{}, url...), "-runtime", "mock", "-config", file), env(nil), mockOnly); err == nil ||
+		!strings.Contains(err.Error(), "unknown key") {
+		t.Errorf("config file with %s and no qemu registered = %v, want unknown key", key, err)
 	}
 }

@@ -3,10 +3,11 @@ package agent
 import (
 	"flag"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	noderuntime "github.com/drover-dev/drover/internal/node/runtime"
 )
 
 // HelpError is what LoadConfig returns for -h / -help / --help: not a
@@ -33,11 +34,12 @@ func envKeyOf(name string) string {
 	return "NODE_AGENT_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
-// knownKey reports whether key is a configuration key LoadConfig reads.
-func knownKey(key string) bool {
-	var c Config
+// knownKey reports whether key is a configuration key LoadConfig reads
+// with c's runtimes registered.
+func (c Config) knownKey(key string) bool {
 	_, ok := c.fields()[key]
-	return ok || slices.Contains(numericKeys(), key) || key == "NODE_AGENT_CONFIG"
+	_, owned := c.runtimeKeys()[key]
+	return ok || owned || slices.Contains(numericKeys(), key) || key == "NODE_AGENT_CONFIG"
 }
 
 // flagDefault is the value a flag has when neither it, its environment
@@ -66,23 +68,10 @@ func flagDefault(name string, d Config) string {
 		return "5s"
 	case "runtime-dir":
 		return "<state dir>/runtime"
-	case "qemu-binary":
-		return "qemu-system-" + qemuArch(runtime.GOARCH)
 	case "reserved-vcpus", "reserved-memory-mib":
 		return "0"
 	}
 	return ""
-}
-
-// qemuArch is QEMU's name for a Go architecture.
-func qemuArch(goarch string) string {
-	switch goarch {
-	case "amd64":
-		return "x86_64"
-	case "arm64":
-		return "aarch64"
-	}
-	return goarch
 }
 
 // usage lists every flag with its environment variable and default.
@@ -101,7 +90,7 @@ Flags:
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fs.VisitAll(func(f *flag.Flag) {
 		env := envKeyOf(f.Name)
-		if !knownKey(env) {
+		if !d.knownKey(env) {
 			env = "-"
 		}
 		line := f.Usage
@@ -122,11 +111,12 @@ type ConfigKey struct {
 	Usage string
 }
 
-// ConfigKeys returns every configuration key LoadConfig reads, sorted by
-// key (docs/contract.md lists them).
-func ConfigKeys() []ConfigKey {
+// ConfigKeys returns every configuration key LoadConfig reads with
+// runtimes registered (theirs included), sorted by key (docs/contract.md
+// lists them).
+func ConfigKeys(runtimes noderuntime.Registry) []ConfigKey {
 	var f Config
-	fs, _ := newFlagSet(&f, "")
+	fs, _, _ := newFlagSet(&f, "", runtimes)
 	flagOf := map[string]*flag.Flag{}
 	fs.VisitAll(func(fl *flag.Flag) {
 		if _, alias := flagAlias(fl.Name); !alias {
@@ -135,6 +125,9 @@ func ConfigKeys() []ConfigKey {
 	})
 	keys := append([]string{"NODE_AGENT_CONFIG"}, numericKeys()...)
 	for k := range f.fields() {
+		keys = append(keys, k)
+	}
+	for k := range (Config{Runtimes: runtimes}).runtimeKeys() {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)

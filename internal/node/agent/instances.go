@@ -54,16 +54,15 @@ func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 	}
 	v := &vmSide{rt: a.runtime}
 	if v.rt == nil {
-		build, ok := a.cfg.Runtimes[kind]
+		entry, ok := a.cfg.Runtimes[kind]
 		if !ok { // Validate saw to it; a Config changed since would land here
 			return nil, fmt.Errorf("runtime %q is not registered in this binary", kind)
 		}
 		a.mu.Lock()
 		acc := a.cfg.QEMUAccel // the probe's selection (or its fallback)
 		a.mu.Unlock()
-		if v.rt, err = build(ctx, runtime.Options{Root: root, Images: images, Accel: acc,
-			QEMUBinary: a.cfg.QEMUBinary, Log: a.log,
-			OnOrphanRemoved: func(string) { a.metrics.orphanOverlays.Inc() }}); err != nil {
+		if v.rt, err = entry.Build(ctx, runtime.Options{Root: root, Images: images, Accel: acc, Log: a.log,
+			OnOrphanRemoved: func(string) { a.metrics.orphanOverlays.Inc() }}, a.cfg.runtimeValues(kind)); err != nil {
 			return nil, fmt.Errorf("%s runtime: %w", kind, err)
 		}
 	}

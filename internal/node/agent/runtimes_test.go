@@ -73,7 +73,8 @@ func (f *recordingFactory) calls() []noderuntime.Options {
 
 // TestRuntimeFromRegistry: the agent builds NODE_AGENT_RUNTIME through the
 // registry it was configured with, passing its runtime dir, image cache,
-// the probe's accelerator and the orphan counter; it runs the runtime's
+// the probe's accelerator and the orphan counter, and the runtime's own
+// settings to its typed config; it runs the runtime's
 // orphan loop while it runs and lets go of it (Close) when it stops.
 func TestRuntimeFromRegistry(t *testing.T) {
 	t.Parallel()
@@ -82,7 +83,14 @@ func TestRuntimeFromRegistry(t *testing.T) {
 	rt := &extrasRuntime{Runtime: mock.New(mock.Options{})}
 	fac := &recordingFactory{rt: rt}
 	cfg := testConfig(f, stateDir)
-	cfg.Runtime, cfg.Runtimes = "fake", noderuntime.Registry{"fake": fac.build}
+	binary := make(chan string, 1) // the runtime's own setting, as its factory got it
+	entry := noderuntime.WithConfig(func(v noderuntime.Values) (string, error) { return v["BINARY"], nil },
+		func(ctx context.Context, o noderuntime.Options, bin string) (noderuntime.Runtime, error) {
+			binary <- bin
+			return fac.build(ctx, o)
+		}, noderuntime.Setting{Name: "BINARY", Default: "fake-vmm"})
+	cfg.Runtime, cfg.Runtimes = "fake", noderuntime.Registry{"fake": entry}
+	cfg.RuntimeSettings = map[string]string{"NODE_AGENT_FAKE_BINARY": "/opt/fake-vmm"}
 	a := startAgentConfig(t, f, cfg, (&counter{}).handlers()) // the probe finds tcg only
 
 	eventually(t, "the orphan loop", func() bool { s, _ := rt.calls(); return len(s) > 0 })
@@ -96,6 +104,9 @@ func TestRuntimeFromRegistry(t *testing.T) {
 	}
 	if o.Accel != accel.TCG {
 		t.Errorf("Accel = %q, want the probe's only working one, %q", o.Accel, accel.TCG)
+	}
+	if got := <-binary; got != "/opt/fake-vmm" {
+		t.Errorf("the factory's own config has BINARY %q, want NODE_AGENT_FAKE_BINARY's /opt/fake-vmm", got)
 	}
 	if o.Images == nil || o.Log == nil || o.OnOrphanRemoved == nil {
 		t.Errorf("Images, Log or OnOrphanRemoved not set: %+v", o)
@@ -122,7 +133,7 @@ func TestRuntimeFactoryFails(t *testing.T) {
 	f := newFakeCP(t)
 	fac := &recordingFactory{err: errors.New("no working accelerator for QEMU")}
 	cfg := testConfig(f, t.TempDir())
-	cfg.Runtime, cfg.Runtimes = "fake", noderuntime.Registry{"fake": fac.build}
+	cfg.Runtime, cfg.Runtimes = "fake", noderuntime.Registry{"fake": noderuntime.Plain(fac.build)}
 	startAgentConfig(t, f, cfg, (&counter{}).handlers()) // waits for a heartbeat
 	if n := len(fac.calls()); n != 1 {
 		t.Errorf("factory called %d times, want once", n)
@@ -134,7 +145,7 @@ func TestRuntimeFactoryFails(t *testing.T) {
 func TestNewUnregisteredRuntime(t *testing.T) {
 	t.Parallel()
 	cfg := agent.Config{ControlPlaneURL: "https://cp:8443", OSFamily: "linux", StateDir: t.TempDir(),
-		Runtime: "qemu", Runtimes: noderuntime.Registry{mock.Name: mock.Factory}}
+		Runtime: "qemu", Runtimes: noderuntime.Registry{mock.Name: mock.Entry()}}
 	_, err := agent.New(cfg)
 	if err == nil || !strings.Contains(err.Error(), `NODE_AGENT_RUNTIME "qemu"`) || !strings.Contains(err.Error(), "one of mock, none") {
 		t.Fatalf("New = %v, want an error naming NODE_AGENT_RUNTIME and the registered runtimes", err)

@@ -10,7 +10,8 @@ import (
 )
 
 // Options is what the agent gives a Factory: the settings every adapter may
-// need. An adapter uses the ones it needs and ignores the rest.
+// need. An adapter uses the ones it needs and ignores the rest; what only
+// one runtime needs is that runtime's own Setting (see Entry).
 type Options struct {
 	// Root is the runtime's own state directory (NODE_AGENT_RUNTIME_DIR);
 	// the image cache and the slice state live beside it, not in it.
@@ -21,8 +22,6 @@ type Options struct {
 	// (kvm, nvmm, hvf, tcg); "" when none works here. An adapter that
 	// needs one refuses to build without it.
 	Accel string
-	// QEMUBinary is NODE_AGENT_QEMU_BINARY ("" for the adapter's default).
-	QEMUBinary string
 	// OnOrphanRemoved is called with the path of every file the runtime
 	// removed because no instance owned it (the agent counts them).
 	OnOrphanRemoved func(path string)
@@ -33,11 +32,11 @@ type Options struct {
 // directories; it starts no instance (the agent calls Recover next).
 type Factory func(ctx context.Context, opts Options) (Runtime, error)
 
-// Registry maps a runtime name (NODE_AGENT_RUNTIME) to the factory that
-// builds it. Each binary builds its own, so a runtime it does not register
-// is not linked into it: drover-agent registers qemu, `drover dev` qemu and
-// mock, and tests whatever they use.
-type Registry map[string]Factory
+// Registry maps a runtime name (NODE_AGENT_RUNTIME) to its entry. Each
+// binary builds its own, so a runtime it does not register is not linked
+// into it: drover-agent registers qemu, `drover dev` qemu and mock, and
+// tests whatever they use.
+type Registry map[string]Entry
 
 // Names returns the registered names, sorted.
 func (r Registry) Names() []string {

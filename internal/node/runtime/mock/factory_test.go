@@ -10,7 +10,7 @@ import (
 // TestFactory: the registry's factory builds an empty mock, and the mock
 // offers none of the optional extras (no orphan loop, nothing to release).
 func TestFactory(t *testing.T) {
-	rt, err := Factory(context.Background(), runtime.Options{})
+	rt, err := Entry().Build(context.Background(), runtime.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,21 +10,22 @@ import (
 	"github.com/drover-dev/drover/internal/node/runtime"
 )
 
-// TestFactory: the registry's factory refuses to build without an
-// accelerator and otherwise passes the agent's options through.
+// TestFactory: the registry entry refuses to build without an
+// accelerator and otherwise passes the agent's options and its own
+// NODE_AGENT_QEMU_BINARY through.
 func TestFactory(t *testing.T) {
 	root := shortDir(t)
 	cache, err := image.NewCache(image.Options{Dir: filepath.Join(root, "images"), Log: discardLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := runtime.Options{Root: root, Images: cache, QEMUBinary: "/opt/qemu/qemu-system-x86_64",
-		Log: discardLog(), OnOrphanRemoved: func(string) {}}
-	if _, err := Factory(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "no working accelerator") {
+	opts := runtime.Options{Root: root, Images: cache, Log: discardLog(), OnOrphanRemoved: func(string) {}}
+	set := runtime.Values{"BINARY": "/opt/qemu/qemu-system-x86_64"}
+	if _, err := Entry().Build(context.Background(), opts, set); err == nil || !strings.Contains(err.Error(), "no working accelerator") {
 		t.Fatalf("Factory without an accelerator = %v, want a no working accelerator error", err)
 	}
 	opts.Accel = "tcg"
-	rt, err := Factory(context.Background(), opts)
+	rt, err := Entry().Build(context.Background(), opts, set)
 	if err != nil {
 		t.Fatalf("Factory: %v", err)
 	}
@@ -33,8 +34,22 @@ func TestFactory(t *testing.T) {
 		t.Fatalf("Factory built a %T, want *qemu.Runtime", rt)
 	}
 	defer r.Close()
-	if r.Name() != Name || r.opts.Root != root || r.opts.Accel != "tcg" || r.opts.QEMUBinary != opts.QEMUBinary ||
+	if r.Name() != Name || r.opts.Root != root || r.opts.Accel != "tcg" || r.opts.QEMUBinary != set["BINARY"] ||
 		r.opts.Images != cache || r.opts.OnOrphanRemoved == nil {
 		t.Errorf("options not passed through: %+v", r.opts)
+	}
+}
+
+// TestSettings: qemu owns NODE_AGENT_QEMU_BINARY (-qemu-binary), whose
+// default is the host architecture's qemu-system binary.
+func TestSettings(t *testing.T) {
+	e := Entry()
+	if len(e.Settings) != 1 || runtime.EnvKey(Name, e.Settings[0].Name) != "NODE_AGENT_QEMU_BINARY" ||
+		runtime.FlagName(Name, e.Settings[0].Name) != "qemu-binary" {
+		t.Fatalf("settings = %+v, want NODE_AGENT_QEMU_BINARY alone", e.Settings)
+	}
+	c, err := ParseConfig(runtime.Values{"BINARY": e.Settings[0].Default})
+	if err != nil || !strings.HasPrefix(c.Binary, "qemu-system-") {
+		t.Errorf("default config = %+v, %v; want qemu-system-<arch>", c, err)
 	}
 }
