@@ -32,7 +32,7 @@ func (s *Room) NodeAuth(next func(w http.ResponseWriter, r *http.Request, c Call
 			if status == http.StatusForbidden { // an authenticated node acting outside its identity
 				s.audit.Record(r.Context(), audit.Entry{Actor: "node:" + id, Action: "node.auth",
 					Target: r.PathValue("id"), Result: code, CID: httpapi.CorrelationID(r.Context()),
-					Detail: r.Method + " " + r.URL.Path + ": " + he.Msg})
+					Detail: r.Method + " " + r.URL.Path + ": " + he.Message})
 			}
 			return he
 		}
@@ -204,4 +204,10 @@ func (s *Room) PutCapabilities(w http.ResponseWriter, r *http.Request, c Caller)
 func (s *Room) JWKS(w http.ResponseWriter, _ *http.Request, _ Caller) error {
 	httpapi.WriteJSON(w, http.StatusOK, s.keys.PublicSet())
 	return nil
+}
+
+// NodeAuthID is NodeAuth for a handler that takes only the caller's node id
+// (httpapi.NodeHandler).
+func (s *Room) NodeAuthID(next httpapi.NodeHandler) http.Handler {
+	return s.NodeAuth(func(w http.ResponseWriter, r *http.Request, c Caller) error { return next(w, r, c.ID) })
 }

@@ -37,8 +37,8 @@ func (s *Room) Register(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	if ok, after := s.limiter.Allow(r); !ok {
 		s.metrics.Registrations.WithLabelValues("rate_limited").Inc()
-		return &httpapi.Error{Status: http.StatusTooManyRequests, Code: "rate_limited",
-			Msg: "too many registration attempts; retry later", RetryAfter: after}
+		return &httpapi.Error{Status: http.StatusTooManyRequests, RetryAfter: after,
+			CodedError: api.CodedError{Code: "rate_limited", Message: "too many registration attempts; retry later"}}
 	}
 	req, fields, err := api.DecodeRegister(io.LimitReader(r.Body, httpapi.MaxBody))
 	if err != nil {
@@ -52,8 +52,8 @@ func (s *Room) Register(w http.ResponseWriter, r *http.Request) error {
 	failKeys := []string{"source:" + httpapi.LimitKey(r.RemoteAddr), "host:" + req.HostID}
 	if blocked, after := s.authFails.blocked(failKeys...); blocked {
 		s.metrics.Registrations.WithLabelValues("rate_limited").Inc()
-		return &httpapi.Error{Status: http.StatusTooManyRequests, Code: "rate_limited",
-			Msg: "too many failed registration attempts; retry later", RetryAfter: after}
+		return &httpapi.Error{Status: http.StatusTooManyRequests, RetryAfter: after,
+			CodedError: api.CodedError{Code: "rate_limited", Message: "too many failed registration attempts; retry later"}}
 	}
 	now := s.cfg.Now().UTC()
 	src := sourceAddr(r)

@@ -1,8 +1,9 @@
 // Package httpapi is what every room of the control plane's HTTP API
-// shares: the error type and its JSON envelope, strict JSON decoding,
-// correlation ids, operator authentication (bearer tokens and roles),
-// per-client rate limits, per-key concurrency caps and per-node long-poll
-// waiters.
+// shares: the error type (an api.CodedError with a status) and its JSON
+// envelope, strict JSON decoding, correlation ids, operator authentication
+// (bearer tokens and roles), per-client rate limits, per-key concurrency
+// caps, the per-node long-poll caps of the node routes (LongPolls) and
+// per-node long-poll waiters.
 package httpapi
 
 import (
@@ -72,20 +73,21 @@ func Actor(ctx context.Context) string {
 	return s
 }
 
-// Error is an error with an HTTP status and a stable code.
+// Error is an api.CodedError (code, message, fields) with an HTTP status:
+// WriteError writes it as the JSON error envelope. Phase and the cause are
+// not part of the envelope.
 type Error struct {
+	api.CodedError
 	Status     int
-	Code       string
-	Msg        string
-	Fields     []api.FieldError
 	RetryAfter int // seconds; 0 = none
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Msg) }
+// Error is "status code: message".
+func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
 
 // Errorf is an Error with a formatted message.
 func Errorf(status int, code, format string, args ...any) *Error {
-	return &Error{Status: status, Code: code, Msg: fmt.Sprintf(format, args...)}
+	return &Error{Status: status, CodedError: api.CodedError{Code: code, Message: fmt.Sprintf(format, args...)}}
 }
 
 // Invalid is the 422 invalid_payload error of fields.
@@ -94,7 +96,8 @@ func Invalid(fields []api.FieldError) *Error {
 	if len(fields) > 0 {
 		msg = fields[0].Field + ": " + fields[0].Message
 	}
-	return &Error{Status: http.StatusUnprocessableEntity, Code: "invalid_payload", Msg: msg, Fields: fields}
+	return &Error{Status: http.StatusUnprocessableEntity,
+		CodedError: api.CodedError{Code: "invalid_payload", Message: msg, Fields: fields}}
 }
 
 // WriteJSON writes v with status.
@@ -118,10 +121,10 @@ func WriteError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err er
 	}
 	if he.Status >= 400 && he.Status < 500 {
 		log.InfoContext(r.Context(), "request refused", "status", he.Status, "code", he.Code,
-			"msg", he.Msg, "path", r.URL.Path, "correlation_id", CorrelationID(r.Context()))
+			"msg", he.Message, "path", r.URL.Path, "correlation_id", CorrelationID(r.Context()))
 	}
 	WriteJSON(w, he.Status, api.ErrorBody{Error: api.ErrorDetail{
-		Code: he.Code, Message: he.Msg, Fields: he.Fields,
+		Code: he.Code, Message: he.Message, Fields: he.Fields,
 		CorrelationID: CorrelationID(r.Context()),
 		Retryable:     he.Status == http.StatusTooManyRequests || he.Status >= 500,
 	}})
@@ -132,8 +135,8 @@ func DecodeJSON(r *http.Request, v any) error {
 	dec := json.NewDecoder(io.LimitReader(r.Body, MaxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &Error{Status: http.StatusUnprocessableEntity, Code: "invalid_json",
-			Msg: "request body: " + err.Error()}
+		return &Error{Status: http.StatusUnprocessableEntity,
+			CodedError: api.CodedError{Code: "invalid_json", Message: "request body: " + err.Error()}}
 	}
 	return nil
 }

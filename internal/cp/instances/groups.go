@@ -160,6 +160,6 @@ func partialScale(resp api.ScaleResponse, err error) error {
 	for _, in := range resp.Created {
 		names = append(names, in.Name)
 	}
-	return &httpapi.Error{Status: he.Status, Code: he.Code, RetryAfter: he.RetryAfter,
-		Msg: fmt.Sprintf("created %s, then: %s", strings.Join(names, ", "), he.Msg)}
+	return &httpapi.Error{Status: he.Status, RetryAfter: he.RetryAfter, CodedError: api.CodedError{Code: he.Code,
+		Message: fmt.Sprintf("created %s, then: %s", strings.Join(names, ", "), he.Message)}}
 }

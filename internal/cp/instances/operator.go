@@ -126,8 +126,8 @@ func (s *Room) createPlaced(ctx context.Context, f *fleet, req api.CreateInstanc
 			return store.Instance{}, err
 		}
 		if attempt == maxPlacementAttempts {
-			return store.Instance{}, &httpapi.Error{Status: http.StatusConflict, Code: "placement_conflict",
-				Msg: "concurrent placements kept taking the same capacity; retry", RetryAfter: 1}
+			return store.Instance{}, &httpapi.Error{Status: http.StatusConflict, RetryAfter: 1, CodedError: api.CodedError{
+				Code: "placement_conflict", Message: "concurrent placements kept taking the same capacity; retry"}}
 		}
 		if f, err = s.loadFleet(ctx); err != nil {
 			return store.Instance{}, err

@@ -87,8 +87,8 @@ func TestPlace(t *testing.T) {
 				t.Fatalf("err = %v, want 409 %s", err, tt.wantCode)
 			}
 			for _, w := range tt.wantErrs {
-				if !strings.Contains(he.Msg, w) {
-					t.Errorf("message %q lacks %q", he.Msg, w)
+				if !strings.Contains(he.Message, w) {
+					t.Errorf("message %q lacks %q", he.Message, w)
 				}
 			}
 		})

@@ -5,18 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
-
-	"github.com/drover-dev/drover/internal/cp/hosts"
-	"github.com/drover-dev/drover/internal/cp/httpapi"
-	"github.com/prometheus/client_golang/prometheus"
-)
-
-// Refusal codes of the per-node concurrency caps.
-const (
-	codeNodeLongPollLimit = "node_long_poll_limit"
-	// longPollRetryAfter is the Retry-After (seconds) of node_long_poll_limit:
-	// a held long-poll ends within MaxWait, usually much sooner.
-	longPollRetryAfter = 5
 )
 
 // setLimitDefaults fills the listener limits and the per-node caps.
@@ -71,49 +59,4 @@ func (s *Server) httpServer(h http.Handler) *http.Server {
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
-}
-
-// longPolls holds the long-poll slots of each node route.
-type longPolls struct {
-	tasks, instances *httpapi.Slots
-}
-
-func newLongPolls(limit int, reg *prometheus.Registry) *longPolls {
-	lp := &longPolls{tasks: httpapi.NewSlots(limit), instances: httpapi.NewSlots(limit)}
-	for route, slots := range map[string]*httpapi.Slots{"tasks": lp.tasks, "instances": lp.instances} {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "drover_node_long_polls",
-			Help:        "Node long-polls this replica holds open, by route.",
-			ConstLabels: prometheus.Labels{"route": route}}, func() float64 { return float64(slots.Count()) }))
-	}
-	return lp
-}
-
-// nodeHandler is a node route behind nodeAuth.
-type nodeHandler = func(w http.ResponseWriter, r *http.Request, c hosts.Caller) error
-
-// limitLongPolls admits at most Config.NodeLongPollLimit concurrent
-// requests of one node through slots; isPoll (nil: every request) picks the
-// requests that count. Beyond the cap: 429 node_long_poll_limit with
-// Retry-After. The cap is per replica.
-func (s *Server) limitLongPolls(slots *httpapi.Slots, isPoll func(*http.Request) bool, next nodeHandler) nodeHandler {
-	return func(w http.ResponseWriter, r *http.Request, c hosts.Caller) error {
-		if isPoll != nil && !isPoll(r) {
-			return next(w, r, c)
-		}
-		release, ok := slots.Acquire(c.ID)
-		if !ok {
-			s.metrics.limitRefusals.WithLabelValues(codeNodeLongPollLimit).Inc()
-			return &httpapi.Error{Status: http.StatusTooManyRequests, Code: codeNodeLongPollLimit, RetryAfter: longPollRetryAfter,
-				Msg: fmt.Sprintf("node %q already holds %d open long-polls of this route on this replica; retry when one ends",
-					c.ID, slots.Limit())}
-		}
-		defer release()
-		return next(w, r, c)
-	}
-}
-
-// instancesLongPoll reports whether a desired-set request asks to wait.
-func instancesLongPoll(r *http.Request) bool {
-	d, err := time.ParseDuration(r.URL.Query().Get("wait"))
-	return err == nil && d > 0
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"net/http"
 
-	"github.com/drover-dev/drover/internal/cp/hosts"
 	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/wire/nodeapi"
 )
@@ -31,14 +30,12 @@ func (s *Server) nodeRoutes() map[string]http.Handler {
 		nodeapi.Heartbeat.MuxPattern():       s.hosts.NodeAuth(s.hosts.Heartbeat),
 		nodeapi.JWKS.MuxPattern():            s.hosts.NodeAuth(s.hosts.JWKS),
 		nodeapi.PutCapabilities.MuxPattern(): s.hosts.NodeAuth(s.hosts.PutCapabilities),
-		nodeapi.WaitTask.MuxPattern():        s.hosts.NodeAuth(s.limitLongPolls(s.polls.tasks, nil, nodeIDHandler(s.tasks.Wait))),
-		nodeapi.PostEvent.MuxPattern():       s.hosts.NodeAuth(nodeIDHandler(s.tasks.Event)),
-		nodeapi.PostResult.MuxPattern():      s.hosts.NodeAuth(nodeIDHandler(s.tasks.Result)),
-		nodeapi.DesiredInstances.MuxPattern(): s.hosts.NodeAuth(
-			s.limitLongPolls(s.polls.instances, instancesLongPoll, nodeIDHandler(s.inst.NodeDesired))),
-		nodeapi.InstanceStatus.MuxPattern(): s.hosts.NodeAuth(nodeIDHandler(s.inst.NodeStatus)),
-		nodeapi.TerminalStream.MuxPattern(): s.term.NodeMTLS(s.hosts.NodeAuth(func(w http.ResponseWriter, r *http.Request, c hosts.Caller) error {
-			return s.term.NodeStream(w, r, c.ID)
-		})),
+		nodeapi.WaitTask.MuxPattern():        s.hosts.NodeAuthID(s.taskPolls.Limit(nil, s.tasks.Wait)),
+		nodeapi.PostEvent.MuxPattern():       s.hosts.NodeAuthID(s.tasks.Event),
+		nodeapi.PostResult.MuxPattern():      s.hosts.NodeAuthID(s.tasks.Result),
+		nodeapi.DesiredInstances.MuxPattern(): s.hosts.NodeAuthID(
+			s.instancePolls.Limit(httpapi.WaitRequested, s.inst.NodeDesired)),
+		nodeapi.InstanceStatus.MuxPattern(): s.hosts.NodeAuthID(s.inst.NodeStatus),
+		nodeapi.TerminalStream.MuxPattern(): s.term.NodeMTLS(s.hosts.NodeAuthID(s.term.NodeStream)),
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/cp/store/sqlite"
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -243,5 +245,62 @@ func TestTokenAuth(t *testing.T) {
 		if st, ed, body := e.do(t, http.MethodGet, "/api/v1/hosts", tt.bearer, ""); st != tt.status || ed.Code != tt.code {
 			t.Errorf("%s: %d %s, want %d %s", tt.name, st, body, tt.status, tt.code)
 		}
+	}
+}
+
+// TestAuditCarriesTokenAndRole: what a token does is audited as
+// operator:<name> with the token's id and role; a refused call is audited
+// too; entries by other actors in the same request carry no token.
+func TestAuditCarriesTokenAndRole(t *testing.T) {
+	e := newRoleEnv(t)
+	op, viewer := e.tokens[api.RoleOperator], e.tokens[api.RoleViewer]
+	if st, _, body := e.do(t, http.MethodPost, "/api/v1/hosts", op.Token, `{"host_id":"web-1","os_family":"linux"}`); st != http.StatusCreated {
+		t.Fatalf("create host: %d %s", st, body)
+	}
+	if st, _, _ := e.do(t, http.MethodPost, "/api/v1/hosts/web-1/revoke", op.Token, ""); st != http.StatusForbidden {
+		t.Fatalf("operator revoking a host: %d, want 403", st)
+	}
+	ctx := httpapi.WithPrincipal(t.Context(), httpapi.Principal{TokenID: viewer.ID, Name: viewer.Name, Role: api.RoleViewer})
+	e.s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "probe.system"})
+	e.s.audit.Record(ctx, audit.Entry{Actor: "operator:" + viewer.Name, Action: "probe.viewer"})
+
+	evs, err := e.st.ListAudit(t.Context(), store.AuditFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		actor, tokenID string
+		role           api.Role
+		target, result string
+	}
+	got := map[string]row{}
+	for _, ev := range evs {
+		got[ev.Action] = row{ev.Actor, ev.ActorTokenID, ev.ActorRole, ev.Target, ev.Result}
+	}
+	want := map[string]row{
+		"host.create":        {"operator:tok-operator", op.ID, api.RoleOperator, "web-1", "ok"},
+		"operator.forbidden": {"operator:tok-operator", op.ID, api.RoleOperator, "POST /api/v1/hosts/{id}/revoke", "forbidden"},
+		"probe.system":       {"system", "", "", "", ""},
+		"probe.viewer":       {"operator:tok-viewer", viewer.ID, api.RoleViewer, "", ""},
+	}
+	for action, w := range want {
+		if g, ok := got[action]; !ok || g != w {
+			t.Errorf("audit %s: %+v, want %+v", action, g, w)
+		}
+	}
+	// The tokens minted at start-up had no principal: "system", no token.
+	if g := got["token.create"]; g.actor != "system" || g.tokenID != "" || g.role != "" {
+		t.Errorf("offline token.create audited as %+v", g)
+	}
+
+	// GET /api/v1/audit shows the same fields.
+	st, _, body := e.do(t, http.MethodGet, "/api/v1/audit?target=web-1", e.tokens[api.RoleViewer].Token, "")
+	var out []api.AuditEvent
+	if err := json.Unmarshal(body, &out); st != http.StatusOK || err != nil {
+		t.Fatalf("audit: %d %v %s", st, err, body)
+	}
+	i := slices.IndexFunc(out, func(ev api.AuditEvent) bool { return ev.Action == "host.create" })
+	if i < 0 || out[i].ActorTokenID != op.ID || out[i].ActorRole != api.RoleOperator {
+		t.Fatalf("audit API: %+v", out)
 	}
 }

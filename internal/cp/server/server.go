@@ -2,8 +2,7 @@
 // Serve/Run, and the operator (bearer tokens, loopback by default) and node
 // (mTLS, every route bound to the caller's certificate) route tables that
 // mount the handlers of its rooms (hosts, allocations, instances, tasks, termgw,
-// audit, keys). It still holds the parts not yet in rooms: operator tokens
-// and metrics. It owns no persistence of its own: all state is in the
+// audit, keys, operators) and the listeners' limits. It owns no persistence of its own: all state is in the
 // store.Store it is given, so several replicas can share one PostgreSQL
 // database. It must not execute anything on behalf of nodes.
 package server
@@ -19,18 +18,22 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
 	"github.com/drover-dev/drover/internal/cp/allocations"
 	"github.com/drover-dev/drover/internal/cp/audit"
 	"github.com/drover-dev/drover/internal/cp/hosts"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/instances"
 	"github.com/drover-dev/drover/internal/cp/kek"
 	"github.com/drover-dev/drover/internal/cp/keys"
+	"github.com/drover-dev/drover/internal/cp/operators"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/cp/tasks"
 	"github.com/drover-dev/drover/internal/cp/termgw"
+	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/pki"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
@@ -200,10 +203,12 @@ type Server struct {
 	// tasks is the task queue (and its event bus, subscribed in
 	// subscribeTaskEvents).
 	tasks *tasks.Room
-	// polls caps each node's concurrent long-polls per route.
-	polls   *longPolls
-	metrics *metrics
-	reg     *prometheus.Registry
+	// ops is the operator tokens room.
+	ops *operators.Room
+	// taskPolls and instancePolls cap each node's concurrent long-polls of
+	// the claim and desired-set routes.
+	taskPolls, instancePolls *httpapi.LongPolls
+	reg                      *prometheus.Registry
 
 	nodeTLS *tls.Config
 	ready   chan struct{}
@@ -231,30 +236,25 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 		s.cfg.NodeURL = "https://127.0.0.1:" + port
 	}
 	s.reg = prometheus.NewRegistry()
-	s.metrics = newMetrics(s.reg)
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	limitRefusals := httpapi.NewLimitRefusals(s.reg)
 	s.inst = instances.New(instances.Config{VCPUAllocationRatio: s.cfg.VCPUAllocationRatio, Log: s.log, Now: cfg.Now},
 		st, s.audit)
 	s.hosts = hosts.New(hosts.Config{NodeURL: s.cfg.NodeURL, AllowUnknownHostRegistration: cfg.AllowUnknownHostRegistration,
 		CertTTL: cfg.CertTTL, HeartbeatInterval: cfg.HeartbeatInterval, BootstrapTokenTTL: cfg.BootstrapTokenTTL,
 		RegisterRate: cfg.RegisterRate, RegisterBurst: cfg.RegisterBurst, AuthFailRate: cfg.AuthFailRate,
 		AuthFailBurst: cfg.AuthFailBurst, Log: s.log, Now: cfg.Now},
-		st, s.ca, s.keys, s.inst, s.audit,
-		hosts.Metrics{Heartbeats: s.metrics.heartbeats, Registrations: s.metrics.registrations,
-			NodeAuthFailed: s.metrics.nodeAuthFailed, StatusChanges: s.metrics.statusChanges})
+		st, s.ca, s.keys, s.inst, s.audit, hosts.NewMetrics(s.reg))
 	s.tasks = tasks.New(tasks.Config{Registry: s.cfg.Registry, MaxWait: s.cfg.MaxWait, Log: s.log, Now: cfg.Now},
-		st, s.hosts, s.inst, s.keys, s.audit,
-		tasks.Metrics{Enqueued: s.metrics.tasksEnqueued, Claimed: s.metrics.tasksClaimed, Requeued: s.metrics.tasksRequeued,
-			Expired: s.metrics.tasksExpired, Results: s.metrics.taskResults})
-	s.term = termgw.New(s.cfg.Terminal, st, s.hosts, s.tasks, s.audit,
-		termgw.Metrics{Mints: s.metrics.terminalMints, Sessions: s.metrics.terminalSessions,
-			NodeStreams: s.metrics.terminalNodeStreams, Revoked: s.metrics.terminalRevoked,
-			OpenSeconds: s.metrics.terminalOpenSeconds, LimitRefusals: s.metrics.limitRefusals},
+		st, s.hosts, s.inst, s.keys, s.audit, tasks.NewMetrics(s.reg))
+	s.term = termgw.New(s.cfg.Terminal, st, s.hosts, s.tasks, s.audit, termgw.NewMetrics(s.reg, limitRefusals),
 		s.log, cfg.Now)
 	s.allocs = allocations.New(st, s.inst, s.tasks, s.term, s.audit, s.cfg.Registry, s.log, cfg.Now)
+	s.ops = operators.New(st, s.audit, cfg.Now)
 	s.subscribeTaskEvents()
-	s.polls = newLongPolls(s.cfg.NodeLongPollLimit, s.reg)
-	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "drover_terminal_live_sessions",
-		Help: "Terminal sessions this replica holds a browser for."}, func() float64 { return float64(s.term.Count()) }))
+	s.taskPolls = httpapi.NewLongPolls("tasks", s.cfg.NodeLongPollLimit, s.reg, limitRefusals)
+	s.instancePolls = httpapi.NewLongPolls("instances", s.cfg.NodeLongPollLimit, s.reg, limitRefusals)
+	s.term.RegisterLiveSessions(s.reg)
 	if cfg.Terminal.RecordingDir == "" {
 		s.log.Warn("terminal sessions are not recorded: no recording directory configured")
 	}
@@ -366,6 +366,16 @@ func (s *Server) dispatchEvents(ctx context.Context, events <-chan store.Event) 
 			s.term.Event(ctx, ev) // host, allocation and token changes end terminals
 		}
 	}
+}
+
+// OperatorTokenSpec is an operator token to mint (see operators.TokenSpec).
+type OperatorTokenSpec = operators.TokenSpec
+
+// CreateOperatorToken mints an operator token, returned once (see
+// operators.Room.CreateToken for the minting rule and errors). `drover dev`
+// and `drover token create --store` use it.
+func (s *Server) CreateOperatorToken(ctx context.Context, spec OperatorTokenSpec) (api.OperatorToken, error) {
+	return s.ops.CreateToken(ctx, spec)
 }
 
 // EnsureHost creates the host record if it is missing and, unless the host

@@ -161,7 +161,7 @@ func (s *Gateway) NodeStream(w http.ResponseWriter, r *http.Request, nodeID stri
 		s.metrics.NodeStreams.WithLabelValues(code).Inc()
 		if status == http.StatusForbidden {
 			s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "terminal.node_stream", Target: sid,
-				Result: code, CID: httpapi.CorrelationID(ctx), Detail: he.Msg})
+				Result: code, CID: httpapi.CorrelationID(ctx), Detail: he.Message})
 		}
 		return he
 	}

@@ -32,7 +32,7 @@ func (s *Gateway) MintToken(w http.ResponseWriter, r *http.Request) error {
 	refuse := func(he *httpapi.Error) error {
 		s.metrics.Mints.WithLabelValues(he.Code).Inc()
 		s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "terminal.token_mint", Target: id, Result: he.Code,
-			CID: httpapi.CorrelationID(ctx), Detail: "terminal_token_mint_failed: " + he.Msg})
+			CID: httpapi.CorrelationID(ctx), Detail: "terminal_token_mint_failed: " + he.Message})
 		return he
 	}
 	var req api.TerminalTokenRequest
@@ -77,8 +77,9 @@ func (s *Gateway) MintToken(w http.ResponseWriter, r *http.Request) error {
 	}
 	if limit := s.cfg.MaxSessionsPerNode; s.term.nodeCount(nodeID) >= limit {
 		s.metrics.LimitRefusals.WithLabelValues(codeTerminalLimit).Inc()
-		return refuse(&httpapi.Error{Status: http.StatusTooManyRequests, Code: codeTerminalLimit, RetryAfter: terminalRetryAfter,
-			Msg: fmt.Sprintf("node %q already has %d open terminal sessions on this gateway; close one or retry later", nodeID, limit)})
+		return refuse(&httpapi.Error{Status: http.StatusTooManyRequests, RetryAfter: terminalRetryAfter, CodedError: api.CodedError{
+			Code:    codeTerminalLimit,
+			Message: fmt.Sprintf("node %q already has %d open terminal sessions on this gateway; close one or retry later", nodeID, limit)}})
 	}
 	now := s.now().UTC()
 	raw := httpapi.NewToken("drv_term_")

@@ -19,17 +19,19 @@ import (
 // maxResponse bounds how much of an answer the client reads.
 const maxResponse = 4 << 20
 
-// Error is a non-2xx answer from the control plane, with the fields of its
-// error envelope ({"error": {"code", "message"}}) when it had one.
+// Error is a non-2xx answer from the control plane: an api.CodedError with
+// the code and message of its error envelope ({"error": {"code",
+// "message"}}) when it had one.
 type Error struct {
-	Status  int
-	Code    string
-	Message string
-	Body    string // the whole answer, for logs
+	api.CodedError
+	Status int
+	Body   string // the whole answer, for logs
 	// RetryAfter is the answer's Retry-After (seconds), zero when absent.
 	RetryAfter time.Duration
 }
 
+// Error is "control plane answered status code: message", or the body
+// when the answer had no envelope.
 func (e *Error) Error() string {
 	if e.Code != "" {
 		return fmt.Sprintf("control plane answered %d %s: %s", e.Status, e.Code, e.Message)

@@ -1,4 +1,10 @@
-package server
+// Package operators owns operator tokens: minting (the role and expiry
+// rules, the rule that a token may not mint a role above its own), the
+// /api/v1/tokens routes (list, create, revoke) and their audit records. It
+// must not authenticate callers (the server mounts its handlers behind
+// operator auth, httpapi.Auth, which reads the same tokens) or keep tokens
+// anywhere but the Store; only a token's hash is stored.
+package operators
 
 import (
 	"context"
@@ -18,8 +24,27 @@ import (
 // maxTokenName bounds an operator token's name (it is shown in audit records).
 const maxTokenName = 128
 
-// OperatorTokenSpec is an operator token to mint.
-type OperatorTokenSpec struct {
+// Store is what the room needs of store.Store.
+type Store interface {
+	CreateOperatorToken(ctx context.Context, t store.OperatorToken) error
+	ListOperatorTokens(ctx context.Context) ([]store.OperatorToken, error)
+	RevokeOperatorToken(ctx context.Context, id string) error
+}
+
+// Room is the operator tokens room.
+type Room struct {
+	store Store
+	audit *audit.Log
+	now   func() time.Time
+}
+
+// New returns the room over st; now is the clock.
+func New(st Store, auditLog *audit.Log, now func() time.Time) *Room {
+	return &Room{store: st, audit: auditLog, now: now}
+}
+
+// TokenSpec is an operator token to mint.
+type TokenSpec struct {
 	Name string   // unique among operator tokens
 	Role api.Role // required
 	// At most one of TTL and ExpiresAt; neither: the token does not expire.
@@ -28,7 +53,7 @@ type OperatorTokenSpec struct {
 }
 
 // validate returns the spec's field errors at now.
-func (sp OperatorTokenSpec) validate(now time.Time) []api.FieldError {
+func (sp TokenSpec) validate(now time.Time) []api.FieldError {
 	var fe []api.FieldError
 	switch {
 	case sp.Name == "":
@@ -61,9 +86,9 @@ func joinRoles() string {
 	return strings.Join(names, ", ")
 }
 
-// CreateOperatorToken mints an operator token; the token is returned once.
-// It serves POST /api/v1/tokens, `drover dev` and `drover token create
-// --store`.
+// CreateToken mints an operator token; the token is returned once. It
+// serves POST /api/v1/tokens, `drover dev` and `drover token create
+// --store` (through server.Server.CreateOperatorToken).
 //
 // The minting rule: when ctx carries an authenticated operator token (an
 // API call), the new token's role may not be above that token's role (403
@@ -73,8 +98,8 @@ func joinRoles() string {
 //
 // Errors: 422 invalid_payload naming the field, 403 as above, and a
 // wrapped store.ErrConflict when the name is taken.
-func (s *Server) CreateOperatorToken(ctx context.Context, spec OperatorTokenSpec) (api.OperatorToken, error) {
-	now := s.cfg.Now().UTC()
+func (s *Room) CreateToken(ctx context.Context, spec TokenSpec) (api.OperatorToken, error) {
+	now := s.now().UTC()
 	if fe := spec.validate(now); len(fe) > 0 {
 		return api.OperatorToken{}, httpapi.Invalid(fe)
 	}
@@ -93,7 +118,7 @@ func (s *Server) CreateOperatorToken(ctx context.Context, spec OperatorTokenSpec
 		if errors.Is(err, store.ErrConflict) {
 			return api.OperatorToken{}, fmt.Errorf("operator token name %q is taken: %w", spec.Name, err)
 		}
-		return api.OperatorToken{}, err
+		return api.OperatorToken{}, fmt.Errorf("create operator token %q: %w", spec.Name, err)
 	}
 	detail := "name=" + t.Name + " role=" + string(t.Role)
 	if !t.ExpiresAt.IsZero() {
@@ -122,24 +147,24 @@ func tokenView(t store.OperatorToken) api.OperatorToken {
 	return v
 }
 
-// createToken is POST /api/v1/tokens; the role defaults to operator.
-func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
+// Create is POST /api/v1/tokens; the role defaults to operator.
+func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	var req api.CreateOperatorTokenRequest
 	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
-	spec := OperatorTokenSpec{Name: req.Name, Role: req.Role, TTL: time.Duration(req.TTL)}
+	spec := TokenSpec{Name: req.Name, Role: req.Role, TTL: time.Duration(req.TTL)}
 	if spec.Role == "" {
 		spec.Role = api.RoleOperator
 	}
 	if req.ExpiresAt != nil {
 		spec.ExpiresAt = *req.ExpiresAt
 	}
-	v, err := s.CreateOperatorToken(r.Context(), spec)
+	v, err := s.CreateToken(r.Context(), spec)
 	if errors.Is(err, store.ErrConflict) {
-		return &httpapi.Error{Status: http.StatusConflict, Code: "token_name_taken",
-			Msg:    fmt.Sprintf("an operator token named %q exists", req.Name),
-			Fields: []api.FieldError{{Field: "name", Message: "already in use"}}}
+		return &httpapi.Error{Status: http.StatusConflict, CodedError: api.CodedError{Code: "token_name_taken",
+			Message: fmt.Sprintf("an operator token named %q exists", req.Name),
+			Fields:  []api.FieldError{{Field: "name", Message: "already in use"}}}}
 	} else if err != nil {
 		return err
 	}
@@ -147,10 +172,11 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) error {
+// List is GET /api/v1/tokens (no secrets).
+func (s *Room) List(w http.ResponseWriter, r *http.Request) error {
 	toks, err := s.store.ListOperatorTokens(r.Context())
 	if err != nil {
-		return err
+		return fmt.Errorf("list operator tokens: %w", err)
 	}
 	out := make([]api.OperatorToken, 0, len(toks))
 	for _, t := range toks {
@@ -160,7 +186,8 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
+// Revoke is POST /api/v1/tokens/{id}/revoke.
+func (s *Room) Revoke(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if err := s.store.RevokeOperatorToken(r.Context(), id); err != nil {
 		return httpapi.StoreError(err, "token", id)

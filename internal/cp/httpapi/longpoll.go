@@ -1,0 +1,81 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// CodeNodeLongPollLimit is the refusal code of LongPolls.
+const CodeNodeLongPollLimit = "node_long_poll_limit"
+
+// longPollRetryAfter is the Retry-After (seconds) of node_long_poll_limit:
+// a held long-poll ends within the long-poll's maximum wait, usually much
+// sooner.
+const longPollRetryAfter = 5
+
+// NodeHandler is a node route's handler after node authentication: it
+// takes the caller's node id.
+type NodeHandler = func(w http.ResponseWriter, r *http.Request, nodeID string) error
+
+// NewLimitRefusals is the counter of requests refused by a per-node
+// concurrency cap, by code (drover_limit_refusals_total), registered on
+// reg. The long-poll caps and the terminal gateway share it.
+func NewLimitRefusals(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "drover_limit_refusals_total",
+		Help: "Requests refused by a per-node concurrency cap, by code."}, []string{"code"})
+	reg.MustRegister(c)
+	return c
+}
+
+// LongPolls caps how many long-polls of one node route each node may hold
+// open on this replica.
+type LongPolls struct {
+	slots    *Slots
+	refusals *prometheus.CounterVec
+}
+
+// NewLongPolls returns the cap of route (a label of the
+// drover_node_long_polls gauge, registered on reg) at limit per node;
+// refusals counts what it refuses.
+func NewLongPolls(route string, limit int, reg prometheus.Registerer, refusals *prometheus.CounterVec) *LongPolls {
+	lp := &LongPolls{slots: NewSlots(limit), refusals: refusals}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "drover_node_long_polls",
+		Help:        "Node long-polls this replica holds open, by route.",
+		ConstLabels: prometheus.Labels{"route": route}}, func() float64 { return float64(lp.slots.Count()) }))
+	return lp
+}
+
+// Limit admits at most the limit of concurrent requests of one node to
+// next; isPoll (nil: every request) picks the requests that count. Beyond
+// the cap: 429 node_long_poll_limit with Retry-After. The cap is per
+// replica.
+func (lp *LongPolls) Limit(isPoll func(*http.Request) bool, next NodeHandler) NodeHandler {
+	return func(w http.ResponseWriter, r *http.Request, nodeID string) error {
+		if isPoll != nil && !isPoll(r) {
+			return next(w, r, nodeID)
+		}
+		release, ok := lp.slots.Acquire(nodeID)
+		if !ok {
+			lp.refusals.WithLabelValues(CodeNodeLongPollLimit).Inc()
+			return &Error{Status: http.StatusTooManyRequests, RetryAfter: longPollRetryAfter, CodedError: api.CodedError{
+				Code: CodeNodeLongPollLimit,
+				Message: fmt.Sprintf("node %q already holds %d open long-polls of this route on this replica; retry when one ends",
+					nodeID, lp.slots.Limit())}}
+		}
+		defer release()
+		return next(w, r, nodeID)
+	}
+}
+
+// WaitRequested reports whether a request asks to wait (a positive ?wait=
+// duration), as a desired-set long-poll does.
+func WaitRequested(r *http.Request) bool {
+	d, err := time.ParseDuration(r.URL.Query().Get("wait"))
+	return err == nil && d > 0
+}
