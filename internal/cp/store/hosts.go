@@ -33,6 +33,31 @@ type Host struct {
 	LastSeenAt     time.Time
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+
+	// LastFailure is the host's last failure: an internal/wire/signal
+	// name, its detail, correlation id and time; zero when none.
+	LastFailure Failure
+	// LastSuccessfulPreflightAt is when a stored preflight run for the host
+	// last passed; zero when none has.
+	LastSuccessfulPreflightAt time.Time
+	// Profile is the environment the host's agent should use.
+	Profile Profile
+}
+
+// Failure is a host's last failure.
+type Failure struct {
+	Signal        string // an internal/wire/signal name
+	Detail        string
+	CorrelationID string
+	At            time.Time
+}
+
+// Profile is a host's environment profile: the node-facing control plane
+// (node API) URL and terminal URL its agent is expected to use; "" is not
+// checked.
+type Profile struct {
+	APIURL      string
+	TerminalURL string
 }
 
 // Seen is one coalesced heartbeat observation.

@@ -37,8 +37,8 @@ func TestUpDownUpSQLite(t *testing.T) {
 		}
 		return n
 	}
-	if n := tables(); n != 11 {
-		t.Fatalf("%d tables after up, want 11", n)
+	if n := tables(); n != 12 {
+		t.Fatalf("%d tables after up, want 12", n)
 	}
 	p, err := migrations.NewProvider(db, goose.DialectSQLite3)
 	if err != nil {

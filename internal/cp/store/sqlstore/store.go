@@ -38,7 +38,9 @@ func (s *Store) DB() DB { return s.db }
 const hostCols = `id, os_family, labels, enabled, revoked, status, status_reason,
 	hostname, selected_accel, agent_version, capabilities, capacity,
 	token_hash, token_expires_at, token_used, cert_serial, cert_not_after,
-	enrolled_at, last_seen_at, created_at, updated_at, draining`
+	enrolled_at, last_seen_at, created_at, updated_at, draining,
+	last_failure_signal, last_failure_detail, last_failure_correlation_id, last_failure_at,
+	last_successful_preflight_at, profile_api_url, profile_terminal_url`
 
 func scanHost(r Row) (store.Host, error) {
 	var (
@@ -46,11 +48,14 @@ func scanHost(r Row) (store.Host, error) {
 		labels, status, caps, capacity                      string
 		enabled, revoked, tokenUsed, draining               int64
 		tokenExp, certNotAfter, enrolled, seen, created, up int64
+		failedAt, preflightAt                               int64
 	)
 	err := r.Scan(&h.ID, &h.OSFamily, &labels, &enabled, &revoked, &status, &h.StatusReason,
 		&h.Hostname, &h.SelectedAccel, &h.AgentVersion, &caps, &capacity,
 		&h.TokenHash, &tokenExp, &tokenUsed, &h.CertSerial, &certNotAfter,
-		&enrolled, &seen, &created, &up, &draining)
+		&enrolled, &seen, &created, &up, &draining,
+		&h.LastFailure.Signal, &h.LastFailure.Detail, &h.LastFailure.CorrelationID, &failedAt,
+		&preflightAt, &h.Profile.APIURL, &h.Profile.TerminalURL)
 	if err != nil {
 		return store.Host{}, err
 	}
@@ -62,6 +67,7 @@ func scanHost(r Row) (store.Host, error) {
 	h.Capabilities, h.Capacity = textRaw(caps), textRaw(capacity)
 	h.TokenExpiresAt, h.CertNotAfter, h.EnrolledAt = tm(tokenExp), tm(certNotAfter), tm(enrolled)
 	h.LastSeenAt, h.CreatedAt, h.UpdatedAt = tm(seen), tm(created), tm(up)
+	h.LastFailure.At, h.LastSuccessfulPreflightAt = tm(failedAt), tm(preflightAt)
 	return h, nil
 }
 
@@ -74,7 +80,9 @@ func hostArgs(h store.Host) ([]any, error) {
 	return []any{h.ID, h.OSFamily, labels, boolInt(h.Enabled), boolInt(h.Revoked), string(h.Status), h.StatusReason,
 		h.Hostname, h.SelectedAccel, h.AgentVersion, rawText(h.Capabilities), rawText(h.Capacity),
 		h.TokenHash, ms(h.TokenExpiresAt), boolInt(h.TokenUsed), h.CertSerial, ms(h.CertNotAfter),
-		ms(h.EnrolledAt), ms(h.LastSeenAt), ms(h.CreatedAt), ms(h.UpdatedAt), boolInt(h.Draining)}, nil
+		ms(h.EnrolledAt), ms(h.LastSeenAt), ms(h.CreatedAt), ms(h.UpdatedAt), boolInt(h.Draining),
+		h.LastFailure.Signal, h.LastFailure.Detail, h.LastFailure.CorrelationID, ms(h.LastFailure.At),
+		ms(h.LastSuccessfulPreflightAt), h.Profile.APIURL, h.Profile.TerminalURL}, nil
 }
 
 // CreateHost implements store.Store. An empty Status is stored as unknown, a
@@ -97,7 +105,8 @@ func (s *Store) CreateHost(ctx context.Context, h store.Host) error {
 		return fmt.Errorf("create host %q: %w", h.ID, err)
 	}
 	_, err = s.db.Exec(ctx, `INSERT INTO hosts (`+hostCols+`) VALUES
-		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`, args...)
+		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
+		$23, $24, $25, $26, $27, $28, $29)`, args...)
 	if err != nil {
 		if s.d.IsUniqueViolation(err) {
 			return fmt.Errorf("create host %q: %w", h.ID, store.ErrConflict)
@@ -151,7 +160,9 @@ func (s *Store) UpdateHost(ctx context.Context, id string, fn func(*store.Host) 
 			status = $6, status_reason = $7, hostname = $8, selected_accel = $9, agent_version = $10,
 			capabilities = $11, capacity = $12, token_hash = $13, token_expires_at = $14, token_used = $15,
 			cert_serial = $16, cert_not_after = $17, enrolled_at = $18, last_seen_at = $19, created_at = $20,
-			updated_at = $21, draining = $22 WHERE id = $1`, args...); err != nil {
+			updated_at = $21, draining = $22, last_failure_signal = $23, last_failure_detail = $24,
+			last_failure_correlation_id = $25, last_failure_at = $26, last_successful_preflight_at = $27,
+			profile_api_url = $28, profile_terminal_url = $29 WHERE id = $1`, args...); err != nil {
 			return fmt.Errorf("update host %q: %w", id, err)
 		}
 		if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventHost, ID: id}); err != nil {
@@ -252,7 +263,8 @@ func (s *Store) touchHostsLoop(ctx context.Context, ids []string, ats []int64, n
 // race harmlessly: a host is reported by exactly one of them.
 func (s *Store) MarkStale(ctx context.Context, cutoff time.Time) ([]string, error) {
 	// Every status a heartbeating host can have goes stale when heartbeats stop.
-	const cond = `status IN ('healthy', 'task_result_failed', 'api_unreachable') AND last_seen_at > 0 AND last_seen_at < $1`
+	// A revoked host is never heartbeating: it stays auth_failed.
+	const cond = `status IN ('healthy', 'task_result_failed', 'api_unreachable') AND revoked = 0 AND last_seen_at > 0 AND last_seen_at < $1`
 	rows, err := s.db.Query(ctx, `UPDATE hosts SET status = 'stale', updated_at = $2
 		WHERE id IN (SELECT id FROM hosts WHERE `+cond+` ORDER BY id`+s.d.ForUpdate+`) AND `+cond+`
 		RETURNING id`, ms(cutoff), ms(s.now()))

@@ -27,6 +27,8 @@ var hostCases = []testCase{
 	{"Host/TouchHosts", testTouchHosts},
 	{"Host/TouchHostsNeverLowers", testTouchHostsNeverLowers},
 	{"Host/MarkStale", testMarkStale},
+	{"Host/MarkStaleNeverRevoked", testMarkStaleNeverRevoked},
+	{"Host/FailureProfileUpdate", testHostFailureProfileUpdate},
 	{"Host/LivenessConcurrent", testLivenessConcurrent},
 }
 
@@ -54,6 +56,10 @@ func fullHost(id string) store.Host {
 		LastSeenAt:     at(2 * time.Minute),
 		CreatedAt:      base,
 		UpdatedAt:      at(3 * time.Minute),
+		LastFailure: store.Failure{Signal: "node_agent_api_unreachable", Detail: "dial tcp: refused",
+			CorrelationID: "cid-1", At: at(4 * time.Minute)},
+		LastSuccessfulPreflightAt: at(5 * time.Minute),
+		Profile:                   store.Profile{APIURL: "https://cp:8443", TerminalURL: "https://term:8443"},
 	}
 }
 

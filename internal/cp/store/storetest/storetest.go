@@ -41,6 +41,7 @@ func Run(t *testing.T, open Opener) {
 	cases = append(cases, allocationCases...)
 	cases = append(cases, terminalCases...)
 	cases = append(cases, keyCases...)
+	cases = append(cases, preflightCases...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
