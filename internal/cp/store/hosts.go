@@ -60,6 +60,10 @@ type Profile struct {
 	TerminalURL string
 }
 
+// PreflightStatusReasonPrefix starts the status reason of a host a
+// preflight run made api_unreachable.
+const PreflightStatusReasonPrefix = "preflight: "
+
 // Seen is one coalesced heartbeat observation.
 type Seen struct {
 	HostID string
@@ -87,6 +91,8 @@ type HostStore interface {
 	TouchHosts(ctx context.Context, seen []Seen) (revived []string, err error)
 	// MarkStale sets status stale on heartbeating hosts (healthy,
 	// task_result_failed, api_unreachable) last seen before cutoff and returns
-	// their ids.
+	// their ids. A revoked host, and an api_unreachable host whose status
+	// reason starts with PreflightStatusReasonPrefix (a preflight run named
+	// why it is not heartbeating), are left alone.
 	MarkStale(ctx context.Context, cutoff time.Time) ([]string, error)
 }

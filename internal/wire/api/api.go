@@ -111,6 +111,11 @@ type Capabilities struct {
 	// schedulable.
 	AccelError   string `json:"accel_error,omitempty"`
 	AgentVersion string `json:"agent_version,omitempty"`
+	// ControlPlaneURL and TerminalURL are the node-facing URLs the agent
+	// uses (NODE_AGENT_CONTROL_PLANE_URL, NODE_AGENT_TERMINAL_URL), compared
+	// with the host's environment profile.
+	ControlPlaneURL string `json:"control_plane_url,omitempty"`
+	TerminalURL     string `json:"terminal_url,omitempty"`
 	// Inventory is the full host inventory (CPU, NUMA, disks, NICs, GPUs,
 	// fabric, NVMe, IOMMU groups).
 	Inventory *HostInventory `json:"inventory,omitempty"`
@@ -165,6 +170,12 @@ type Heartbeat struct {
 	// Diagnostic is an agent-side condition the operator should see, e.g.
 	// "edge_rate_limited" or "task_result_post_failed". Empty when fine.
 	Diagnostic string `json:"diagnostic,omitempty"`
+	// DiagnosticDetail says what the agent saw (bounded), DiagnosticSince
+	// when the condition began and CorrelationID the request it was seen
+	// on; all empty when Diagnostic is.
+	DiagnosticDetail string     `json:"diagnostic_detail,omitempty"`
+	DiagnosticSince  *time.Time `json:"diagnostic_since,omitempty"`
+	CorrelationID    string     `json:"correlation_id,omitempty"`
 }
 
 // HeartbeatResponse tells the agent the interval the server expects.

@@ -12,6 +12,10 @@ type CreateHostRequest struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	// TokenTTL is how long the bootstrap token stays valid (default 24h).
 	TokenTTL Duration `json:"token_ttl,omitempty"`
+	// APIURL and TerminalURL are the host's environment profile (see
+	// HostProfile); optional.
+	APIURL      string `json:"api_url,omitempty"`
+	TerminalURL string `json:"terminal_url,omitempty"`
 }
 
 // BootstrapToken is returned once, on host creation or token rotation.
@@ -46,6 +50,18 @@ type Host struct {
 	LastSeenAt     *time.Time        `json:"last_seen_at,omitempty"`
 	CreatedAt      time.Time         `json:"created_at"`
 	UpdatedAt      time.Time         `json:"updated_at"`
+	// The last failure seen for the host: an internal/wire/signal name, its
+	// detail, the correlation id to find its evidence by, and when.
+	LastFailureSignal        string     `json:"last_failure_signal,omitempty"`
+	LastFailureDetail        string     `json:"last_failure_detail,omitempty"`
+	LastFailureCorrelationID string     `json:"last_failure_correlation_id,omitempty"`
+	LastFailureAt            *time.Time `json:"last_failure_at,omitempty"`
+	// LastSuccessfulPreflightAt is when a stored preflight run for the host
+	// last passed.
+	LastSuccessfulPreflightAt *time.Time `json:"last_successful_preflight_at,omitempty"`
+	// Profile is the environment the host's agent should use, and what it
+	// reports it uses.
+	Profile HostProfile `json:"profile"`
 }
 
 // EnqueueTaskRequest is POST /api/v1/tasks. Either TTL or ExpiresAt may be

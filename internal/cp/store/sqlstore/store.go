@@ -264,10 +264,12 @@ func (s *Store) touchHostsLoop(ctx context.Context, ids []string, ats []int64, n
 func (s *Store) MarkStale(ctx context.Context, cutoff time.Time) ([]string, error) {
 	// Every status a heartbeating host can have goes stale when heartbeats stop.
 	// A revoked host is never heartbeating: it stays auth_failed.
-	const cond = `status IN ('healthy', 'task_result_failed', 'api_unreachable') AND revoked = 0 AND last_seen_at > 0 AND last_seen_at < $1`
+	// An api_unreachable host a preflight run named stays so.
+	const cond = `(status IN ('healthy', 'task_result_failed') OR (status = 'api_unreachable' AND status_reason NOT LIKE $3))
+		AND revoked = 0 AND last_seen_at > 0 AND last_seen_at < $1`
 	rows, err := s.db.Query(ctx, `UPDATE hosts SET status = 'stale', updated_at = $2
 		WHERE id IN (SELECT id FROM hosts WHERE `+cond+` ORDER BY id`+s.d.ForUpdate+`) AND `+cond+`
-		RETURNING id`, ms(cutoff), ms(s.now()))
+		RETURNING id`, ms(cutoff), ms(s.now()), store.PreflightStatusReasonPrefix+"%")
 	if err != nil {
 		return nil, fmt.Errorf("mark stale: %w", err)
 	}

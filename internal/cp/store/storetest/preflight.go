@@ -17,7 +17,7 @@ var preflightCases = []testCase{
 
 func preflightRun(id, host, cid string, created time.Duration, ok bool) store.PreflightRun {
 	r := store.PreflightRun{ID: id, HostID: host, CorrelationID: cid, OK: ok,
-		Report: json.RawMessage(`{"schema":"drover.preflight/v1","correlation_id":"` + cid + `"}`),
+		Report:    json.RawMessage(`{"schema":"drover.preflight/v1","correlation_id":"` + cid + `"}`),
 		CreatedBy: "operator:ops", CreatedAt: at(created)}
 	if !ok {
 		r.FailedHop, r.Signal = "node_runtime_api_reachability", "node_agent_api_unreachable"
@@ -68,17 +68,22 @@ func testPreflightList(t *testing.T, s store.Store) {
 
 // testMarkStaleNeverRevoked: a revoked host whose heartbeats stopped keeps
 // its status (auth_failed); it never drifts to stale, even if its status
-// was left healthy.
+// was left healthy. An api_unreachable host a preflight run named stays so;
+// one its agent reported goes stale.
 func testMarkStaleNeverRevoked(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	h := hostWith("revoked", api.HostHealthy, at(time.Minute))
 	h.Revoked = true
 	createHost(t, s, h)
+	held := hostWith("preflight", api.HostAPIUnreachable, at(time.Minute))
+	held.StatusReason = store.PreflightStatusReasonPrefix + "node_runtime_api_reachability"
+	createHost(t, s, held)
+	agent := hostWith("agent", api.HostAPIUnreachable, at(time.Minute))
+	agent.StatusReason = "edge_rate_limited"
+	createHost(t, s, agent)
 	got, err := s.MarkStale(ctx, at(10*time.Minute))
 	must(t, err)
-	if len(got) != 0 {
-		t.Fatalf("MarkStale = %v, want none", got)
-	}
+	diff(t, "marked", got, []string{"agent"})
 	h2, err := s.GetHost(ctx, "revoked")
 	must(t, err)
 	if h2.Status != api.HostHealthy {
