@@ -21,7 +21,10 @@ type hostState struct {
 	status     api.HostStatus
 	enrolledAt time.Time
 	capacity   *api.CapacityReport // last stored capacity, to write only changes
-	loadedAt   time.Time
+	// failure is the stored last failure (signal and correlation id), so a
+	// heartbeat reporting the same one writes nothing.
+	failure  store.Failure
+	loadedAt time.Time
 }
 
 // hostCache keeps node-request authorisation off the database hot path.
@@ -55,7 +58,7 @@ func (c *hostCache) get(ctx context.Context, id string) (hostState, error) {
 // put caches a host record the caller just read or wrote.
 func (c *hostCache) put(h store.Host) hostState {
 	hs := hostState{enabled: h.Enabled, revoked: h.Revoked, status: h.Status,
-		enrolledAt: h.EnrolledAt, loadedAt: c.now()}
+		enrolledAt: h.EnrolledAt, failure: h.LastFailure, loadedAt: c.now()}
 	if len(h.Capacity) > 0 {
 		var capa api.CapacityReport
 		if json.Unmarshal(h.Capacity, &capa) == nil {

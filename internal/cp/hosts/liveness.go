@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/signal"
 )
 
 // staleAfter is how many missed heartbeat intervals make a host stale.
@@ -28,14 +30,17 @@ func newLiveness(s *Room) *liveness {
 }
 
 // beat records a heartbeat from a host whose cached state is hs and that
-// should now have status (healthy, or a problem the agent reported). It
-// writes to the store only on a status change.
-func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Time, status api.HostStatus, reason string) error {
-	if hs.status != status {
+// should now have status (healthy, or a problem the agent reported in o).
+// It writes to the store only on a status change or a new reported failure.
+func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Time, o observation) error {
+	if hs.status != o.status || o.newFailure(hs) {
 		var prev api.HostStatus
 		h, err := l.s.store.UpdateHost(ctx, id, func(h *store.Host) error {
 			prev = h.Status
-			h.Status, h.StatusReason = status, reason
+			h.Status, h.StatusReason = o.status, o.reason
+			if o.failure.Signal != "" && (o.failure.Signal != h.LastFailure.Signal || o.failure.CorrelationID != h.LastFailure.CorrelationID) {
+				h.LastFailure = o.failure
+			}
 			if at.After(h.LastSeenAt) {
 				h.LastSeenAt = at
 			}
@@ -45,8 +50,8 @@ func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Ti
 			return err
 		}
 		l.s.cache.put(h)
-		if prev != status {
-			l.s.statusChanged(ctx, id, prev, status, orDefault(reason, "heartbeat"))
+		if prev != o.status {
+			l.s.statusChanged(ctx, id, prev, o.status, orDefault(o.reason, "heartbeat"), o.cid)
 		}
 		return nil
 	}
@@ -84,7 +89,7 @@ func (l *liveness) flush(ctx context.Context) {
 	}
 	for _, id := range revived {
 		l.s.cache.invalidate(id)
-		l.s.statusChanged(ctx, id, api.HostStale, api.HostHealthy, "heartbeat")
+		l.s.statusChanged(ctx, id, api.HostStale, api.HostHealthy, "heartbeat", httpapi.NewID("cid_"))
 	}
 }
 
@@ -100,8 +105,18 @@ func (l *liveness) sweep(ctx context.Context) {
 		return
 	}
 	for _, id := range ids {
+		// The stale host's last failure, under a correlation id of its own
+		// that the audit record carries too.
+		cid, now := httpapi.NewID("cid_"), l.s.cfg.Now().UTC()
+		if _, err := l.s.store.UpdateHost(ctx, id, func(h *store.Host) error {
+			h.LastFailure = store.Failure{Signal: string(signal.HeartbeatStale), CorrelationID: cid, At: now,
+				Detail: "no heartbeat since " + h.LastSeenAt.Format(time.RFC3339)}
+			return nil
+		}); err != nil && ctx.Err() == nil {
+			l.s.log.Warn("record stale host failure", "host_id", id, "err", err)
+		}
 		l.s.cache.invalidate(id)
-		l.s.statusChanged(ctx, id, "heartbeating", api.HostStale, "node_agent_heartbeat_stale")
+		l.s.statusChanged(ctx, id, "heartbeating", api.HostStale, string(signal.HeartbeatStale), cid)
 	}
 }
 
@@ -118,11 +133,12 @@ func (l *liveness) run(ctx context.Context) {
 	}
 }
 
-// statusChanged logs, counts and audits a host status transition.
-func (s *Room) statusChanged(ctx context.Context, id string, from, to api.HostStatus, reason string) {
+// statusChanged logs, counts and audits a host status transition under
+// the correlation id of what caused it.
+func (s *Room) statusChanged(ctx context.Context, id string, from, to api.HostStatus, reason, cid string) {
 	s.metrics.StatusChanges.WithLabelValues(string(to)).Inc()
-	s.log.Info("host status changed", "host_id", id, "from", from, "to", to, "reason", reason)
-	s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "host.status", Target: id,
+	s.log.Info("host status changed", "host_id", id, "from", from, "to", to, "reason", reason, "correlation_id", cid)
+	s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "host.status", Target: id, CID: cid,
 		Result: string(to), Detail: "from=" + string(from) + " reason=" + reason})
 }
 

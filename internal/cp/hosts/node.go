@@ -1,7 +1,6 @@
 package hosts
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,6 +56,9 @@ func (s *Room) NodeAuth(next func(w http.ResponseWriter, r *http.Request, c Call
 			return err
 		}
 		if hs.revoked {
+			if hs.status != api.HostAuthFailed { // revoked before revocation set the status
+				s.markAuthFailed(r.Context(), id, "node_identity_revoked")
+			}
 			return refuse(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
 		}
 		// A certificate issued before the host's latest enrolment belongs to
@@ -72,22 +74,6 @@ func (s *Room) NodeAuth(next func(w http.ResponseWriter, r *http.Request, c Call
 		}
 		return next(w, r, Caller{ID: id, state: hs})
 	})
-}
-
-// markAuthFailed records authenticated evidence that something else holds
-// an identity of the host: a certificate the CA issued to it, refused
-// because a later enrolment superseded it. Anonymous failures (a wrong
-// bootstrap token) never change a host's status.
-func (s *Room) markAuthFailed(ctx context.Context, id, reason string) {
-	var prev api.HostStatus
-	_, err := s.store.UpdateHost(ctx, id, func(h *store.Host) error {
-		prev = h.Status
-		h.Status, h.StatusReason = api.HostAuthFailed, reason
-		return nil
-	})
-	if err == nil && prev != api.HostAuthFailed {
-		s.statusChanged(ctx, id, prev, api.HostAuthFailed, reason)
-	}
 }
 
 func (s *Room) identity(nodeID string, certPEM []byte, notAfter time.Time) api.Identity {
@@ -141,12 +127,8 @@ func (s *Room) Heartbeat(w http.ResponseWriter, r *http.Request, c Caller) error
 	}
 	s.metrics.Heartbeats.Inc()
 	ctx := r.Context()
-	status, reason := api.HostHealthy, ""
-	if hb.Diagnostic == "task_result_post_failed" {
-		// The agent reaches us for heartbeats but its results do not arrive.
-		status, reason = api.HostTaskResultFailed, hb.Diagnostic
-	}
-	if err := s.live.beat(ctx, c.ID, c.state, s.cfg.Now().UTC(), status, reason); err != nil {
+	now := s.cfg.Now().UTC()
+	if err := s.live.beat(ctx, c.ID, c.state, now, observe(hb, httpapi.CorrelationID(ctx), now)); err != nil {
 		return err
 	}
 	if hb.Capacity != nil {
@@ -182,18 +164,21 @@ func (s *Room) PutCapabilities(w http.ResponseWriter, r *http.Request, c Caller)
 		return httpapi.Invalid(fields)
 	}
 	b, _ := json.Marshal(caps)
+	var drift string
 	h, err := s.store.UpdateHost(ctx, c.ID, func(h *store.Host) error {
 		if h.OSFamily != caps.OSFamily {
 			return httpapi.Invalid([]api.FieldError{{Field: "capabilities.os_family",
 				Message: fmt.Sprintf("os_family %q does not match the host record (%q)", caps.OSFamily, h.OSFamily)}})
 		}
 		h.Capabilities, h.Hostname, h.SelectedAccel, h.AgentVersion = b, caps.Hostname, caps.SelectedAccel, caps.AgentVersion
+		drift = checkProfile(h, caps.ControlPlaneURL, caps.TerminalURL, httpapi.CorrelationID(ctx), s.cfg.Now().UTC())
 		return nil
 	})
 	if err != nil {
 		return err
 	}
 	s.cache.put(h)
+	s.auditDrift(ctx, "node:"+c.ID, c.ID, drift, h)
 	s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.ID, Action: "host.capabilities", Target: c.ID, Result: "ok",
 		CID: httpapi.CorrelationID(ctx)})
 	w.WriteHeader(http.StatusNoContent)

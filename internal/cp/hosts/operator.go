@@ -13,6 +13,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/instances"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/signal"
 )
 
 // hostView converts a host record to its API form; secrets never leave.
@@ -45,6 +46,11 @@ func hostView(h store.Host) api.Host {
 		v.TokenExpiresAt = tp(h.TokenExpiresAt)
 	}
 	v.CertNotAfter, v.LastSeenAt = tp(h.CertNotAfter), tp(h.LastSeenAt)
+	v.LastFailureSignal, v.LastFailureDetail = h.LastFailure.Signal, h.LastFailure.Detail
+	v.LastFailureCorrelationID, v.LastFailureAt = h.LastFailure.CorrelationID, tp(h.LastFailure.At)
+	v.LastSuccessfulPreflightAt = tp(h.LastSuccessfulPreflightAt)
+	v.Profile.APIURL, v.Profile.TerminalURL = h.Profile.APIURL, h.Profile.TerminalURL
+	v.Profile.ReportedAPIURL, v.Profile.ReportedTerminalURL = reportedURLs(h)
 	return v
 }
 
@@ -93,6 +99,8 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	} else if ttl < time.Minute || ttl > 30*24*time.Hour {
 		fields = append(fields, api.FieldError{Field: "token_ttl", Message: "must be between 1m and 720h"})
 	}
+	fields = append(fields, api.ValidProfileURL("api_url", req.APIURL)...)
+	fields = append(fields, api.ValidProfileURL("terminal_url", req.TerminalURL)...)
 	if len(fields) > 0 {
 		return httpapi.Invalid(fields)
 	}
@@ -100,7 +108,7 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	tok := httpapi.NewToken("drv_bt_")
 	h := store.Host{ID: req.HostID, OSFamily: req.OSFamily, Labels: req.Labels, Enabled: true,
 		Status: api.HostUnknown, TokenHash: httpapi.HashToken(tok), TokenExpiresAt: now.Add(ttl),
-		CreatedAt: now, UpdatedAt: now}
+		CreatedAt: now, UpdatedAt: now, Profile: store.Profile{APIURL: req.APIURL, TerminalURL: req.TerminalURL}}
 	if err := s.store.CreateHost(ctx, h); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return httpapi.Errorf(http.StatusConflict, "host_exists", "host %q already exists", req.HostID)
@@ -148,12 +156,25 @@ func (s *Room) SetEnabled(enabled bool) httpapi.HandlerFunc {
 
 // Revoke refuses the host's certificates and renewals from now on;
 // enrolment with any token is refused with 403. Revocation is permanent for
-// this host id.
+// this host id. The host shows auth_failed from now on (never stale: the
+// stale sweep skips revoked hosts), with the revocation as its last failure
+// under the request's correlation id.
 func (s *Room) Revoke(w http.ResponseWriter, r *http.Request) error {
-	return s.mutateHost(w, r, "host.revoke", func(h *store.Host) error {
+	ctx := r.Context()
+	cid := httpapi.CorrelationID(ctx)
+	var prev api.HostStatus
+	err := s.mutateHost(w, r, "host.revoke", func(h *store.Host) error {
+		prev = h.Status
 		h.Revoked, h.Enabled = true, false
+		h.Status, h.StatusReason = api.HostAuthFailed, "node_identity_revoked"
+		h.LastFailure = store.Failure{Signal: string(signal.AuthFailed), Detail: "identity revoked by " + httpapi.Actor(ctx),
+			CorrelationID: cid, At: s.cfg.Now().UTC()}
 		return nil
 	})
+	if err == nil && prev != api.HostAuthFailed {
+		s.statusChanged(ctx, r.PathValue("id"), prev, api.HostAuthFailed, "node_identity_revoked", cid)
+	}
+	return err
 }
 
 // RotateToken issues a fresh bootstrap token; the old one stops working.

@@ -1,0 +1,67 @@
+package hosts
+
+import (
+	"testing"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/signal"
+)
+
+func TestObserveHeartbeat(t *testing.T) {
+	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		diag       string
+		status     api.HostStatus
+		failureSig signal.Name
+	}{
+		{"", api.HostHealthy, ""},
+		{string(signal.APIUnreachable), api.HostAPIUnreachable, signal.APIUnreachable},
+		{string(signal.APITLSFailed), api.HostAPIUnreachable, signal.APITLSFailed},
+		{string(signal.EdgeRateLimited), api.HostAPIUnreachable, signal.EdgeRateLimited},
+		{string(signal.TaskResultPostFailed), api.HostTaskResultFailed, signal.TaskResultPostFailed},
+		{legacyResultPostFailed, api.HostTaskResultFailed, signal.TaskResultPostFailed},
+		{string(signal.AuthFailed), api.HostAuthFailed, signal.AuthFailed},
+		{string(signal.DiskPressure), api.HostHealthy, signal.DiskPressure}, // no status: recorded only
+		{"not_a_signal", api.HostHealthy, ""},
+	} {
+		o := observe(api.Heartbeat{Diagnostic: tc.diag, DiagnosticDetail: "seen", CorrelationID: "cid-agent"}, "cid-req", now)
+		if o.status != tc.status || o.failure.Signal != string(tc.failureSig) {
+			t.Errorf("%q: status %s failure %q, want %s %q", tc.diag, o.status, o.failure.Signal, tc.status, tc.failureSig)
+		}
+		if tc.failureSig != "" && (o.failure.CorrelationID != "cid-agent" || o.failure.Detail != "seen" || !o.failure.At.Equal(now)) {
+			t.Errorf("%q: failure %+v", tc.diag, o.failure)
+		}
+	}
+	o := observe(api.Heartbeat{Diagnostic: string(signal.APIUnreachable)}, "cid-req", now)
+	if o.failure.CorrelationID != "cid-req" {
+		t.Fatalf("cid %q, want the request's", o.failure.CorrelationID)
+	}
+	if !o.newFailure(hostState{}) || o.newFailure(hostState{failure: o.failure}) {
+		t.Fatal("newFailure")
+	}
+}
+
+func TestCheckProfile(t *testing.T) {
+	now := time.Now().UTC()
+	h := store.Host{Profile: store.Profile{APIURL: "https://cp:8443", TerminalURL: "https://term:8443"}}
+	if c := checkProfile(&h, "https://cp:8443/", "https://TERM:8443", "c1", now); c != "" || h.LastFailure.Signal != "" {
+		t.Fatalf("match: %q %+v", c, h.LastFailure)
+	}
+	if c := checkProfile(&h, "https://cp:8443", "https://wrong:8443", "c2", now); c != "drift" ||
+		h.LastFailure.Signal != string(signal.EnvProfileDrift) || h.LastFailure.CorrelationID != "c2" {
+		t.Fatalf("drift: %q %+v", c, h.LastFailure)
+	}
+	if c := checkProfile(&h, "https://cp:8443", "https://wrong:8443", "c3", now); c != "" || h.LastFailure.CorrelationID != "c2" {
+		t.Fatalf("same drift again: %q %+v", c, h.LastFailure)
+	}
+	if c := checkProfile(&h, "", "https://term:8443", "c4", now); c != "cleared" || h.LastFailure.Signal != "" {
+		t.Fatalf("cleared: %q %+v", c, h.LastFailure)
+	}
+	// Another failure is never cleared by a matching profile.
+	h.LastFailure = store.Failure{Signal: string(signal.APIUnreachable)}
+	if c := checkProfile(&h, "", "https://term:8443", "c5", now); c != "" || h.LastFailure.Signal != string(signal.APIUnreachable) {
+		t.Fatalf("other failure: %q %+v", c, h.LastFailure)
+	}
+}
