@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"runtime"
@@ -32,6 +31,7 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
 	"github.com/drover-dev/drover/internal/wire/terminal"
+	"github.com/drover-dev/drover/internal/wire/terminal/terminaltest"
 )
 
 // Browser terminal benchmarks (issue 5). Every variant drives the same
@@ -455,35 +455,23 @@ func benchUser(b *testing.B) string {
 	return name
 }
 
-// openNodeLeg opens a termnode session to a stub gateway in this process
-// and returns the stub's end of the node stream.
+// openNodeLeg opens a termnode session to the node-facing stream route of
+// a stub gateway in this process (terminaltest, raw: the benchmark reads
+// the stream itself) and returns the stub's end of the node stream.
 func openNodeLeg(b *testing.B, cmd string) io.ReadWriter {
 	user := benchUser(b)
-	conns := make(chan *websocket.Conn, 1)
-	release := make(chan struct{})
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{terminal.Subprotocol}})
-		if err != nil {
-			return
-		}
-		c.SetReadLimit(4 << 20)
-		conns <- c
-		<-release
-	}))
-	srv.StartTLS()
-	b.Cleanup(srv.Close)
+	g := terminaltest.New(b, terminaltest.Options{Raw: true, ReadLimit: 4 << 20})
 	pool := x509.NewCertPool()
-	pool.AddCert(srv.Certificate())
-	mgr := termnode.New(termnode.Config{NodeID: "bench-node", BaseURL: srv.URL, Logger: testLogger(b),
+	pool.AddCert(g.Server.Certificate())
+	mgr := termnode.New(termnode.Config{NodeID: "bench-node", BaseURL: g.URL(), Logger: testLogger(b),
 		TLSConfig: func() *tls.Config { return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13} }})
 	b.Cleanup(mgr.Close)
-	b.Cleanup(func() { close(release) })
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if _, err := mgr.Open(ctx, benchOpenParams("bench", strings.Repeat("ab", 32), user), "", nil); err != nil {
 		b.Fatalf("termnode open: %v", err)
 	}
-	s := &wsStream{c: <-conns}
+	s := &wsStream{c: g.Stream(10 * time.Second).Conn}
 	b.Cleanup(func() { s.c.CloseNow() })
 	s.waitReady(b, 10*time.Second)
 	if _, err := s.Write([]byte(cmd + "\n")); err != nil {

@@ -7,138 +7,33 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"io"
-	"log"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/drover-dev/drover/internal/node/accel"
 	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/node/termnode"
 	"github.com/drover-dev/drover/internal/wire/api"
-	"github.com/drover-dev/drover/internal/wire/nodeapi"
-	"github.com/drover-dev/drover/internal/wire/pki"
 	"github.com/drover-dev/drover/internal/wire/task"
 	"github.com/drover-dev/drover/internal/wire/terminal"
+	"github.com/drover-dev/drover/internal/wire/terminal/terminaltest"
 )
 
-// fakeTermGateway is the terminal gateway's node-facing stream route on
-// its own mTLS listener (NODE_AGENT_TERMINAL_URL differs from the control
-// plane URL), trusting the fake control plane's CA.
-type fakeTermGateway struct {
-	srv     *httptest.Server
-	nonce   string
-	streams chan *termStream
-}
-
-type termStream struct {
-	conn *websocket.Conn
-	req  *http.Request
-	node string // from the client certificate
-}
-
-func newFakeTermGateway(t *testing.T, f *fakeCP, nonce string) *fakeTermGateway {
+// newTermGateway is the terminal gateway's node-facing stream route
+// (terminaltest) on its own mTLS listener (NODE_AGENT_TERMINAL_URL differs
+// from the control plane URL), trusting the fake control plane's CA.
+func newTermGateway(t *testing.T, f *fakeCP, nonce string) *terminaltest.Gateway {
 	t.Helper()
 	cert, err := f.ca.ServerCertificate([]string{"127.0.0.1"}, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &fakeTermGateway{nonce: nonce, streams: make(chan *termStream, 4)}
-	mux := http.NewServeMux()
-	mux.HandleFunc(nodeapi.TerminalStream.MuxPattern(), func(w http.ResponseWriter, r *http.Request) {
-		if len(r.TLS.PeerCertificates) == 0 {
-			writeError(w, http.StatusUnauthorized, "client_certificate_required", "no client certificate")
-			return
-		}
-		node, err := pki.NodeID(r.TLS.PeerCertificates[0])
-		if err != nil || node != r.PathValue("id") {
-			writeError(w, http.StatusForbidden, "terminal_session_wrong_node", "not your session")
-			return
-		}
-		if r.Header.Get(terminal.HeaderNonce) != g.nonce {
-			writeError(w, http.StatusForbidden, "terminal_nonce_mismatch", "the stream's nonce does not match")
-			return
-		}
-		conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{terminal.Subprotocol}})
-		if err != nil {
-			return
-		}
-		g.streams <- &termStream{conn: conn, req: r, node: node}
-	})
-	g.srv = httptest.NewUnstartedServer(mux)
-	g.srv.TLS = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert},
-		ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: f.ca.Pool()}
-	g.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	g.srv.StartTLS()
-	t.Cleanup(g.srv.Close)
-	return g
-}
-
-func (g *fakeTermGateway) stream(t *testing.T) *termStream {
-	t.Helper()
-	select {
-	case s := <-g.streams:
-		t.Cleanup(func() { s.conn.CloseNow() })
-		return s
-	case <-time.After(waitDeadline):
-		t.Fatal("the agent never opened a terminal stream")
-	}
-	return nil
-}
-
-// frame reads the next frame.
-func (s *termStream) frame(t *testing.T) (terminal.Channel, []byte) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitDeadline)
-	defer cancel()
-	_, msg, err := s.conn.Read(ctx)
-	if err != nil {
-		t.Fatalf("read frame: %v", err)
-	}
-	ch, payload, err := terminal.Decode(msg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ch, payload
-}
-
-// closeCode reads until the stream ends and returns the close code.
-func (s *termStream) closeCode(t *testing.T) websocket.StatusCode {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitDeadline)
-	defer cancel()
-	for {
-		if _, _, err := s.conn.Read(ctx); err != nil {
-			return websocket.CloseStatus(err)
-		}
-	}
-}
-
-// control reads frames until a control message and returns it and the
-// stdout before it.
-func (s *termStream) control(t *testing.T) (terminal.Control, string) {
-	t.Helper()
-	var out strings.Builder
-	for {
-		ch, payload := s.frame(t)
-		if ch == terminal.ChanStdout {
-			out.Write(payload)
-			continue
-		}
-		c, err := terminal.DecodeControl(payload)
-		if err != nil || ch != terminal.ChanControl {
-			t.Fatalf("frame on %s: %q (%v)", ch, payload, err)
-		}
-		return c, out.String()
-	}
+	return terminaltest.New(t, terminaltest.Options{Nonce: nonce, TLS: &tls.Config{MinVersion: tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert}, ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: f.ca.Pool()}})
 }
 
 // startTerminalAgent runs an agent with its default handlers (terminal.open
@@ -211,19 +106,19 @@ const testNonce = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abc
 func TestTerminalOpenEndToEnd(t *testing.T) {
 	needRoot(t)
 	f := newFakeCP(t)
-	g := newFakeTermGateway(t, f, testNonce)
-	startTerminalAgent(t, f, g.srv.URL)
+	g := newTermGateway(t, f, testNonce)
+	startTerminalAgent(t, f, g.URL())
 	// nobody's login shell is nologin: it says so and exits 1.
 	id := openTask(t, f, "t-term-1", terminalParams("ts-1", testNonce, "nobody"))
-	s := g.stream(t)
-	if s.node != testNodeID || s.req.URL.Path != "/internal/v1/nodes/"+testNodeID+"/terminal/ts-1" ||
-		s.req.Header.Get(api.HeaderCorrelationID) != "cid-"+id {
-		t.Errorf("stream from %q to %s, correlation id %q", s.node, s.req.URL.Path, s.req.Header.Get(api.HeaderCorrelationID))
+	s := g.Stream(waitDeadline)
+	if s.Node != testNodeID || s.Req.URL.Path != "/internal/v1/nodes/"+testNodeID+"/terminal/ts-1" ||
+		s.Req.Header.Get(api.HeaderCorrelationID) != "cid-"+id {
+		t.Errorf("stream from %q to %s, correlation id %q", s.Node, s.Req.URL.Path, s.Req.Header.Get(api.HeaderCorrelationID))
 	}
-	if c, out := s.control(t); c.Type != terminal.TypeReady || c.SessionID != "ts-1" || out != "" {
+	if c, out := s.UntilControl(waitDeadline); c.Type != terminal.TypeReady || c.SessionID != "ts-1" || out != "" {
 		t.Fatalf("first control %+v after output %q, want ready first", c, out)
 	}
-	c, out := s.control(t)
+	c, out := s.UntilControl(waitDeadline)
 	if c.Type != terminal.TypeExit || c.ExitCode != 1 || !strings.Contains(out, "not available") {
 		t.Fatalf("got %+v after %q, want nologin's message and exit 1", c, out)
 	}
@@ -254,8 +149,8 @@ func TestTerminalOpenEndToEnd(t *testing.T) {
 func TestTerminalOpenFailures(t *testing.T) {
 	needRoot(t)
 	f := newFakeCP(t)
-	g := newFakeTermGateway(t, f, testNonce)
-	startTerminalAgent(t, f, g.srv.URL)
+	g := newTermGateway(t, f, testNonce)
+	startTerminalAgent(t, f, g.URL())
 	serial := terminalParams("ts-serial", testNonce, "")
 	serial.Mode, serial.InstanceID = task.TerminalModeSerial, "inst-1"
 	bad := terminalParams("ts-bad", testNonce, "nobody")
@@ -278,11 +173,11 @@ func TestTerminalOpenFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := openTask(t, f, "t-fail-"+string(rune('a'+i)), tc.p)
 			if tc.stream {
-				s := g.stream(t)
-				if c, _ := s.control(t); c.Type != terminal.TypeError || c.Error != terminal.CodePTYFailed || !strings.Contains(c.Message, tc.message) {
+				s := g.Stream(waitDeadline)
+				if c, _ := s.UntilControl(waitDeadline); c.Type != terminal.TypeError || c.Error != terminal.CodePTYFailed || !strings.Contains(c.Message, tc.message) {
 					t.Errorf("gateway got %+v", c)
 				}
-				if code := s.closeCode(t); int(code) != terminal.ClosePTYFailed {
+				if code := s.CloseStatus(waitDeadline); int(code) != terminal.ClosePTYFailed {
 					t.Errorf("close code %d, want %d", code, terminal.ClosePTYFailed)
 				}
 			}
@@ -307,47 +202,22 @@ func TestTerminalSessionsEndWithAgent(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = exec.Command("userdel", "-r", name).Run() })
 	f := newFakeCP(t)
-	g := newFakeTermGateway(t, f, testNonce)
-	r := startTerminalAgent(t, f, g.srv.URL)
+	g := newTermGateway(t, f, testNonce)
+	r := startTerminalAgent(t, f, g.URL())
 	id := openTask(t, f, "t-term-live", terminalParams("ts-live", testNonce, name))
-	s := g.stream(t)
-	if c, _ := s.control(t); c.Type != terminal.TypeReady {
+	s := g.Stream(waitDeadline)
+	if c, _ := s.UntilControl(waitDeadline); c.Type != terminal.TypeReady {
 		t.Fatalf("first control %+v", c)
 	}
 	if res := f.waitAccepted(t, id, 1)[0].Result; res.Status != api.ResultSucceeded {
 		t.Fatalf("result %+v", res)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitDeadline)
-	defer cancel()
-	if err := s.conn.Write(ctx, websocket.MessageBinary, terminal.Encode(terminal.ChanStdin, []byte("echo me=$(id -un)\n"))); err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	for !strings.Contains(out.String(), "me="+name) {
-		ch, payload := s.frame(t)
-		if ch != terminal.ChanStdout {
-			t.Fatalf("frame on %s: %q", ch, payload)
-		}
-		out.Write(payload)
-	}
-	// Keep reading while the agent stops, so its close handshake completes.
-	got := make(chan terminal.Control, 1)
-	go func() {
-		defer close(got)
-		for sent := false; ; {
-			_, msg, err := s.conn.Read(context.Background())
-			if err != nil {
-				return
-			}
-			if ch, payload, err := terminal.Decode(msg); err == nil && ch == terminal.ChanControl && !sent {
-				c, _ := terminal.DecodeControl(payload)
-				got <- c
-				sent = true
-			}
-		}
-	}()
+	s.Stdin("echo me=$(id -un)\n")
+	s.ReadUntil("me="+name, waitDeadline)
+	// The stream's reader keeps reading while the agent stops, so its close
+	// handshake completes.
 	r.stop(t)
-	if c := <-got; c.Type != terminal.TypeError || c.Error != terminal.CodeNodeOffline {
+	if c, _ := s.UntilControl(waitDeadline); c.Type != terminal.TypeError || c.Error != terminal.CodeNodeOffline {
 		t.Fatalf("after the agent stopped the gateway got %+v, want error node_offline", c)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/termnode"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/terminal"
+	"github.com/drover-dev/drover/internal/wire/terminal/terminaltest"
 )
 
 func currentUser(t *testing.T) string {
@@ -56,14 +57,14 @@ func shManager(t *testing.T, g *gateway, fx *pkiFixture, username string, mod ..
 // openPTY opens a PTY session for the current user, with /bin/sh as its
 // login shell, against a fresh gateway and returns the gateway's end after
 // checking that ready came first.
-func openPTY(t *testing.T, opts ...func(*gateway)) (*termnode.Manager, *stream, termnode.Result) {
+func openPTY(t *testing.T, opts ...func(*terminaltest.Options)) (*termnode.Manager, *stream, termnode.Result) {
 	t.Helper()
 	return openPTYAs(t, currentUser(t), true, opts...)
 }
 
 // openPTYAs is openPTY for username; with sh false the shell comes from the
 // real /etc/passwd.
-func openPTYAs(t *testing.T, username string, sh bool, opts ...func(*gateway)) (*termnode.Manager, *stream, termnode.Result) {
+func openPTYAs(t *testing.T, username string, sh bool, opts ...func(*terminaltest.Options)) (*termnode.Manager, *stream, termnode.Result) {
 	t.Helper()
 	fx := newPKI(t)
 	p := ptyParams(t, username)
@@ -89,13 +90,13 @@ func openPTYAs(t *testing.T, username string, sh bool, opts ...func(*gateway)) (
 		t.Errorf("result = %+v", res)
 	}
 	s := g.waitStream()
-	if got := s.req.URL.Path; got != "/internal/v1/nodes/"+testNode+"/terminal/"+p.SessionID {
+	if got := s.Req.URL.Path; got != "/internal/v1/nodes/"+testNode+"/terminal/"+p.SessionID {
 		t.Errorf("stream path = %q", got)
 	}
-	if got := s.req.Header.Get(api.HeaderCorrelationID); got != "cid-"+p.SessionID {
+	if got := s.Req.Header.Get(api.HeaderCorrelationID); got != "cid-"+p.SessionID {
 		t.Errorf("correlation id = %q", got)
 	}
-	if c := s.control(10 * time.Second); c.Type != terminal.TypeReady || c.SessionID != p.SessionID {
+	if c := s.Control(10 * time.Second); c.Type != terminal.TypeReady || c.SessionID != p.SessionID {
 		t.Fatalf("first frame = %+v, want ready for %s", c, p.SessionID)
 	}
 	return m, s, res
@@ -132,23 +133,23 @@ func TestPTYSession(t *testing.T) {
 	tag := randHex(t, 4)
 	// The command line holds $((6*7)), the output 42: the echo of the
 	// typed line cannot satisfy the check.
-	s.stdin("echo hello-$((6*7))-" + tag + "\n")
-	s.readUntil("hello-42-"+tag, 10*time.Second)
+	s.Stdin("echo hello-$((6*7))-" + tag + "\n")
+	s.ReadUntil("hello-42-"+tag, 10*time.Second)
 
-	s.send(terminal.ChanControl, mustControl(t, terminal.Ping()))
-	if c := s.untilControl(5 * time.Second); c.Type != terminal.TypePong {
+	s.Send(terminal.ChanControl, mustControl(t, terminal.Ping()))
+	if c := untilControl(s, 5*time.Second); c.Type != terminal.TypePong {
 		t.Fatalf("control ping answered with %+v", c)
 	}
 
-	s.send(terminal.ChanResize, terminal.EncodeResize(terminal.Size{Cols: 132, Rows: 43}))
-	s.stdin("echo size-$(stty size | tr ' ' x)-" + tag + "\n")
-	s.readUntil("size-43x132-"+tag, 10*time.Second)
+	s.Send(terminal.ChanResize, terminal.EncodeResize(terminal.Size{Cols: 132, Rows: 43}))
+	s.Stdin("echo size-$(stty size | tr ' ' x)-" + tag + "\n")
+	s.ReadUntil("size-43x132-"+tag, 10*time.Second)
 
-	s.stdin("exit 3\n")
-	if c := s.untilControl(10 * time.Second); c.Type != terminal.TypeExit || c.ExitCode != 3 {
+	s.Stdin("exit 3\n")
+	if c := untilControl(s, 10*time.Second); c.Type != terminal.TypeExit || c.ExitCode != 3 {
 		t.Fatalf("want exit 3, got %+v", c)
 	}
-	if code := s.closeStatus(5 * time.Second); code != websocket.StatusNormalClosure {
+	if code := s.CloseStatus(5 * time.Second); code != websocket.StatusNormalClosure {
 		t.Fatalf("close status %d, want 1000", code)
 	}
 	waitGone(t, res.PID, 5*time.Second)
@@ -169,8 +170,8 @@ func TestPTYExitCodes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, s, _ := openPTY(t)
-			s.stdin(tc.cmd)
-			if c := s.untilControl(10 * time.Second); c.Type != terminal.TypeExit || c.ExitCode != tc.code {
+			s.Stdin(tc.cmd)
+			if c := untilControl(s, 10*time.Second); c.Type != terminal.TypeExit || c.ExitCode != tc.code {
 				t.Fatalf("want exit %d, got %+v", tc.code, c)
 			}
 		})
@@ -197,12 +198,12 @@ func TestPTYUnknownUser(t *testing.T) {
 		t.Fatalf("Open: %v, want terminal_pty_failed naming the missing user", err)
 	}
 	s := g.waitStream()
-	c := s.control(5 * time.Second)
+	c := s.Control(5 * time.Second)
 	if c.Type != terminal.TypeError || c.Error != terminal.CodePTYFailed ||
 		c.Message != fmt.Sprintf("allocation user %q does not exist on this node", p.Username) {
 		t.Fatalf("gateway got %+v", c)
 	}
-	if code := s.closeStatus(5 * time.Second); int(code) != terminal.ClosePTYFailed {
+	if code := s.CloseStatus(5 * time.Second); int(code) != terminal.ClosePTYFailed {
 		t.Fatalf("close status %d, want %d", code, terminal.ClosePTYFailed)
 	}
 	if m.Active() != 0 {
@@ -215,8 +216,8 @@ func TestPTYUnknownUser(t *testing.T) {
 func TestPTYStreamClosedKillsShell(t *testing.T) {
 	t.Parallel()
 	m, s, res := openPTY(t)
-	s.stdin("sh -c 'echo fg-pid=$$; exec sleep 1000'\n")
-	m1 := s.readUntilRE(regexp.MustCompile(`fg-pid=(\d+)`), 10*time.Second)
+	s.Stdin("sh -c 'echo fg-pid=$$; exec sleep 1000'\n")
+	m1 := readUntilRE(t, s, regexp.MustCompile(`fg-pid=(\d+)`), 10*time.Second)
 	job, _ := strconv.Atoi(m1[1])
 	// Until the job has exec'd sleep, it may still be setting up signals.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -230,7 +231,7 @@ func TestPTYStreamClosedKillsShell(t *testing.T) {
 	if processGone(res.PID) {
 		t.Fatal("shell not running before the stream closed")
 	}
-	if err := s.conn.Close(websocket.StatusNormalClosure, ""); err != nil {
+	if err := s.Conn.Close(websocket.StatusNormalClosure, ""); err != nil {
 		t.Logf("gateway close: %v", err)
 	}
 	waitGone(t, res.PID, 5*time.Second)
@@ -243,10 +244,12 @@ func TestPTYStreamClosedKillsShell(t *testing.T) {
 func TestPTYBackpressure(t *testing.T) {
 	t.Parallel()
 	const n = 5_000_000
-	_, s, _ := openPTY(t, func(g *gateway) { g.buf, g.delay, g.delayN = 0, 2*time.Millisecond, 200 })
+	_, s, _ := openPTY(t, func(o *terminaltest.Options) {
+		o.Unbuffered, o.ReadDelay, o.DelayFrames = true, 2*time.Millisecond, 200
+	})
 	tag := randHex(t, 4)
-	s.stdin("head -c " + strconv.Itoa(n) + " /dev/zero | tr '\\0' x; echo; echo end-$((1+1))-" + tag + "\n")
-	out := s.readUntil("end-2-"+tag, 2*time.Minute)
+	s.Stdin("head -c " + strconv.Itoa(n) + " /dev/zero | tr '\\0' x; echo; echo end-$((1+1))-" + tag + "\n")
+	out := s.ReadUntil("end-2-"+tag, 2*time.Minute)
 	longest := 0
 	for _, run := range regexp.MustCompile(`x+`).FindAllString(out, -1) {
 		longest = max(longest, len(run))
@@ -268,14 +271,14 @@ func TestPTYMaxLifetime(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := g.waitStream()
-	if c := s.control(5 * time.Second); c.Type != terminal.TypeReady {
+	if c := s.Control(5 * time.Second); c.Type != terminal.TypeReady {
 		t.Fatalf("first frame %+v", c)
 	}
-	c := s.untilControl(10 * time.Second)
+	c := untilControl(s, 10*time.Second)
 	if c.Type != terminal.TypeError || c.Error != terminal.CodeSessionMaxLifetime {
 		t.Fatalf("want error session_max_lifetime, got %+v", c)
 	}
-	if code := s.closeStatus(5 * time.Second); int(code) != terminal.CloseCode(terminal.CodeSessionMaxLifetime) {
+	if code := s.CloseStatus(5 * time.Second); int(code) != terminal.CloseCode(terminal.CodeSessionMaxLifetime) {
 		t.Fatalf("close status %d", code)
 	}
 	waitGone(t, res.PID, 5*time.Second)
@@ -288,7 +291,7 @@ func TestPTYUnansweredPings(t *testing.T) {
 	t.Parallel()
 	fx := newPKI(t)
 	p := ptyParams(t, currentUser(t))
-	g := newGateway(t, fx, p.Nonce, func(g *gateway) { g.noRead = true })
+	g := newGateway(t, fx, p.Nonce, func(o *terminaltest.Options) { o.Raw = true })
 	m := shManager(t, g, fx, p.Username, func(c *termnode.Config) { c.PingInterval = 100 * time.Millisecond })
 	res, err := m.Open(context.Background(), p, "", nil)
 	if err != nil {
@@ -311,15 +314,15 @@ func TestPTYAnsweredPings(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := g.waitStream()
-	if c := s.control(5 * time.Second); c.Type != terminal.TypeReady {
+	if c := s.Control(5 * time.Second); c.Type != terminal.TypeReady {
 		t.Fatalf("first frame %+v", c)
 	}
 	time.Sleep(500 * time.Millisecond)
 	if processGone(res.PID) || m.Active() != 1 {
 		t.Fatal("session ended although the gateway answered pings")
 	}
-	s.stdin("echo still-$((2+3))\n")
-	s.readUntil("still-5", 10*time.Second)
+	s.Stdin("echo still-$((2+3))\n")
+	s.ReadUntil("still-5", 10*time.Second)
 }
 
 func TestManagerCloseEndsSessions(t *testing.T) {
@@ -329,7 +332,7 @@ func TestManagerCloseEndsSessions(t *testing.T) {
 	if !processGone(res.PID) {
 		t.Fatal("shell still runs after Close returned")
 	}
-	c := s.untilControl(5 * time.Second)
+	c := untilControl(s, 5*time.Second)
 	if c.Type != terminal.TypeError || c.Error != terminal.CodeNodeOffline {
 		t.Fatalf("want error node_offline, got %+v", c)
 	}
@@ -367,29 +370,29 @@ func TestPTYOtherUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, s, res := openPTYAs(t, name, false)
-	s.stdin("echo who=$(id -un):$(id -u):$HOME:$SHELL:$(pwd):$TERM:$0\n")
+	s.Stdin("echo who=$(id -un):$(id -u):$HOME:$SHELL:$(pwd):$TERM:$0\n")
 	want := fmt.Sprintf("who=%s:%s:%s:/bin/sh:%s:xterm-256color:-sh", name, u.Uid, u.HomeDir, u.HomeDir)
-	s.readUntil(want, 10*time.Second)
-	s.stdin("exit 5\n")
-	if c := s.untilControl(10 * time.Second); c.Type != terminal.TypeExit || c.ExitCode != 5 {
+	s.ReadUntil(want, 10*time.Second)
+	s.Stdin("exit 5\n")
+	if c := untilControl(s, 10*time.Second); c.Type != terminal.TypeExit || c.ExitCode != 5 {
 		t.Fatalf("want exit 5, got %+v", c)
 	}
 	waitGone(t, res.PID, 5*time.Second)
 }
 
 // readUntilRE collects stdout until re matches it and returns the match.
-func (s *stream) readUntilRE(re *regexp.Regexp, timeout time.Duration) []string {
-	s.t.Helper()
+func readUntilRE(t *testing.T, s *stream, re *regexp.Regexp, timeout time.Duration) []string {
+	t.Helper()
 	var out strings.Builder
 	deadline := time.Now().Add(timeout)
 	for {
 		if m := re.FindStringSubmatch(out.String()); m != nil {
 			return m
 		}
-		ev := s.next(time.Until(deadline))
-		if ev.closed != nil || ev.ch != terminal.ChanStdout {
-			s.t.Fatalf("waiting for %s: got channel %s %q (closed: %v); output so far:\n%s", re, ev.ch, ev.payload, ev.closed, out.String())
+		ev := s.Next(time.Until(deadline))
+		if ev.Closed != nil || ev.Ch != terminal.ChanStdout {
+			t.Fatalf("waiting for %s: got channel %s %q (closed: %v); output so far:\n%s", re, ev.Ch, ev.Payload, ev.Closed, out.String())
 		}
-		out.Write(ev.payload)
+		out.Write(ev.Payload)
 	}
 }

@@ -104,25 +104,25 @@ func TestSerialSession(t *testing.T) {
 				t.Fatalf("asked %q, result %+v, phases %v", asked, res, phases)
 			}
 			s := g.waitStream()
-			if c := s.control(5 * time.Second); c.Type != terminal.TypeReady {
+			if c := s.Control(5 * time.Second); c.Type != terminal.TypeReady {
 				t.Fatalf("first frame %+v", c)
 			}
-			s.send(terminal.ChanResize, terminal.EncodeResize(terminal.Size{Cols: 100, Rows: 40})) // ignored
-			s.stdin("login: root")
-			s.readUntil("<login: root>", 5*time.Second)
+			s.Send(terminal.ChanResize, terminal.EncodeResize(terminal.Size{Cols: 100, Rows: 40})) // ignored
+			s.Stdin("login: root")
+			s.ReadUntil("<login: root>", 5*time.Second)
 			conn := <-srv.conns
 			srv.conns <- conn
 			switch end {
 			case "console EOF":
 				conn.Close()
-				if c := s.untilControl(5 * time.Second); c.Type != terminal.TypeExit || c.ExitCode != 0 {
+				if c := untilControl(s, 5*time.Second); c.Type != terminal.TypeExit || c.ExitCode != 0 {
 					t.Fatalf("want exit 0, got %+v", c)
 				}
-				if code := s.closeStatus(5 * time.Second); code != websocket.StatusNormalClosure {
+				if code := s.CloseStatus(5 * time.Second); code != websocket.StatusNormalClosure {
 					t.Fatalf("close status %d", code)
 				}
 			case "gateway closes":
-				s.conn.Close(websocket.StatusNormalClosure, "")
+				s.Conn.Close(websocket.StatusNormalClosure, "")
 				select {
 				case <-srv.closed:
 				case <-time.After(5 * time.Second):
@@ -159,11 +159,11 @@ func TestSerialUnavailable(t *testing.T) {
 				t.Fatalf("Open: %v, want terminal_pty_failed mentioning %q", err, tc.msg)
 			}
 			s := g.waitStream()
-			c := s.control(5 * time.Second)
+			c := s.Control(5 * time.Second)
 			if c.Type != terminal.TypeError || c.Error != terminal.CodePTYFailed || !strings.Contains(c.Message, tc.msg) {
 				t.Fatalf("gateway got %+v", c)
 			}
-			if code := s.closeStatus(5 * time.Second); int(code) != terminal.ClosePTYFailed {
+			if code := s.CloseStatus(5 * time.Second); int(code) != terminal.ClosePTYFailed {
 				t.Fatalf("close status %d", code)
 			}
 		})
