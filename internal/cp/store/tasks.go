@@ -37,9 +37,10 @@ type TaskEvent struct {
 
 // TaskFilter narrows ListTasks. Zero fields do not filter.
 type TaskFilter struct {
-	NodeID string
-	State  api.TaskState
-	Limit  int // default 100
+	NodeID        string
+	State         api.TaskState
+	CorrelationID string
+	Limit         int // default 100
 }
 
 // TaskStore is the task queue and its progress events: the tasks room

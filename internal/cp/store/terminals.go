@@ -45,9 +45,11 @@ type TerminalSession struct {
 // TerminalSessionFilter narrows ListTerminalSessions. Zero fields do not
 // filter. Sessions come newest first.
 type TerminalSessionFilter struct {
-	AllocationID string
-	NodeID       string
-	Limit        int // default 100
+	AllocationID  string
+	NodeID        string
+	CorrelationID string
+	TaskID        string
+	Limit         int // default 100
 }
 
 // TerminalStore is the browser terminal sessions and their single-use

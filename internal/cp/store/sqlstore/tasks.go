@@ -95,6 +95,10 @@ func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]store.Task
 		args = append(args, string(f.State))
 		where = append(where, "state = $"+strconv.Itoa(len(args)))
 	}
+	if f.CorrelationID != "" {
+		args = append(args, f.CorrelationID)
+		where = append(where, "correlation_id = $"+strconv.Itoa(len(args)))
+	}
 	q := `SELECT ` + taskCols + ` FROM tasks`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")

@@ -182,6 +182,14 @@ func (s *Store) ListTerminalSessions(ctx context.Context, f store.TerminalSessio
 		args = append(args, f.NodeID)
 		where = append(where, "node_id = $"+strconv.Itoa(len(args)))
 	}
+	if f.CorrelationID != "" {
+		args = append(args, f.CorrelationID)
+		where = append(where, "correlation_id = $"+strconv.Itoa(len(args)))
+	}
+	if f.TaskID != "" {
+		args = append(args, f.TaskID)
+		where = append(where, "task_id = $"+strconv.Itoa(len(args)))
+	}
 	q := `SELECT ` + terminalCols + ` FROM terminal_sessions`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")

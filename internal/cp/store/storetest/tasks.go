@@ -86,6 +86,8 @@ func testTaskList(t *testing.T, s store.Store) {
 		{store.TaskFilter{NodeID: "n1", State: api.TaskDispatched}, []string{"a"}},
 		{store.TaskFilter{NodeID: "n3"}, []string{}},
 		{store.TaskFilter{Limit: 2}, []string{"d", "c"}},
+		{store.TaskFilter{CorrelationID: "corr-c"}, []string{"c"}},
+		{store.TaskFilter{NodeID: "n2", CorrelationID: "corr-c"}, []string{}},
 	} {
 		got, err := s.ListTasks(ctx, tc.f)
 		must(t, err)

@@ -149,7 +149,7 @@ func testTerminalList(t *testing.T, s store.Store) {
 		t.Fatalf("empty store lists %d sessions", len(got))
 	}
 	onH2 := newTerminal("s-4", "a-2", "hash-4", 4*time.Second)
-	onH2.NodeID = "h2"
+	onH2.NodeID, onH2.TaskID = "h2", "t-9"
 	for _, ts := range []store.TerminalSession{
 		newTerminal("s-2", "a-1", "hash-2", 2*time.Second),
 		newTerminal("s-1", "a-1", "hash-1", time.Second),
@@ -171,6 +171,8 @@ func testTerminalList(t *testing.T, s store.Store) {
 		{"node", store.TerminalSessionFilter{NodeID: "h2"}, []string{"s-4"}},
 		{"allocation and node", store.TerminalSessionFilter{AllocationID: "a-2", NodeID: "h1"}, []string{"s-5"}},
 		{"unknown allocation", store.TerminalSessionFilter{AllocationID: "a-9"}, []string{}},
+		{"correlation", store.TerminalSessionFilter{CorrelationID: "corr-s-4"}, []string{"s-4"}},
+		{"task", store.TerminalSessionFilter{TaskID: "t-9"}, []string{"s-4"}},
 	} {
 		got, err := s.ListTerminalSessions(ctx, tt.f)
 		must(t, err)
