@@ -16,6 +16,7 @@ import (
 	"net"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/node/accel"
 	"github.com/drover-dev/drover/internal/node/agent/statedir"
+	"github.com/drover-dev/drover/internal/node/probe"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/pki"
@@ -47,9 +49,16 @@ type Agent struct {
 	bootstrap *client // first contact: pinned CA, no client certificate
 	node      *client // mTLS with the current identity
 
+	// diag holds the current problems and the recent diagnostic events,
+	// logs the recent log lines (both bounded, served by diag.collect);
+	// spooled counts the results waiting to be posted.
+	diag    *diagnostics
+	logs    *logRing
+	spooled atomic.Int64
+
 	mu             sync.Mutex
 	ident          statedir.Identity
-	diagnostic     string
+	disk           probe.DiskUsage // the state dir's filesystem, at the last check
 	lastBeat       time.Time
 	interval       time.Duration
 	wakeSpool      chan struct{}
@@ -117,10 +126,14 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 	if a.nodeID, err = a.state.NodeID(cfg.HostID); err != nil {
 		return nil, fmt.Errorf("node id: %w", err)
 	}
+	a.diag = newDiagnostics(a.now)
+	a.logs = newLogRing(maxLogLines, maxLogBytes, cfg.BootstrapToken)
+	a.log = slog.New(slog.NewMultiHandler(a.log.Handler(), slog.NewJSONHandler(a.logs, &slog.HandlerOptions{ReplaceAttr: redactAttr})))
 	a.log = a.log.With("node_id", a.nodeID)
 	a.cfg.HostID = a.nodeID // handlers derive per-host values (slot MACs) from it
 	if a.handlers == nil {
 		a.handlers = DefaultHandlers(a.cfg)
+		a.handlers[task.TypeCollect] = a.CollectHandler()
 	}
 	if a.probe == nil {
 		p := accel.New(accel.Config{CacheDir: cfg.StateDir})
@@ -278,15 +291,11 @@ func (a *Agent) probeAccelerators(ctx context.Context) {
 	}
 }
 
-// setDiagnostic records an agent-side condition reported with heartbeats.
-func (a *Agent) setDiagnostic(code string) {
-	a.mu.Lock()
-	a.diagnostic = code
-	a.mu.Unlock()
-}
-
-func (a *Agent) getDiagnostic() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.diagnostic
+// redactAttr masks log attributes whose key names a credential, before
+// they reach the log ring.
+func redactAttr(_ []string, at slog.Attr) slog.Attr {
+	if secretKey(at.Key) && at.Value.Kind() != slog.KindGroup {
+		return slog.String(at.Key, redacted)
+	}
+	return at
 }

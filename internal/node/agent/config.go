@@ -38,6 +38,10 @@ type Config struct {
 	HeartbeatInterval time.Duration // -heartbeat-interval: 0 means the server's
 	ReservedVCPUs     int           // NODE_AGENT_RESERVED_VCPUS: kept for the host OS
 	ReservedMemoryMiB int           // NODE_AGENT_RESERVED_MEMORY_MIB
+	// NODE_AGENT_DISK_PRESSURE_PERCENT: the state dir's filesystem usage
+	// (percent) at which the agent reports node_observability_disk_pressure
+	// and frees its own buffers (0 means DefaultDiskPressurePercent).
+	DiskPressurePercent int
 
 	// Instances (VMs).
 	Runtime           string        // NODE_AGENT_RUNTIME: a name in Runtimes (LoadConfig's default: qemu) | none (also "")
@@ -149,6 +153,8 @@ func LoadConfig(args []string, getenv func(string) string, runtimes noderuntime.
 			c.ReservedVCPUs = f.ReservedVCPUs
 		case "reserved-memory-mib":
 			c.ReservedMemoryMiB = f.ReservedMemoryMiB
+		case "disk-pressure-percent":
+			c.DiskPressurePercent = f.DiskPressurePercent
 		case "reconcile-interval":
 			c.ReconcileInterval = f.ReconcileInterval
 		case "image-allow-local-urls":
@@ -202,6 +208,7 @@ func newFlagSet(f *Config, configDefault string, runtimes noderuntime.Registry) 
 	fs.DurationVar(&f.HeartbeatInterval, "heartbeat-interval", 0, "heartbeat interval (default: the server's, 5s)")
 	fs.IntVar(&f.ReservedVCPUs, "reserved-vcpus", 0, "vCPUs reserved for the host OS")
 	fs.IntVar(&f.ReservedMemoryMiB, "reserved-memory-mib", 0, "memory reserved for the host OS, MiB")
+	fs.IntVar(&f.DiskPressurePercent, "disk-pressure-percent", 0, "state dir filesystem usage (percent) reported as disk pressure")
 	fs.StringVar(&f.AccelFallback, "accel-fallback", "", `"tcg": run VMs under TCG when the selected accelerator does not work`)
 	fs.StringVar(&f.Runtime, "runtime", "", "instance runtime: one this binary registers, or none")
 	fs.StringVar(&f.RuntimeDir, "runtime-dir", "", "instances, overlays and image cache (default <state dir>/runtime)")
@@ -268,7 +275,8 @@ func (c *Config) loadFile(path string) error {
 // (durations, counts, booleans).
 func numericKeys() []string {
 	return []string{"NODE_AGENT_HEARTBEAT_INTERVAL", "NODE_AGENT_RESERVED_VCPUS",
-		"NODE_AGENT_RESERVED_MEMORY_MIB", "NODE_AGENT_RECONCILE_INTERVAL", "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS"}
+		"NODE_AGENT_RESERVED_MEMORY_MIB", "NODE_AGENT_RECONCILE_INTERVAL", "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS",
+		"NODE_AGENT_DISK_PRESSURE_PERCENT"}
 }
 
 // setNumeric sets one of the non-string keys.
@@ -297,12 +305,29 @@ func (c *Config) setNumeric(key, val string) error {
 	if err != nil || n < 0 {
 		return fmt.Errorf("%s %q: must be a whole number >= 0", key, val)
 	}
-	if key == "NODE_AGENT_RESERVED_VCPUS" {
+	switch key {
+	case "NODE_AGENT_DISK_PRESSURE_PERCENT":
+		if n < 1 || n > 100 {
+			return fmt.Errorf("%s %q: must be a percentage between 1 and 100", key, val)
+		}
+		c.DiskPressurePercent = n
+	case "NODE_AGENT_RESERVED_VCPUS":
 		c.ReservedVCPUs = n
-	} else {
+	default:
 		c.ReservedMemoryMiB = n
 	}
 	return nil
+}
+
+// DefaultDiskPressurePercent is NODE_AGENT_DISK_PRESSURE_PERCENT's default.
+const DefaultDiskPressurePercent = 90
+
+// diskPressurePercent is the disk pressure threshold, with its default.
+func (c Config) diskPressurePercent() int {
+	if c.DiskPressurePercent <= 0 {
+		return DefaultDiskPressurePercent
+	}
+	return min(c.DiskPressurePercent, 100)
 }
 
 // Validate names every invalid field.
@@ -348,6 +373,9 @@ func (c Config) Validate() error {
 		if !filepath.IsAbs(d) {
 			errs = append(errs, fmt.Errorf("NODE_AGENT_IMAGE_DIRS: %q is not an absolute path", d))
 		}
+	}
+	if c.DiskPressurePercent < 0 || c.DiskPressurePercent > 100 {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_DISK_PRESSURE_PERCENT %d: must be between 1 and 100", c.DiskPressurePercent))
 	}
 	if c.ReconcileInterval < 0 || (c.ReconcileInterval > 0 && c.ReconcileInterval < 100*time.Millisecond) {
 		errs = append(errs, fmt.Errorf("NODE_AGENT_RECONCILE_INTERVAL %s: must be at least 100ms", c.ReconcileInterval))

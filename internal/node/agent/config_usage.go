@@ -70,6 +70,8 @@ func flagDefault(name string, d Config) string {
 		return "<state dir>/runtime"
 	case "reserved-vcpus", "reserved-memory-mib":
 		return "0"
+	case "disk-pressure-percent":
+		return "90"
 	}
 	return ""
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"time"
 
@@ -61,8 +60,10 @@ func (a *Agent) enroll(ctx context.Context) (statedir.Identity, error) {
 	for {
 		ident, err = a.bootstrap.Register(ctx, req)
 		if err == nil {
+			a.noteSuccess(opEnrol, time.Time{})
 			break
 		}
+		reason := a.noteFailure(opEnrol, err)
 		var ae *APIError
 		if errors.As(err, &ae) {
 			// The body names the problem (field errors, expired token): log it whole.
@@ -70,11 +71,8 @@ func (a *Agent) enroll(ctx context.Context) (statedir.Identity, error) {
 			if !ae.Retryable() {
 				return statedir.Identity{}, fmt.Errorf("register host %q: %w", a.nodeID, err)
 			}
-			if ae.Status == http.StatusTooManyRequests {
-				a.setDiagnostic("edge_rate_limited")
-			}
 		} else {
-			a.log.Warn("registration failed; will retry", "err", err)
+			a.log.Warn("registration failed; will retry", "err", err, "signal", reason)
 		}
 		if err := bo.wait(ctx, retryAfter(err)); err != nil {
 			return statedir.Identity{}, err
@@ -151,15 +149,14 @@ func (a *Agent) renewLoop(ctx context.Context) error {
 			return nil
 		}
 		if err := a.renew(ctx); err != nil {
-			a.log.Error("certificate renewal failed", "err", err, "not_after", cert.NotAfter)
-			if IsStatus(err, http.StatusForbidden) {
-				a.setDiagnostic("node_agent_auth_failed")
-			}
+			reason := a.noteFailure(opRenew, err)
+			a.log.Error("certificate renewal failed", "err", err, "signal", reason, "not_after", cert.NotAfter)
 			if err := bo.wait(ctx, retryAfter(err)); err != nil {
 				return nil
 			}
 			continue
 		}
+		a.noteSuccess(opRenew, time.Time{})
 		bo.reset()
 	}
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
 	"time"
@@ -25,14 +24,13 @@ func (a *Agent) heartbeatLoop(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		default:
-			a.metrics.heartbeatFailures.WithLabelValues(failureReason(err)).Inc()
+			reason := a.noteFailure(opHeartbeat, err)
+			a.metrics.heartbeatFailures.WithLabelValues(reason).Inc()
 			wait = max(bo.next(), retryAfter(err))
-			var ae *APIError
-			if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
-				a.setDiagnostic("edge_rate_limited")
-				wait = max(wait, 2*interval)
+			if IsStatus(err, http.StatusTooManyRequests) {
+				wait = max(wait, 2*interval) // slow down; never retry harder
 			}
-			a.log.Warn("heartbeat failed", "err", err, "retry_in", wait.Round(time.Millisecond))
+			a.log.Warn("heartbeat failed", "err", err, "signal", reason, "retry_in", wait.Round(time.Millisecond))
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -62,43 +60,27 @@ func (a *Agent) heartbeatInterval() time.Duration {
 func (a *Agent) sendHeartbeat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	a.checkDisk()
 	capacity := a.capacity(ctx)
-	hb := api.Heartbeat{AgentVersion: Version, Capacity: &capacity, Diagnostic: a.getDiagnostic()}
+	hb := api.Heartbeat{AgentVersion: Version, Capacity: &capacity}
+	// The current problem goes with the heartbeat; after an outage, the
+	// first heartbeat that gets through reports it (since when, what was
+	// seen) and the next one no longer does.
+	hb.Diagnostic, hb.DiagnosticDetail, hb.CorrelationID, hb.DiagnosticSince = a.heartbeatDiagnostic()
+	sent := a.now()
 	resp, err := a.node.Heartbeat(ctx, a.node.node(), hb)
 	if err != nil {
 		return err
 	}
 	a.metrics.heartbeats.Inc()
+	a.noteSuccess(opHeartbeat, sent)
 	a.mu.Lock()
 	a.lastBeat = a.now()
 	if resp.HeartbeatInterval > 0 {
 		a.interval = time.Duration(resp.HeartbeatInterval)
 	}
-	if a.diagnostic == "edge_rate_limited" {
-		a.diagnostic = ""
-	}
 	a.mu.Unlock()
 	return nil
-}
-
-// failureReason classifies an error for metrics and diagnostics using the
-// preflight signal names.
-func failureReason(err error) string {
-	var ae *APIError
-	if errors.As(err, &ae) {
-		switch {
-		case ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden:
-			return "node_agent_auth_failed"
-		case ae.Status == http.StatusTooManyRequests:
-			return "edge_rate_limited"
-		}
-		return "http_" + http.StatusText(ae.Status)
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return "node_agent_api_unreachable"
-	}
-	return "error"
 }
 
 func hostOf(raw string) string {

@@ -60,31 +60,17 @@ func newLocalServer(h http.Handler, l localLimits) *http.Server {
 		WriteTimeout: l.write, IdleTimeout: l.idle, MaxHeaderBytes: l.maxHeaderBytes}
 }
 
-// healthz is 200 while the agent heartbeats successfully and 503 otherwise,
-// with the reason, so a supervisor or preflight can name the failed hop.
+// healthz answers the status document: 200 while the agent heartbeats
+// and has no problem, 503 otherwise, with the signal, its detail and since
+// when, so a supervisor, `drover-agent status` or preflight can name the
+// failed hop.
 func (a *Agent) healthz(w http.ResponseWriter, _ *http.Request) {
-	a.mu.Lock()
-	last, diagCode, enrolled := a.lastBeat, a.diagnostic, a.ident.NodeID != ""
-	a.mu.Unlock()
-	interval := a.heartbeatInterval()
-	body := map[string]any{"node_id": a.nodeID, "enrolled": enrolled, "version": Version,
-		"control_plane_url": a.cfg.ControlPlaneURL}
-	if !last.IsZero() {
-		body["last_heartbeat_at"] = last.UTC()
-	}
-	if diagCode != "" {
-		body["diagnostic"] = diagCode
-	}
+	st, ok := a.Status()
 	status := http.StatusOK
-	switch {
-	case !enrolled:
-		status, body["status"] = http.StatusServiceUnavailable, "not_enrolled"
-	case last.IsZero() || a.now().Sub(last) > 3*interval:
-		status, body["status"] = http.StatusServiceUnavailable, "node_agent_heartbeat_stale"
-	default:
-		body["status"] = "ok"
+	if !ok {
+		status = http.StatusServiceUnavailable
 	}
-	writeLocalJSON(w, status, body)
+	writeLocalJSON(w, status, st)
 }
 
 func writeLocalJSON(w http.ResponseWriter, status int, v any) {

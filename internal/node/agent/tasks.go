@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/node/agent/statedir"
+	"github.com/drover-dev/drover/internal/node/probe"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/signal"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
 
@@ -51,18 +53,18 @@ func (a *Agent) taskLoop(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			reason := failureReason(err)
+			// A 429 is reported and waited out (Retry-After, backoff):
+			// never retried harder.
+			reason := a.noteFailure(opTaskPoll, err)
 			a.metrics.pollFailures.WithLabelValues(reason).Inc()
-			if reason == "edge_rate_limited" {
-				a.setDiagnostic("edge_rate_limited") // slow down; do not add retry pressure
-			}
-			a.log.Warn("task poll failed", "err", err, "reason", reason)
+			a.log.Warn("task poll failed", "err", err, "signal", reason)
 			if err := bo.wait(ctx, retryAfter(err)); err != nil {
 				return nil
 			}
 			continue
 		}
 		bo.reset()
+		a.noteSuccess(opTaskPoll, time.Time{})
 		if !ok {
 			<-sem
 			continue
@@ -179,7 +181,7 @@ func (a *Agent) handleDelivery(ctx context.Context, d api.TaskDelivery) {
 		return
 	} else if err != nil {
 		log.Error("replay cache unavailable; not executing", "err", err)
-		a.setDiagnostic("diagnostic_path_not_writable")
+		a.noteWrite("replay cache", err)
 		return
 	}
 	a.finish(ctx, claims.TaskID, a.run(ctx, claims, log))
@@ -263,9 +265,11 @@ func (a *Agent) finish(ctx context.Context, taskID string, res api.TaskResult) {
 	if res.FinishedAt.IsZero() {
 		res.FinishedAt = a.now().UTC()
 	}
-	if err := a.state.SaveResult(taskID, res); err != nil {
+	err := a.state.SaveResult(taskID, res)
+	if err != nil {
 		a.log.Error("spool task result", "task_id", taskID, "err", err, "correlation_id", res.CorrelationID)
 	}
+	a.noteWrite("spool task result", err)
 	if err := a.postResult(ctx, taskID, res); err != nil {
 		a.log.Warn("post task result; will retry", "task_id", taskID, "err", err, "correlation_id", res.CorrelationID)
 		select {
@@ -294,7 +298,13 @@ func (a *Agent) postResult(ctx context.Context, taskID string, res api.TaskResul
 	}
 	if err != nil && !IsStatus(err, http.StatusNotFound) && !IsStatus(err, http.StatusConflict) {
 		a.metrics.resultFailures.Inc()
-		a.setDiagnostic("task_result_post_failed")
+		seen := "error: " + err.Error()
+		if f, ok := probe.Classify(err, a.cpTarget()); ok {
+			seen = string(f.Signal) + " (" + f.Detail + ")"
+		}
+		// The result stays spooled; the result loop posts it again.
+		a.diag.report(signal.TaskResultPostFailed, opResult, fmt.Sprintf("posting the result of task %s failed: %s; %d results spooled",
+			taskID, seen, max(a.countSpooled(), 1)), res.CorrelationID)
 		return err
 	}
 	if err != nil {
@@ -303,10 +313,13 @@ func (a *Agent) postResult(ctx context.Context, taskID string, res api.TaskResul
 	} else {
 		a.metrics.resultsPosted.Inc()
 	}
-	if a.getDiagnostic() == "task_result_post_failed" {
-		a.setDiagnostic("")
+	if err := a.state.MarkPosted(taskID); err != nil {
+		return err
 	}
-	return a.state.MarkPosted(taskID)
+	if a.countSpooled() == 0 {
+		a.diag.clear(signal.TaskResultPostFailed)
+	}
+	return nil
 }
 
 // resultLoop retries spooled results with backoff and prunes the cache.
@@ -318,6 +331,7 @@ func (a *Agent) resultLoop(ctx context.Context) error {
 			a.log.Error("read result spool", "err", err)
 		}
 		a.metrics.spoolPending.Set(float64(len(pending)))
+		a.spooled.Store(int64(len(pending)))
 		failed := false
 		for _, rec := range pending {
 			if err := a.postResult(ctx, rec.TaskID, *rec.Result); err != nil {

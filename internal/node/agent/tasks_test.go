@@ -16,6 +16,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/node/agent/statedir"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/signal"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
 
@@ -387,7 +388,7 @@ func TestResultSpoolRetriesWithBackoff(t *testing.T) {
 	hbs := f.heartbeatLog()
 	sawFailed := false
 	for _, hb := range hbs {
-		if hb.At.After(posts[0].At) && hb.At.Before(posts[3].At) && hb.HB.Diagnostic == "task_result_post_failed" {
+		if hb.At.After(posts[0].At) && hb.At.Before(posts[3].At) && hb.HB.Diagnostic == string(signal.TaskResultPostFailed) {
 			sawFailed = true
 		}
 	}
@@ -551,7 +552,7 @@ func TestHeartbeatRateLimited(t *testing.T) {
 	} else if gap > 5*time.Second {
 		t.Errorf("heartbeat after a 429 with Retry-After: 1 came %s later, want about 1s", gap)
 	}
-	if next.Status != http.StatusOK || next.HB.Diagnostic != "edge_rate_limited" {
+	if next.Status != http.StatusOK || next.HB.Diagnostic != string(signal.EdgeRateLimited) {
 		t.Errorf("heartbeat after the 429: status %d diagnostic %q, want 200 with edge_rate_limited", next.Status, next.HB.Diagnostic)
 	}
 	if after.HB.Diagnostic != "" {
