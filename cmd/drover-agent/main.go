@@ -25,6 +25,18 @@ func main() {
 	// The instance runtimes this binary links in (NODE_AGENT_RUNTIME; none
 	// is built in). A new runtime is one package and one entry here.
 	runtimes := runtime.Registry{qemu.Name: qemu.Entry()}
+	if len(os.Args) > 1 && (os.Args[1] == "preflight" || os.Args[1] == "status") {
+		// Subcommands: preflight runs the node-side hops; status asks the
+		// running agent. Both read the agent's configuration.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		cmd := agent.PreflightCommand
+		if os.Args[1] == "status" {
+			cmd = agent.StatusCommand
+		}
+		code := cmd(ctx, os.Args[2:], os.Getenv, runtimes, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	cfg, err := agent.LoadConfig(os.Args[1:], os.Getenv, runtimes)
 	var help *agent.HelpError
 	if errors.As(err, &help) {

@@ -88,7 +88,7 @@ func CheckEndpoint(ctx context.Context, e Endpoint, path string, progress func(s
 		err := fn()
 		c.Durations[name] = time.Since(start).Milliseconds()
 		if err != nil {
-			c.Step, c.Err = name, fmt.Errorf("%s %s: %w", name, c.Target, err)
+			c.Step, c.Err = name, err
 			return false
 		}
 		return true
