@@ -217,6 +217,13 @@ func (k *Keys) Sign(c api.TaskClaims) (string, error) {
 	return signer.Sign(c)
 }
 
+// SigningKID is the kid of the key that signs task envelopes now.
+func (k *Keys) SigningKID() string {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.kid
+}
+
 // PublicSet is the JWKS nodes verify task envelopes with.
 func (k *Keys) PublicSet() api.JWKS {
 	k.mu.RLock()

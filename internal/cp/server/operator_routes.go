@@ -27,9 +27,10 @@ func (rt operatorRoute) key() string { return rt.method + " " + rt.pattern }
 
 // operatorRoutes is the operator API. viewer: reads; operator: everything
 // that changes hosts, tasks, instances, allocations, terminals, slots and
-// placements; admin: tokens, signing keys and host revoke. Two reads are
-// above viewer: the token list (admin) and terminal recordings (operator:
-// they hold everything typed and shown in a shell).
+// placements; admin: tokens, signing keys and host revoke. Three reads are
+// above viewer: the token list (admin), terminal recordings (operator:
+// they hold everything typed and shown in a shell) and evidence bundles
+// (operator: they queue a diag.collect and hold the agent's log lines).
 func (s *Server) operatorRoutes() []operatorRoute {
 	const (
 		get, post, del          = http.MethodGet, http.MethodPost, http.MethodDelete
@@ -48,6 +49,11 @@ func (s *Server) operatorRoutes() []operatorRoute {
 		{del, "/api/v1/hosts/{id}/slots/{slot_id}", operator, s.hosts.DeleteSlot},
 		{post, "/api/v1/hosts/{id}/drain", operator, s.hosts.SetDraining(true)},
 		{post, "/api/v1/hosts/{id}/undrain", operator, s.hosts.SetDraining(false)},
+		{post, "/api/v1/hosts/{id}/profile", operator, s.hosts.SetProfile},
+		{get, "/api/v1/preflight-runs", viewer, s.pre.List},
+		{post, "/api/v1/preflight-runs", operator, s.pre.Create},
+		{get, "/api/v1/preflight-runs/{id}", viewer, s.pre.Show},
+		{get, "/api/v1/evidence/{correlation_id}", operator, s.pre.Evidence},
 		{post, "/api/v1/placements/check", operator, s.inst.CheckPlacement},
 		{get, "/api/v1/instances", viewer, s.inst.List},
 		{post, "/api/v1/instances", operator, s.inst.Create},

@@ -2,7 +2,7 @@
 // Serve/Run, and the operator (bearer tokens, loopback by default) and node
 // (mTLS, every route bound to the caller's certificate) route tables that
 // mount the handlers of its rooms (hosts, allocations, instances, tasks, termgw,
-// audit, keys, operators) and the listeners' limits. It owns no persistence of its own: all state is in the
+// audit, keys, operators, preflight) and the listeners' limits. It owns no persistence of its own: all state is in the
 // store.Store it is given, so several replicas can share one PostgreSQL
 // database. It must not execute anything on behalf of nodes.
 package server
@@ -30,6 +30,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/kek"
 	"github.com/drover-dev/drover/internal/cp/keys"
 	"github.com/drover-dev/drover/internal/cp/operators"
+	"github.com/drover-dev/drover/internal/cp/preflight"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/cp/tasks"
 	"github.com/drover-dev/drover/internal/cp/termgw"
@@ -205,6 +206,8 @@ type Server struct {
 	tasks *tasks.Room
 	// ops is the operator tokens room.
 	ops *operators.Room
+	// pre is the preflight runs and evidence bundles room.
+	pre *preflight.Room
 	// taskPolls and instancePolls cap each node's concurrent long-polls of
 	// the claim and desired-set routes.
 	taskPolls, instancePolls *httpapi.LongPolls
@@ -251,6 +254,7 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 		s.log, cfg.Now)
 	s.allocs = allocations.New(st, s.inst, s.tasks, s.term, s.audit, s.cfg.Registry, s.log, cfg.Now)
 	s.ops = operators.New(st, s.audit, cfg.Now)
+	s.pre = preflight.New(preflight.Config{Log: s.log, Now: cfg.Now}, st, s.hosts, s.tasks, s.keys, s.audit)
 	s.subscribeTaskEvents()
 	s.taskPolls = httpapi.NewLongPolls("tasks", s.cfg.NodeLongPollLimit, s.reg, limitRefusals)
 	s.instancePolls = httpapi.NewLongPolls("instances", s.cfg.NodeLongPollLimit, s.reg, limitRefusals)
