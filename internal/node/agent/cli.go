@@ -193,4 +193,3 @@ func printStatus(w io.Writer, st Status) {
 	}
 	_ = tw.Flush()
 }
-
