@@ -27,6 +27,29 @@ type HostsCmd struct {
 	Slots       HostSlotsCmd   `cmd:"" help:"List a host's approved resource slots."`
 	Approve     HostApproveCmd `cmd:"" name:"approve-slots" help:"Approve candidate slots from a slice.topology_discover task."`
 	Place       PlaceCmd       `cmd:"" help:"Check where work of a given size would be placed (409 says what is short)."`
+	Profile     HostProfileCmd `cmd:"" help:"Set a host's environment profile: the node API and terminal URLs its agent should use."`
+}
+
+// HostProfileCmd sets a host's environment profile.
+type HostProfileCmd struct {
+	APIFlags
+	HostID      string `arg:"" name:"host-id"`
+	APIURL      string `name:"api-url" help:"The node-facing control plane URL the agent should use (\"\" stops checking)."`
+	TerminalURL string `name:"terminal-url" help:"The node-facing terminal URL the agent should use (\"\" stops checking)."`
+}
+
+// Run implements the command.
+func (c *HostProfileCmd) Run(ctx context.Context, env *Env) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	var h api.Host
+	req := api.HostProfileRequest{APIURL: c.APIURL, TerminalURL: c.TerminalURL}
+	if err := cl.call(ctx, http.MethodPost, "/api/v1/hosts/"+url.PathEscape(c.HostID)+"/profile", nil, req, &h); err != nil {
+		return err
+	}
+	return printHost(env, c.JSON, h)
 }
 
 // HostSlotsCmd lists approved slots.
@@ -142,10 +165,12 @@ func (c *HostsListCmd) Run(ctx context.Context, env *Env) error {
 // HostsCreateCmd creates a host.
 type HostsCreateCmd struct {
 	APIFlags
-	HostID   string            `arg:"" name:"host-id" help:"Host id (lowercase letters, digits, '-', '.', '_')."`
-	OSFamily string            `name:"os-family" default:"linux" enum:"linux,dragonflybsd,windows,darwin" help:"OS family."`
-	Labels   map[string]string `name:"label" help:"Labels, key=value (repeatable)."`
-	TokenTTL time.Duration     `name:"token-ttl" help:"Bootstrap token lifetime (default 24h)."`
+	HostID      string            `arg:"" name:"host-id" help:"Host id (lowercase letters, digits, '-', '.', '_')."`
+	OSFamily    string            `name:"os-family" default:"linux" enum:"linux,dragonflybsd,windows,darwin" help:"OS family."`
+	Labels      map[string]string `name:"label" help:"Labels, key=value (repeatable)."`
+	TokenTTL    time.Duration     `name:"token-ttl" help:"Bootstrap token lifetime (default 24h)."`
+	APIURL      string            `name:"api-url" help:"Environment profile: the node-facing control plane URL the agent should use."`
+	TerminalURL string            `name:"terminal-url" help:"Environment profile: the node-facing terminal URL the agent should use."`
 }
 
 // Run implements the command.
@@ -155,7 +180,8 @@ func (c *HostsCreateCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	var bt api.BootstrapToken
-	req := api.CreateHostRequest{HostID: c.HostID, OSFamily: c.OSFamily, Labels: c.Labels, TokenTTL: api.Duration(c.TokenTTL)}
+	req := api.CreateHostRequest{HostID: c.HostID, OSFamily: c.OSFamily, Labels: c.Labels, TokenTTL: api.Duration(c.TokenTTL),
+		APIURL: c.APIURL, TerminalURL: c.TerminalURL}
 	if err := cl.call(ctx, http.MethodPost, "/api/v1/hosts", nil, req, &bt); err != nil {
 		return err
 	}
@@ -282,6 +308,35 @@ func printHost(env *Env, asJSON bool, h api.Host) error {
 	for k, v := range h.Labels {
 		row("label "+k, v)
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printHostDiagnostics(env, h)
+}
+
+// printHostDiagnostics prints the host's last failure, last successful
+// preflight and environment profile (a table of their own).
+func printHostDiagnostics(env *Env, h api.Host) error {
+	tw := table(env.Stdout)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	if h.LastFailureSignal != "" {
+		row("last_failure", h.LastFailureSignal)
+		if h.LastFailureDetail != "" {
+			row("last_failure_detail", h.LastFailureDetail)
+		}
+		row("last_failure_correlation_id", dash(h.LastFailureCorrelationID))
+		if h.LastFailureAt != nil {
+			row("last_failure_at", h.LastFailureAt.Format(time.RFC3339))
+		}
+	}
+	if h.LastSuccessfulPreflightAt != nil {
+		row("last_successful_preflight", h.LastSuccessfulPreflightAt.Format(time.RFC3339))
+	} else {
+		row("last_successful_preflight", "-")
+	}
+	p := h.Profile
+	row("profile api_url", dash(p.APIURL)+" (agent: "+dash(p.ReportedAPIURL)+")")
+	row("profile terminal_url", dash(p.TerminalURL)+" (agent: "+dash(p.ReportedTerminalURL)+")")
 	return tw.Flush()
 }
 
