@@ -62,6 +62,7 @@ type Agent struct {
 	lastBeat       time.Time
 	interval       time.Duration
 	wakeSpool      chan struct{}
+	postMu         sync.Mutex // serialises result posts (postResult)
 	localAddr      net.Addr
 	localReady     chan struct{}
 	total          api.Capacity // host totals from the last inventory

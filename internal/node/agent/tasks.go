@@ -284,7 +284,16 @@ func (a *Agent) finish(ctx context.Context, taskID string, res api.TaskResult) {
 // spool. A 422 to a result whose error carries fields is a control plane
 // that predates api.ResultError.Fields (it decodes strictly): the result is
 // posted again without them (its message names them too).
+//
+// Posts are serialised and a result already marked posted is not posted
+// again: the result loop reads the spool while finish posts a result it has
+// just spooled, and both would otherwise post it.
 func (a *Agent) postResult(ctx context.Context, taskID string, res api.TaskResult) error {
+	a.postMu.Lock()
+	defer a.postMu.Unlock()
+	if done, err := a.state.Posted(taskID); err == nil && done {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	_, err := a.node.PostResult(ctx, a.node.node(), taskID, res.CorrelationID, res)

@@ -114,6 +114,18 @@ func (d *Dir) MarkPosted(taskID string) error {
 	})
 }
 
+// Posted reports whether the result of taskID was marked posted; false for
+// an unknown task.
+func (d *Dir) Posted(taskID string) (bool, error) {
+	if err := checkTaskID(taskID); err != nil {
+		return false, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rec, ok, err := d.load(taskID)
+	return ok && rec.Posted, err
+}
+
 // update applies fn to the record of taskID and stores it when fn reports
 // a change.
 func (d *Dir) update(taskID string, fn func(*TaskRecord) (changed bool, err error)) error {
