@@ -251,7 +251,15 @@ func (f *fakeCP) heartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	f.heartbeats = append(f.heartbeats, heartbeatPost{HB: hb, Status: status, At: time.Now()})
 	f.mu.Unlock()
-	if status != http.StatusOK {
+	switch status {
+	case http.StatusOK:
+	case http.StatusForbidden: // what the control plane answers a revoked node
+		writeError(w, status, "node_identity_revoked", "node identity revoked")
+		return
+	case http.StatusNotFound: // a control plane (or edge) without the route
+		http.NotFound(w, r)
+		return
+	default:
 		w.Header().Set("Retry-After", "1")
 		writeError(w, status, "rate_limited", "slow down")
 		return
