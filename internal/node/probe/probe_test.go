@@ -260,4 +260,3 @@ func TestDiskFullOnTmpfs(t *testing.T) {
 		t.Errorf("Usage = %+v, %v; want 100%%", u, err)
 	}
 }
-
