@@ -285,15 +285,28 @@ func (a *Agent) finish(ctx context.Context, taskID string, res api.TaskResult) {
 // that predates api.ResultError.Fields (it decodes strictly): the result is
 // posted again without them (its message names them too).
 //
-// Posts are serialised and a result already marked posted is not posted
-// again: the result loop reads the spool while finish posts a result it has
-// just spooled, and both would otherwise post it.
+// Posts are serialised (postMu): the result loop reads the spool while
+// finish posts a result it has just spooled, and retrySpooled skips what
+// was posted meanwhile. finish always posts: it also answers a redelivery
+// of an executed task, whose result the control plane lost.
 func (a *Agent) postResult(ctx context.Context, taskID string, res api.TaskResult) error {
+	a.postMu.Lock()
+	defer a.postMu.Unlock()
+	return a.postResultLocked(ctx, taskID, res)
+}
+
+// retrySpooled posts a spooled result unless it was posted since the spool
+// was read.
+func (a *Agent) retrySpooled(ctx context.Context, taskID string, res api.TaskResult) error {
 	a.postMu.Lock()
 	defer a.postMu.Unlock()
 	if done, err := a.state.Posted(taskID); err == nil && done {
 		return nil
 	}
+	return a.postResultLocked(ctx, taskID, res)
+}
+
+func (a *Agent) postResultLocked(ctx context.Context, taskID string, res api.TaskResult) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	_, err := a.node.PostResult(ctx, a.node.node(), taskID, res.CorrelationID, res)
@@ -343,7 +356,7 @@ func (a *Agent) resultLoop(ctx context.Context) error {
 		a.spooled.Store(int64(len(pending)))
 		failed := false
 		for _, rec := range pending {
-			if err := a.postResult(ctx, rec.TaskID, *rec.Result); err != nil {
+			if err := a.retrySpooled(ctx, rec.TaskID, *rec.Result); err != nil {
 				failed = true
 				a.log.Warn("retry task result", "task_id", rec.TaskID, "err", err)
 				break
