@@ -7,6 +7,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -32,6 +33,8 @@ type CLI struct {
 	Token       TokenCmd       `cmd:"" help:"Manage operator tokens."`
 	Keys        KeysCmd        `cmd:"" help:"Manage task-signing keys."`
 	Audit       AuditCmd       `cmd:"" help:"Read the audit log."`
+	Evidence    EvidenceCmd    `cmd:"" help:"Download the evidence bundle (tar.gz) of a correlation id."`
+	Preflight   PreflightCmd   `cmd:"" help:"Walk the node and terminal chain hop by hop; name the first failed hop, its signal and owner."`
 	Bench       BenchCmd       `cmd:"" help:"Load harnesses."`
 	Version     VersionCmd     `cmd:"" help:"Print the version."`
 }
@@ -96,6 +99,10 @@ func Run(ctx context.Context, args []string, env *Env) (code int) {
 	kctx.BindTo(ctx, (*context.Context)(nil))
 	if err := kctx.Run(); err != nil {
 		fmt.Fprintln(env.Stderr, "drover:", err)
+		var ec interface{ ExitCode() int }
+		if errors.As(err, &ec) {
+			return ec.ExitCode()
+		}
 		return 1
 	}
 	return 0

@@ -31,15 +31,23 @@ type operatorClient struct {
 }
 
 func (f APIFlags) client() (*operatorClient, error) {
-	tok := f.Token
-	if tok == "" {
-		b, err := os.ReadFile(filepath.Join(".drover", "operator.token"))
-		if err != nil {
-			return nil, fmt.Errorf("no operator token: pass --token or set DROVER_TOKEN (drover dev writes ./.drover/operator.token)")
-		}
-		tok = strings.TrimSpace(string(b))
+	tok, err := f.token()
+	if err != nil {
+		return nil, err
 	}
 	return &operatorClient{base: strings.TrimRight(f.API, "/"), token: tok, http: &http.Client{Timeout: 90 * time.Second}}, nil
+}
+
+// token is --token, DROVER_TOKEN, or the token drover dev wrote.
+func (f APIFlags) token() (string, error) {
+	if f.Token != "" {
+		return f.Token, nil
+	}
+	b, err := os.ReadFile(filepath.Join(".drover", "operator.token"))
+	if err != nil {
+		return "", fmt.Errorf("no operator token: pass --token or set DROVER_TOKEN (drover dev writes ./.drover/operator.token)")
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // call sends in as JSON and decodes the answer into out. Errors carry the
