@@ -13,6 +13,7 @@ import (
 
 	noderuntime "github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/preflight"
+	"github.com/drover-dev/drover/internal/wire/signal"
 )
 
 // splitArgs separates a subcommand's own flags (as defined on fs) from
@@ -143,7 +144,7 @@ func StatusCommand(ctx context.Context, args []string, getenv func(string) strin
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+listen+"/healthz", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		fmt.Fprintf(stderr, "drover-agent status: the agent's local API at %s does not answer (%v): is drover-agent running? (signal node_agent_process_down)\n", listen, err)
+		fmt.Fprintf(stderr, "drover-agent status: the agent's local API at %s does not answer (%v): is drover-agent running? (signal %s)\n", listen, err, signal.ProcessDown)
 		return 1
 	}
 	defer resp.Body.Close()
