@@ -7,6 +7,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/pki"
+	"github.com/drover-dev/drover/internal/wire/signal"
 )
 
 // TestNodeRoutesBoundToIdentity: node A's certificate can never act on
@@ -143,7 +144,7 @@ func TestAgentReportedStatus(t *testing.T) {
 	}
 	beat("task_result_post_failed")
 	h := e.waitHostStatus("node-d", api.HostTaskResultFailed, 2*time.Second)
-	if h.Schedulable || h.StatusReason != "task_result_post_failed" {
+	if h.Schedulable || h.StatusReason != string(signal.TaskResultPostFailed) {
 		t.Fatalf("host %+v", h)
 	}
 	beat("")

@@ -77,6 +77,7 @@ func (s *Room) Register(w http.ResponseWriter, r *http.Request) error {
 
 	var ident api.Identity
 	presented := httpapi.HashToken(req.BootstrapToken)
+	var drift string // a profile drift found or cleared
 	h, err := s.store.UpdateHost(ctx, req.HostID, func(h *store.Host) error {
 		// Only after the token is proven may the answer say anything about
 		// the host: its token's expiry, revocation, disablement.
@@ -103,6 +104,7 @@ func (s *Room) Register(w http.ResponseWriter, r *http.Request) error {
 		h.TokenHash, h.TokenUsed = "", true
 		h.CertSerial, h.CertNotAfter, h.EnrolledAt = serial, notAfter, now
 		setReported(h, req.Capabilities)
+		drift = checkProfile(h, req.Capabilities.ControlPlaneURL, req.Capabilities.TerminalURL, httpapi.CorrelationID(ctx), now)
 		ident = s.identity(h.ID, certPEM, notAfter)
 		return nil
 	})
@@ -125,6 +127,7 @@ func (s *Room) Register(w http.ResponseWriter, r *http.Request) error {
 	s.metrics.Registrations.WithLabelValues("ok").Inc()
 	s.audit.Record(ctx, audit.Entry{Actor: "node:" + h.ID, Action: "host.register", Target: h.ID, Result: "ok",
 		CID: httpapi.CorrelationID(ctx), Detail: "cert_serial=" + h.CertSerial + " source=" + src})
+	s.auditDrift(ctx, "node:"+h.ID, h.ID, drift, h)
 	httpapi.Logger(ctx, s.log).Info("host enrolled", "host_id", h.ID, "cert_not_after", h.CertNotAfter, "source", src)
 	httpapi.WriteJSON(w, http.StatusOK, ident)
 	return nil

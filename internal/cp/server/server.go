@@ -42,6 +42,9 @@ import (
 // Config configures a control-plane replica. Zero values take the defaults
 // documented on each field.
 type Config struct {
+	// EvidenceCollectWait bounds how long an evidence bundle waits for the
+	// agent's diag.collect (default 15 s).
+	EvidenceCollectWait time.Duration
 	// OperatorAddr is the operator API and UI listener (default 127.0.0.1:8080).
 	OperatorAddr string
 	// NodeAddr is the node-facing mTLS listener (default :8443).
@@ -254,7 +257,7 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 		s.log, cfg.Now)
 	s.allocs = allocations.New(st, s.inst, s.tasks, s.term, s.audit, s.cfg.Registry, s.log, cfg.Now)
 	s.ops = operators.New(st, s.audit, cfg.Now)
-	s.pre = preflight.New(preflight.Config{Log: s.log, Now: cfg.Now}, st, s.hosts, s.tasks, s.keys, s.audit)
+	s.pre = preflight.New(preflight.Config{CollectWait: cfg.EvidenceCollectWait, Log: s.log, Now: cfg.Now}, st, s.hosts, s.tasks, s.keys, s.audit)
 	s.subscribeTaskEvents()
 	s.taskPolls = httpapi.NewLongPolls("tasks", s.cfg.NodeLongPollLimit, s.reg, limitRefusals)
 	s.instancePolls = httpapi.NewLongPolls("instances", s.cfg.NodeLongPollLimit, s.reg, limitRefusals)
