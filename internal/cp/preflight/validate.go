@@ -100,8 +100,12 @@ func Validate(r preflight.Report) []api.FieldError {
 			add("classification.signal", "unknown signal %q", c.Signal)
 		}
 	}
-	if c.OK && (c.Hop != "" || c.Signal != "") {
-		add("classification.ok", "an ok run names no failed hop or signal")
+	failed := false
+	for _, h := range r.Hops {
+		failed = failed || h.Status == preflight.Failed
+	}
+	if c.OK && (c.Hop != "" || c.Signal != "" || failed) {
+		add("classification.ok", "an ok run has no failed hop and names no failed hop or signal")
 	}
 	if len(fe) == 0 {
 		if b, _ := json.Marshal(r); len(b) > maxReportSize {

@@ -35,6 +35,9 @@ func TestValidateReport(t *testing.T) {
 		{"correlation_id", func(r *preflight.Report) { r.CorrelationID = "bad cid" }},
 		{"classification.signal", func(r *preflight.Report) { r.Classification.Signal = "nope" }},
 		{"node_id", func(r *preflight.Report) { r.NodeID = "Not A Host" }},
+		{"classification.ok", func(r *preflight.Report) {
+			r.Hops[0].Fail(signal.APIUnreachable, "refused") // classification left ok
+		}},
 	} {
 		r := goodReport()
 		tc.edit(&r)
