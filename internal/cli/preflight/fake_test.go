@@ -33,7 +33,8 @@ type fakeAPI struct {
 	// "hang" (accept, say nothing), "ready", or an error code to send.
 	ws        string
 	session   api.TerminalSession
-	storeCode int // answer to POST /api/v1/preflight-runs
+	storeCode int               // answer to POST /api/v1/preflight-runs
+	instances map[string]string // instance id → host id
 
 	mu      sync.Mutex
 	cids    map[string]bool // X-Correlation-ID values seen
@@ -67,6 +68,14 @@ func (f *fakeAPI) start() *httptest.Server {
 			return
 		}
 		js(w, 200, f.alloc)
+	})
+	mux.HandleFunc("GET /api/v1/instances/{id}", func(w http.ResponseWriter, r *http.Request) {
+		host, ok := f.instances[r.PathValue("id")]
+		if !ok {
+			js(w, 404, api.ErrorBody{Error: api.ErrorDetail{Code: "not_found", Message: "no such instance"}})
+			return
+		}
+		js(w, 200, api.Instance{ID: r.PathValue("id"), HostID: host})
 	})
 	mux.HandleFunc("GET /api/v1/hosts/{id}", func(w http.ResponseWriter, r *http.Request) { js(w, 200, f.host) })
 	mux.HandleFunc("POST /api/v1/tasks", func(w http.ResponseWriter, r *http.Request) {

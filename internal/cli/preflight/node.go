@@ -3,6 +3,8 @@ package preflight
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,7 +65,7 @@ func (r *run) nodeOpsAccess(ctx context.Context, res *preflight.HopResult) {
 	res.Data = map[string]any{"address": addr, "user": r.cfg.NodeUser}
 	client, err := r.sshDial(ctx, addr)
 	if err != nil {
-		res.Fail(sshSignal(err), fmt.Sprintf("ssh %s@%s: %v", r.cfg.NodeUser, addr, err))
+		res.Fail(sshSignal(err), r.sshDetail(addr, err))
 		return
 	}
 	defer client.Close()
@@ -131,7 +133,7 @@ func (r *run) sshDial(ctx context.Context, addr string) (*ssh.Client, error) {
 		auth = ssh.PublicKeysCallback(agent.NewClient(conn).Signers)
 	}
 	cfg := &ssh.ClientConfig{User: r.cfg.NodeUser, Auth: []ssh.AuthMethod{auth}, HostKeyCallback: hostKeys,
-		Timeout: r.cfg.Timeout}
+		HostKeyAlgorithms: knownAlgorithms(hostKeys, addr), Timeout: r.cfg.Timeout}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -147,6 +149,49 @@ func (r *run) sshDial(ctx context.Context, addr string) (*ssh.Client, error) {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return ssh.NewClient(c, chans, reqs), nil
+}
+
+// knownAlgorithms are the host key algorithms of the keys known_hosts has
+// for addr, so the server is asked for a key that can match (as OpenSSH
+// does); nil (the library's default order) when it knows none.
+func knownAlgorithms(cb ssh.HostKeyCallback, addr string) []string {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil
+	}
+	probe, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		return nil
+	}
+	tcp, _ := net.ResolveTCPAddr("tcp", addr)
+	var ke *knownhosts.KeyError
+	if err := cb(addr, tcp, probe.PublicKey()); !errors.As(err, &ke) {
+		return nil
+	}
+	var algos []string
+	for _, k := range ke.Want {
+		switch t := k.Key.Type(); t {
+		case ssh.KeyAlgoRSA:
+			algos = append(algos, ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA)
+		default:
+			algos = append(algos, t)
+		}
+	}
+	return algos
+}
+
+// sshDetail explains an SSH failure; a host key problem says which file.
+func (r *run) sshDetail(addr string, err error) string {
+	msg := fmt.Sprintf("ssh %s@%s: %v", r.cfg.NodeUser, addr, err)
+	var ke *knownhosts.KeyError
+	if errors.As(err, &ke) {
+		if len(ke.Want) == 0 {
+			return msg + fmt.Sprintf(" (the node's host key is not in %s: verify it and add it)", r.cfg.SSHKnownHosts)
+		}
+		return msg + fmt.Sprintf(" (the node's host key differs from the one in %s:%d: a rebuilt node or a wrong address)",
+			ke.Want[0].Filename, ke.Want[0].Line)
+	}
+	return msg
 }
 
 // sshSignal tells a reset access path (node_ops_access_unhealthy) from an

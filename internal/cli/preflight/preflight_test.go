@@ -58,6 +58,13 @@ func TestHops(t *testing.T) {
 			wantHop: signal.HopAllocationBinding, wantSig: signal.AllocationNotReady, detail: "provisioning"},
 		{name: "allocation on another host", fake: func(f *fakeAPI) { f.alloc.HostID = "node-2" },
 			wantHop: signal.HopAllocationBinding, wantSig: signal.AllocationNotReady, detail: "node-2"},
+		{name: "instance allocation on another host", fake: func(f *fakeAPI) {
+			f.alloc.Kind, f.alloc.HostID, f.alloc.InstanceID = api.AllocationInstance, "", "inst-2"
+			f.instances = map[string]string{"inst-2": "node-2"}
+		}, wantHop: signal.HopAllocationBinding, wantSig: signal.AllocationNotReady, detail: "bound to host node-2"},
+		{name: "smoke: no frame at all", fake: func(f *fakeAPI) { f.ws = "hang" },
+			cfg:     func(_ *testing.T, c *Config) { c.RunWSSmoke, c.Timeout = true, 300*time.Millisecond },
+			wantHop: signal.HopWorkloadTerminalStartup, wantSig: signal.UIConnectingStuck, detail: "no ready or error frame"},
 		{name: "allocation unknown", cfg: func(_ *testing.T, c *Config) { c.AllocationID = "alc_nope" },
 			wantHop: signal.HopAllocationBinding, wantSig: signal.AllocationNotReady, detail: "HTTP 404"},
 		{name: "host stale", fake: func(f *fakeAPI) { f.host.Status = api.HostStale },
@@ -246,6 +253,16 @@ func TestRootCauseNodeTerminal(t *testing.T) {
 	}
 	if r := hopOf(rep, signal.HopClassification); !strings.Contains(r.Detail, "node_terminal_reachability") {
 		t.Errorf("final %+v", r)
+	}
+}
+
+func TestInstanceAllocationNamesTheNode(t *testing.T) {
+	f := newFake(t)
+	f.alloc.Kind, f.alloc.HostID, f.alloc.InstanceID = api.AllocationInstance, "", "inst-1"
+	f.instances = map[string]string{"inst-1": "node-1"}
+	rep, _, _ := runFake(t, f, func(c *Config) { c.NodeID = "" })
+	if !rep.Classification.OK || rep.NodeID != "node-1" || hopOf(rep, signal.HopAllocationBinding).Data["instance_id"] != "inst-1" {
+		t.Fatalf("report %+v %+v", rep.Classification, hopOf(rep, signal.HopAllocationBinding))
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"golang.org/x/crypto/ssh"
+	sshagent "golang.org/x/crypto/ssh/agent"
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/drover-dev/drover/internal/wire/preflight"
@@ -157,6 +158,51 @@ func TestSSHNodeSide(t *testing.T) {
 		}
 		if rep.Classification.Hop != signal.HopNodeOpsAccess {
 			t.Errorf("classification %+v", rep.Classification)
+		}
+	})
+	t.Run("key from the SSH agent", func(t *testing.T) {
+		pemBytes, err := os.ReadFile(n.clientKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := ssh.ParseRawPrivateKey(pemBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyring := sshagent.NewKeyring()
+		if err := keyring.Add(sshagent.AddedKey{PrivateKey: raw}); err != nil {
+			t.Fatal(err)
+		}
+		sock := filepath.Join(t.TempDir(), "agent.sock")
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { defer c.Close(); _ = sshagent.ServeAgent(keyring, c) }()
+			}
+		}()
+		t.Setenv("SSH_AUTH_SOCK", sock)
+		cfg := sshConfig(n, knownHosts(t, n.addr, n.hostKey), agent)
+		rep, _, _ := runFake(t, newFake(t), func(c *Config) { cfg(c); c.SSHKey = "" })
+		if r := hopOf(rep, signal.HopNodeOpsAccess); r.Status != preflight.Passed {
+			t.Fatalf("node_ops_access %+v", r)
+		}
+	})
+	t.Run("host key unknown", func(t *testing.T) {
+		empty := filepath.Join(t.TempDir(), "known_hosts")
+		if err := os.WriteFile(empty, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		rep, _, _ := runFake(t, newFake(t), sshConfig(n, empty, agent))
+		if r := hopOf(rep, signal.HopNodeOpsAccess); r.Signal != signal.OpsSSHFailed || !strings.Contains(r.Detail, "is not in "+empty) {
+			t.Fatalf("node_ops_access %+v", r)
 		}
 	})
 	t.Run("wrong key", func(t *testing.T) {
