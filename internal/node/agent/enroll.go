@@ -60,7 +60,6 @@ func (a *Agent) enroll(ctx context.Context) (statedir.Identity, error) {
 	for {
 		ident, err = a.bootstrap.Register(ctx, req)
 		if err == nil {
-			a.noteSuccess(opEnrol, time.Time{})
 			break
 		}
 		reason := a.noteFailure(opEnrol, err)
@@ -156,7 +155,6 @@ func (a *Agent) renewLoop(ctx context.Context) error {
 			}
 			continue
 		}
-		a.noteSuccess(opRenew, time.Time{})
 		bo.reset()
 	}
 }

@@ -98,8 +98,11 @@ func connectivity(n signal.Name) bool {
 	return false
 }
 
-// noteSuccess ends the connectivity problems op saw, and those no request
-// has seen since sent (when a request sent at sent got through).
+// noteSuccess ends, when a request of op sent at sent got through, the
+// connectivity problems op saw and those no request has seen since sent.
+// Only heartbeats call it: the heartbeat that carried an outage's report
+// is the one that ends it, so the first heartbeat after an outage always
+// names it, whichever request saw it last.
 func (a *Agent) noteSuccess(op string, sent time.Time) {
 	a.diag.clearIf(func(n signal.Name, p problem) bool {
 		return connectivity(n) && (p.op == op || p.seen.Before(sent))

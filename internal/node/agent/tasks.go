@@ -64,7 +64,6 @@ func (a *Agent) taskLoop(ctx context.Context) error {
 			continue
 		}
 		bo.reset()
-		a.noteSuccess(opTaskPoll, time.Time{})
 		if !ok {
 			<-sem
 			continue
