@@ -85,10 +85,16 @@ func (r *run) nodeHeartbeat(ctx context.Context, res *preflight.HopResult) {
 	if h.StatusReason != "" {
 		reason = " (" + h.StatusReason + ")"
 	}
-	window := 4 * r.cfg.HeartbeatInterval
+	interval := time.Duration(h.HeartbeatInterval)
+	if interval <= 0 { // a control plane that does not say: the flag's value
+		interval = r.cfg.HeartbeatInterval
+	}
+	window := 4 * interval
 	switch {
-	case h.Revoked:
-		res.Fail(signal.HeartbeatStale, fmt.Sprintf("host %s is revoked", h.ID))
+	case h.Revoked || h.Status == api.HostAuthFailed:
+		// The agent may well be running: its requests are refused. That
+		// is node_recovery_status's finding (node_agent_auth_failed).
+		res.Detail = fmt.Sprintf("host %s is %s%s: its identity is refused (see node_recovery_status)", h.ID, h.Status, reason)
 	case h.Status == api.HostStale || h.Status == api.HostUnknown || h.Status == "":
 		res.Fail(signal.HeartbeatStale, fmt.Sprintf("host %s is %s%s", h.ID, orUnknown(string(h.Status)), reason))
 	case h.LastSeenAt == nil:
@@ -113,11 +119,14 @@ func orUnknown(s string) string {
 // and a diag.health_probe is claimed and its result posted in time.
 func (r *run) nodeRecoveryStatus(ctx context.Context, res *preflight.HopResult) {
 	if r.host != nil {
-		switch r.host.Status {
-		case api.HostAuthFailed:
+		switch {
+		case r.host.Revoked:
+			res.Fail(signal.AuthFailed, fmt.Sprintf("host %s is revoked: its identity is refused for good (re-enrol it as a new host)", r.host.ID))
+			return
+		case r.host.Status == api.HostAuthFailed:
 			res.Fail(signal.AuthFailed, fmt.Sprintf("host %s is auth_failed: %s", r.host.ID, r.host.StatusReason))
 			return
-		case api.HostTaskResultFailed:
+		case r.host.Status == api.HostTaskResultFailed:
 			res.Fail(signal.TaskResultPostFailed, fmt.Sprintf("host %s is task_result_failed: %s", r.host.ID, r.host.StatusReason))
 			return
 		}

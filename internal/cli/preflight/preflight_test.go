@@ -71,6 +71,14 @@ func TestHops(t *testing.T) {
 			wantHop: signal.HopNodeHeartbeat, wantSig: signal.HeartbeatStale, detail: "stale"},
 		{name: "last seen long ago", fake: func(f *fakeAPI) { f.host.LastSeenAt = &old },
 			wantHop: signal.HopNodeHeartbeat, wantSig: signal.HeartbeatStale, detail: "last seen"},
+		{name: "revoked host, long unheard: auth, not stale", fake: func(f *fakeAPI) {
+			f.host.Revoked, f.host.Status, f.host.LastSeenAt = true, api.HostAuthFailed, &old
+		}, wantHop: signal.HopNodeRecoveryStatus, wantSig: signal.AuthFailed, detail: "revoked"},
+		{name: "the host's heartbeat interval sets the window", fake: func(f *fakeAPI) {
+			// last seen a minute ago is fresh at a 60 s interval; the run
+			// gets past node_heartbeat to the host's result failures.
+			f.host.HeartbeatInterval, f.host.LastSeenAt, f.host.Status = api.Duration(time.Minute), &old, api.HostTaskResultFailed
+		}, wantHop: signal.HopNodeRecoveryStatus, wantSig: signal.TaskResultPostFailed},
 		{name: "host auth failed", fake: func(f *fakeAPI) { f.host.Status = api.HostAuthFailed },
 			wantHop: signal.HopNodeRecoveryStatus, wantSig: signal.AuthFailed},
 		{name: "host task results failing", fake: func(f *fakeAPI) { f.host.Status = api.HostTaskResultFailed },

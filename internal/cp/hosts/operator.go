@@ -17,8 +17,8 @@ import (
 )
 
 // hostView converts a host record to its API form; secrets never leave.
-func hostView(h store.Host) api.Host {
-	v := api.Host{
+func (s *Room) hostView(h store.Host) api.Host {
+	v := api.Host{HeartbeatInterval: api.Duration(s.cfg.HeartbeatInterval),
 		ID: h.ID, OSFamily: h.OSFamily, Labels: h.Labels, Enabled: h.Enabled, Revoked: h.Revoked, Draining: h.Draining,
 		Status: h.Status, StatusReason: h.StatusReason, Hostname: h.Hostname, SelectedAccel: h.SelectedAccel,
 		AgentVersion: h.AgentVersion, Enrolled: !h.EnrolledAt.IsZero(), CreatedAt: h.CreatedAt, UpdatedAt: h.UpdatedAt,
@@ -62,7 +62,7 @@ func (s *Room) List(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := make([]api.Host, 0, len(hosts))
 	for _, h := range hosts {
-		out = append(out, hostView(h))
+		out = append(out, s.hostView(h))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -75,7 +75,7 @@ func (s *Room) Show(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return httpapi.StoreError(err, "host", id)
 	}
-	httpapi.WriteJSON(w, http.StatusOK, hostView(h))
+	httpapi.WriteJSON(w, http.StatusOK, s.hostView(h))
 	return nil
 }
 
@@ -136,7 +136,7 @@ func (s *Room) mutateHost(w http.ResponseWriter, r *http.Request, action string,
 	}
 	s.cache.invalidate(id)
 	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: action, Target: id, Result: "ok", CID: httpapi.CorrelationID(ctx)})
-	httpapi.WriteJSON(w, http.StatusOK, hostView(h))
+	httpapi.WriteJSON(w, http.StatusOK, s.hostView(h))
 	return nil
 }
 

@@ -180,7 +180,7 @@ func (s *Room) SetProfile(w http.ResponseWriter, r *http.Request) error {
 	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "host.profile", Target: id, Result: "ok",
 		CID: httpapi.CorrelationID(ctx), Detail: "api_url=" + req.APIURL + " terminal_url=" + req.TerminalURL})
 	s.auditDrift(ctx, httpapi.Actor(ctx), id, change, h)
-	httpapi.WriteJSON(w, http.StatusOK, hostView(h))
+	httpapi.WriteJSON(w, http.StatusOK, s.hostView(h))
 	return nil
 }
 

@@ -48,8 +48,11 @@ type Host struct {
 	TokenExpiresAt *time.Time        `json:"token_expires_at,omitempty"`
 	CertNotAfter   *time.Time        `json:"cert_not_after,omitempty"`
 	LastSeenAt     *time.Time        `json:"last_seen_at,omitempty"`
-	CreatedAt      time.Time         `json:"created_at"`
-	UpdatedAt      time.Time         `json:"updated_at"`
+	// HeartbeatInterval is the control plane's heartbeat interval: a host
+	// is stale after 3 of them without a heartbeat.
+	HeartbeatInterval Duration  `json:"heartbeat_interval,omitempty"`
+	CreatedAt         time.Time `json:"created_at"`
+	UpdatedAt         time.Time `json:"updated_at"`
 	// The last failure seen for the host: an internal/wire/signal name, its
 	// detail, the correlation id to find its evidence by, and when.
 	LastFailureSignal        string     `json:"last_failure_signal,omitempty"`
