@@ -16,6 +16,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/signal"
 	"github.com/drover-dev/drover/internal/wire/task"
 	"github.com/drover-dev/drover/internal/wire/terminal"
 )
@@ -120,7 +121,10 @@ func terminalSize(req api.TerminalTokenRequest) (terminal.Size, []api.FieldError
 	return terminal.Size{Cols: uint16(req.Cols), Rows: uint16(req.Rows)}, fe
 }
 
-func terminalSessionView(t store.TerminalSession) api.TerminalSession {
+// terminalSessionView is a session's API form. A token that was never
+// redeemed and has expired shows as closed with close_reason
+// token_expired; a failure an operator must act on carries its signal.
+func terminalSessionView(t store.TerminalSession, now time.Time) api.TerminalSession {
 	v := api.TerminalSession{ID: t.ID, AllocationID: t.AllocationID, NodeID: t.NodeID, Username: t.Username,
 		Mode: t.Mode, InstanceID: t.InstanceID, State: t.State, ErrorCode: t.ErrorCode, ErrorMessage: t.ErrorMessage,
 		TaskID: t.TaskID, CorrelationID: t.CorrelationID, Cols: t.Cols, Rows: t.Rows, CreatedBy: t.CreatedBy,
@@ -132,6 +136,16 @@ func terminalSessionView(t store.TerminalSession) api.TerminalSession {
 	if !t.ClosedAt.IsZero() {
 		c := t.ClosedAt
 		v.ClosedAt = &c
+	} else if t.TokenUsedAt.IsZero() && !t.TokenExpiresAt.IsZero() && now.After(t.TokenExpiresAt) {
+		c := t.TokenExpiresAt
+		v.ClosedAt, v.CloseReason = &c, "token_expired"
+	}
+	code := t.ErrorCode
+	if code == "" {
+		code = t.CloseReason
+	}
+	if sig, ok := signal.FromTerminalCode(terminal.ErrorCode(code)); ok {
+		v.Signal = string(sig)
 	}
 	if t.Exited {
 		code := t.ExitCode
@@ -156,7 +170,7 @@ func (s *Gateway) ListAllocationSessions(w http.ResponseWriter, r *http.Request)
 	}
 	out := make([]api.TerminalSession, 0, len(ss))
 	for _, t := range ss {
-		out = append(out, terminalSessionView(t))
+		out = append(out, terminalSessionView(t, s.now()))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -168,7 +182,7 @@ func (s *Gateway) ShowSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return httpapi.StoreError(err, "terminal_session", r.PathValue("sid"))
 	}
-	httpapi.WriteJSON(w, http.StatusOK, terminalSessionView(t))
+	httpapi.WriteJSON(w, http.StatusOK, terminalSessionView(t, s.now()))
 	return nil
 }
 

@@ -104,20 +104,25 @@ type TerminalSession struct {
 	Mode       string `json:"mode"`
 	InstanceID string `json:"instance_id,omitempty"`
 	// State is the last readiness state reached (a terminal.State).
-	State         string               `json:"state"`
-	States        []TerminalStateEvent `json:"states"`
-	ErrorCode     string               `json:"error_code,omitempty"`
-	ErrorMessage  string               `json:"error_message,omitempty"`
-	TaskID        string               `json:"task_id,omitempty"`
-	CorrelationID string               `json:"correlation_id"`
-	Cols          int                  `json:"cols"`
-	Rows          int                  `json:"rows"`
-	CreatedBy     string               `json:"created_by,omitempty"`
-	CreatedAt     time.Time            `json:"created_at"`
-	ClosedAt      *time.Time           `json:"closed_at,omitempty"`
-	ExitCode      *int                 `json:"exit_code,omitempty"`
+	State        string               `json:"state"`
+	States       []TerminalStateEvent `json:"states"`
+	ErrorCode    string               `json:"error_code,omitempty"`
+	ErrorMessage string               `json:"error_message,omitempty"`
+	// Signal is the outage signal (internal/wire/signal) of a session that
+	// failed for a reason an operator must act on, e.g.
+	// terminal_node_stream_timeout for error code node_stream_timeout.
+	Signal        string     `json:"signal,omitempty"`
+	TaskID        string     `json:"task_id,omitempty"`
+	CorrelationID string     `json:"correlation_id"`
+	Cols          int        `json:"cols"`
+	Rows          int        `json:"rows"`
+	CreatedBy     string     `json:"created_by,omitempty"`
+	CreatedAt     time.Time  `json:"created_at"`
+	ClosedAt      *time.Time `json:"closed_at,omitempty"`
+	ExitCode      *int       `json:"exit_code,omitempty"`
 	// CloseReason is why the session ended: "exit", "browser_closed",
-	// "node_closed", or an error code.
+	// "node_closed", "token_expired" (the token was never redeemed), or an
+	// error code.
 	CloseReason    string `json:"close_reason,omitempty"`
 	RecordingBytes int64  `json:"recording_bytes"`
 	// RecordingURL is the asciicast v2 recording, once the session started.
