@@ -14,6 +14,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/audit"
 	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/tasks"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
@@ -159,7 +160,7 @@ func (s *Room) tasksOf(ctx context.Context, cid string) ([]evidenceTask, error) 
 	}
 	out := make([]evidenceTask, 0, len(ts))
 	for _, t := range ts {
-		v := evidenceTask{Task: taskView(t), Envelope: envelopeMeta{KID: s.keys.SigningKID(),
+		v := evidenceTask{Task: tasks.View(t), Envelope: envelopeMeta{KID: s.keys.SigningKID(),
 			Expires: t.ExpiresAt.Unix(), Audience: t.NodeID}}
 		if !t.DispatchedAt.IsZero() {
 			v.Envelope.IssuedAt = t.DispatchedAt.Unix()
@@ -177,27 +178,6 @@ func (s *Room) tasksOf(ctx context.Context, cid string) ([]evidenceTask, error) 
 		out = append(out, v)
 	}
 	return out, nil
-}
-
-func taskView(t store.Task) api.Task {
-	v := api.Task{ID: t.ID, NodeID: t.NodeID, Type: t.Type, Params: t.Params, State: t.State,
-		CorrelationID: t.CorrelationID, Attempts: t.Attempts, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt,
-		CreatedBy: t.CreatedBy}
-	if !t.DispatchedAt.IsZero() {
-		d := t.DispatchedAt
-		v.DispatchedAt = &d
-	}
-	if !t.FinishedAt.IsZero() {
-		f := t.FinishedAt
-		v.FinishedAt = &f
-	}
-	if len(t.Result) > 0 {
-		var res api.TaskResult
-		if json.Unmarshal(t.Result, &res) == nil {
-			v.Result = &res
-		}
-	}
-	return v
 }
 
 // sessionsOf returns the terminal sessions under cid or opened by one of
@@ -278,7 +258,7 @@ func (s *Room) collect(ctx context.Context, cid, host string) (*api.TaskResult, 
 			return nil, fmt.Errorf("%s task %s: %v", task.TypeCollect, t.ID, err)
 		}
 		if got.State.Terminal() {
-			v := taskView(got)
+			v := tasks.View(got)
 			if got.State != api.TaskSucceeded || v.Result == nil {
 				msg := ""
 				if v.Result != nil && v.Result.Error != nil {

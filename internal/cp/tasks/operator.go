@@ -19,8 +19,9 @@ const (
 	maxTaskTTL     = 24 * time.Hour
 )
 
-// taskView converts a task to its API form.
-func taskView(t store.Task) api.Task {
+// View converts a task to its API form (the task routes and evidence
+// bundles use it).
+func View(t store.Task) api.Task {
 	v := api.Task{ID: t.ID, NodeID: t.NodeID, Type: t.Type, Params: t.Params, State: t.State,
 		CorrelationID: t.CorrelationID, Attempts: t.Attempts, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt,
 		CreatedBy: t.CreatedBy}
@@ -111,7 +112,7 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	s.metrics.Enqueued.Inc()
 	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "task.enqueue", Target: t.ID, Result: "queued", CID: cid,
 		Detail: "node=" + t.NodeID + " type=" + t.Type})
-	httpapi.WriteJSON(w, http.StatusCreated, taskView(t))
+	httpapi.WriteJSON(w, http.StatusCreated, View(t))
 	return nil
 }
 
@@ -134,7 +135,7 @@ func (s *Room) List(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := make([]api.Task, 0, len(tasks))
 	for _, t := range tasks {
-		out = append(out, taskView(t))
+		out = append(out, View(t))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -162,7 +163,7 @@ func (s *Room) Show(w http.ResponseWriter, r *http.Request) error {
 			return httpapi.StoreError(err, "task", id)
 		}
 		if t.State.Terminal() || !time.Now().Before(deadline) {
-			v := taskView(t)
+			v := View(t)
 			evs, err := s.store.ListTaskEvents(ctx, id)
 			if err != nil {
 				return err
@@ -193,7 +194,7 @@ func (s *Room) Cancel(w http.ResponseWriter, r *http.Request) error {
 		return httpapi.StoreError(err, "task", id)
 	}
 	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "task.cancel", Target: id, Result: "canceled", CID: t.CorrelationID})
-	httpapi.WriteJSON(w, http.StatusOK, taskView(t))
+	httpapi.WriteJSON(w, http.StatusOK, View(t))
 	return nil
 }
 
