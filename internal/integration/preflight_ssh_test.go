@@ -1,20 +1,15 @@
 package integration
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -24,111 +19,14 @@ import (
 	"github.com/drover-dev/drover/internal/wire/signal"
 )
 
-// preflightSSHD is Debian's sshd on a loopback port with its own config,
-// host key and authorized key in a temp dir, in a private mount namespace
-// (as the ssh benchmark baseline runs it); the current user may log in
-// with key.
-type preflightSSHD struct {
-	port    int
-	key     string // the client's private key file
-	hostKey ssh.PublicKey
-}
-
-func startPreflightSSHD(t *testing.T) *preflightSSHD {
+// startPreflightSSHD is a throwaway sshd (as the ssh benchmark baseline
+// runs it) that the current user, root included, may log in to with the
+// client key.
+func startPreflightSSHD(t *testing.T) *testSSHD {
 	t.Helper()
 	requireRoot(t)
-	for _, p := range []string{"/usr/sbin/sshd", "ssh-keygen", "unshare"} {
-		if _, err := exec.LookPath(p); err != nil {
-			msg := fmt.Sprintf("the SSH preflight test needs %s (Debian: openssh-server, openssh-client, util-linux): %v", p, err)
-			if os.Getenv("CI") == "true" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-	}
-	dir := t.TempDir()
-	for _, k := range []string{"host_key", "client_key"} {
-		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "drover-preflight",
-			"-f", filepath.Join(dir, k)).CombinedOutput(); err != nil {
-			t.Fatalf("ssh-keygen: %v: %s", err, out)
-		}
-	}
-	pub, err := os.ReadFile(filepath.Join(dir, "client_key.pub"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), pub, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hostPub, err := os.ReadFile(filepath.Join(dir, "host_key.pub"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostKey, _, _, _, err := ssh.ParseAuthorizedKey(hostPub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cfg := filepath.Join(dir, "sshd_config")
-	conf := fmt.Sprintf(`ListenAddress 127.0.0.1:%d
-HostKey %s
-AuthorizedKeysFile %s
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-PrintMotd no
-PrintLastLog no
-PidFile none
-LogLevel ERROR
-`, port, filepath.Join(dir, "host_key"), filepath.Join(dir, "authorized_keys"))
-	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
-		`mount -t tmpfs -o mode=0755 drover-preflight /run && mkdir -m 0755 /run/sshd && exec /usr/sbin/sshd -D -e -f "$1"`,
-		"sh", cfg)
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start sshd: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-		if err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case <-exited:
-			t.Fatalf("sshd exited: %s", stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sshd not listening on %d after 10s: %v; %s", port, err, stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return &preflightSSHD{port: port, key: filepath.Join(dir, "client_key"), hostKey: hostKey}
+	return startTestSSHD(t, sshdOptions{name: "drover-preflight", who: "the SSH preflight test",
+		debian: "openssh-server, openssh-client, util-linux", permitRootLogin: "prohibit-password"})
 }
 
 // knownHostsFile writes a known_hosts naming key for 127.0.0.1:port.
