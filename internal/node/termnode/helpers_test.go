@@ -18,7 +18,6 @@ import (
 
 	"github.com/drover-dev/drover/internal/node/termnode"
 	"github.com/drover-dev/drover/internal/wire/api"
-	"github.com/drover-dev/drover/internal/wire/pki"
 	"github.com/drover-dev/drover/internal/wire/task"
 	"github.com/drover-dev/drover/internal/wire/terminal"
 	"github.com/drover-dev/drover/internal/wire/terminal/terminaltest"
@@ -39,42 +38,10 @@ type pkiFixture struct {
 
 func newPKI(t *testing.T) *pkiFixture {
 	t.Helper()
-	now := time.Now()
-	mk := func(name string) (*pki.CA, tls.Certificate, tls.Certificate) {
-		certPEM, keyPEM, err := pki.NewCA(name, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ca, err := pki.LoadCA(certPEM, keyPEM)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv, err := ca.ServerCertificate([]string{"127.0.0.1"}, time.Hour, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodeKey, err := pki.NewNodeKey()
-		if err != nil {
-			t.Fatal(err)
-		}
-		csr, err := pki.CSRFor(nodeKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodePEM, _, _, err := ca.SignNodeCSR(csr, testNode, time.Hour, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		client, err := tls.X509KeyPair(nodePEM, nodeKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ca, srv, client
-	}
-	ca, srv, client := mk("test CA")
-	other, otherSrv, otherClient := mk("other CA")
-	return &pkiFixture{pool: ca.Pool(), server: srv, client: client,
-		otherPool: other.Pool(), otherCert: otherClient, otherSvCrt: otherSrv}
+	fx := terminaltest.NewPKI(t, "test CA", testNode)
+	other := terminaltest.NewPKI(t, "other CA", testNode)
+	return &pkiFixture{pool: fx.CA.Pool(), server: fx.Server, client: fx.Node,
+		otherPool: other.CA.Pool(), otherCert: other.Node, otherSvCrt: other.Server}
 }
 
 // clientTLS returns a TLSConfig func presenting cert and trusting roots.

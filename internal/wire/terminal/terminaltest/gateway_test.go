@@ -12,7 +12,6 @@ import (
 
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/nodeapi"
-	"github.com/drover-dev/drover/internal/wire/pki"
 	"github.com/drover-dev/drover/internal/wire/terminal"
 	"github.com/drover-dev/drover/internal/wire/terminal/terminaltest"
 )
@@ -22,41 +21,13 @@ import (
 // same statuses and codes, and hands an accepted stream's frames to the
 // test both ways.
 func TestGateway(t *testing.T) {
-	now := time.Now()
-	caPEM, keyPEM, err := pki.NewCA("test CA", now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.LoadCA(caPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvCert, err := ca.ServerCertificate([]string{"127.0.0.1"}, time.Hour, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodeKey, err := pki.NewNodeKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := pki.CSRFor(nodeKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodePEM, _, _, err := ca.SignNodeCSR(csr, "node-1", time.Hour, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodeCert, err := tls.X509KeyPair(nodePEM, nodeKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fx := terminaltest.NewPKI(t, "test CA", "node-1")
 	g := terminaltest.New(t, terminaltest.Options{Nonce: "n0nce", TLS: &tls.Config{MinVersion: tls.VersionTLS13,
-		Certificates: []tls.Certificate{srvCert}, ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven}})
+		Certificates: []tls.Certificate{fx.Server}, ClientCAs: fx.CA.Pool(), ClientAuth: tls.VerifyClientCertIfGiven}})
 	client := func(withCert bool) *http.Client {
-		c := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: ca.Pool()}
+		c := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: fx.CA.Pool()}
 		if withCert {
-			c.Certificates = []tls.Certificate{nodeCert}
+			c.Certificates = []tls.Certificate{fx.Node}
 		}
 		return &http.Client{Transport: &http.Transport{TLSClientConfig: c}}
 	}
