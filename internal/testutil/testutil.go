@@ -1,7 +1,7 @@
 // Package testutil holds helpers shared by Drover's tests: golden-file
 // comparison, the expected GPU count of the machine running real-host
-// tests, qemu-img, and a slow client for listener limits. Only _test.go
-// files may import it.
+// tests, qemu-img, a slow client for listener limits and an API request
+// served by a handler. Only _test.go files may import it.
 package testutil
 
 import (

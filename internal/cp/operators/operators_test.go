@@ -6,15 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/audit"
 	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store/sqlite"
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -62,17 +61,7 @@ func newEnv(t *testing.T) *env {
 // do sends a request with bearer (none if empty) and decodes an error body.
 func (e *env) do(t *testing.T, method, path, bearer, body string) (int, api.ErrorDetail, []byte) {
 	t.Helper()
-	r := httptest.NewRequestWithContext(t.Context(), method, path, strings.NewReader(body))
-	if bearer != "" {
-		r.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	w := httptest.NewRecorder()
-	e.h.ServeHTTP(w, r)
-	var eb api.ErrorBody
-	if w.Code >= 400 {
-		_ = json.Unmarshal(w.Body.Bytes(), &eb)
-	}
-	return w.Code, eb.Error, w.Body.Bytes()
+	return testutil.ServeAPI(t, e.h, method, path, bearer, body)
 }
 
 // TestCreateTokenAPI: POST /api/v1/tokens with role and ttl/expires_at, its

@@ -18,6 +18,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/cp/store/sqlite"
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -120,17 +121,7 @@ func newRoleEnv(t *testing.T) *roleEnv {
 // do sends a request with bearer (none if empty) and decodes an error body.
 func (e *roleEnv) do(t *testing.T, method, path, bearer, body string) (int, api.ErrorDetail, []byte) {
 	t.Helper()
-	r := httptest.NewRequestWithContext(t.Context(), method, path, strings.NewReader(body))
-	if bearer != "" {
-		r.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	w := httptest.NewRecorder()
-	e.h.ServeHTTP(w, r)
-	var eb api.ErrorBody
-	if w.Code >= 400 {
-		_ = json.Unmarshal(w.Body.Bytes(), &eb)
-	}
-	return w.Code, eb.Error, w.Body.Bytes()
+	return testutil.ServeAPI(t, e.h, method, path, bearer, body)
 }
 
 var pathParam = regexp.MustCompile(`\{[a-z_]+\}`)
