@@ -159,6 +159,40 @@ func TestResultSpoolReported(t *testing.T) {
 	})
 }
 
+// TestClaimFailureReported: a task whose envelope the agent refuses makes
+// node_task_claim_failed the agent's problem (status and heartbeat); the
+// next task that verifies clears it.
+func TestClaimFailureReported(t *testing.T) {
+	t.Parallel()
+	f := newFakeCP(t)
+	r := startAgent(t, f, t.TempDir(), (&counter{}).handlers())
+	bad := claims("task-bad-sig", testTaskType)
+	f.enqueue(deliveryFor(bad, flipPayloadChar(t, sign(t, f.signer, bad))))
+	var st agent.Status
+	eventually(t, "status naming the refused task", func() bool {
+		st, _ = r.Status()
+		return st.Signal == signal.TaskClaimFailed
+	})
+	if !strings.Contains(st.Detail, "task-bad-sig") || !strings.Contains(st.Detail, "envelope_bad_signature") || st.CorrelationID != bad.CorrelationID {
+		t.Errorf("status %+v", st)
+	}
+	eventually(t, "a heartbeat reporting node_task_claim_failed", func() bool {
+		for _, hb := range f.heartbeatLog() {
+			if hb.HB.Diagnostic == string(signal.TaskClaimFailed) {
+				return true
+			}
+		}
+		return false
+	})
+	good := claims("task-good", testTaskType)
+	f.enqueue(deliveryFor(good, sign(t, f.signer, good)))
+	f.waitAccepted(t, good.TaskID, 1)
+	eventually(t, "the problem cleared", func() bool {
+		st, _ = r.Status()
+		return st.Signal == ""
+	})
+}
+
 func collect(t *testing.T, r *runningAgent, p task.CollectParams) task.CollectOutput {
 	t.Helper()
 	params, _ := json.Marshal(p)

@@ -23,6 +23,7 @@ const (
 const (
 	opHeartbeat = "heartbeat"
 	opTaskPoll  = "task_poll"
+	opVerify    = "task_verify"
 	opResult    = "result_post"
 	opRenew     = "renew"
 	opEnrol     = "enrol"
@@ -52,7 +53,7 @@ func newDiagnostics(now func() time.Time) *diagnostics {
 // priority orders active problems: the first one present is the current.
 func priority() []signal.Name {
 	return []signal.Name{signal.AuthFailed, signal.BinaryInvalid, signal.APITLSFailed, signal.APIUnreachable,
-		signal.EdgeRateLimited, signal.DiskFull, signal.DiskPressure, signal.TaskResultPostFailed}
+		signal.EdgeRateLimited, signal.DiskFull, signal.DiskPressure, signal.TaskResultPostFailed, signal.TaskClaimFailed}
 }
 
 // report records that op saw n. A new problem, or a new detail, is an event.

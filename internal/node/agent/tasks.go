@@ -157,6 +157,9 @@ func (a *Agent) handleDelivery(ctx context.Context, d api.TaskDelivery) {
 		code := task.Code(err)
 		a.metrics.tasksRejected.WithLabelValues(code).Inc()
 		log.Error("task envelope rejected; not executing", "code", code, "err", err)
+		// The agent claims tasks it cannot run: signing keys, clocks or
+		// versions disagree (node_task_claim_failed) until one verifies.
+		a.diag.report(signal.TaskClaimFailed, opVerify, fmt.Sprintf("task %s (%s) refused: %s", d.TaskID, d.TaskType, code), d.CorrelationID)
 		if _, berr := a.state.Begin(d.TaskID, a.now().Add(time.Hour), a.now()); berr != nil {
 			log.Error("cannot record rejected task", "err", berr)
 			return
@@ -165,6 +168,7 @@ func (a *Agent) handleDelivery(ctx context.Context, d api.TaskDelivery) {
 			Error: &api.ResultError{Code: code, Message: err.Error()}})
 		return
 	}
+	a.diag.clear(signal.TaskClaimFailed)
 	rec, err := a.state.Begin(claims.TaskID, time.Unix(claims.ExpiresAt, 0), a.now())
 	if errors.Is(err, statedir.ErrSeen) {
 		a.metrics.tasksDuplicate.Inc()
