@@ -39,6 +39,9 @@ type ServerFlags struct {
 	NodeLongPollLimit     int           `name:"node-long-poll-limit" default:"4" help:"Long-polls of one route (tasks, instances) a node may hold open on this replica (429 node_long_poll_limit beyond)."`
 	TerminalPerNode       int           `name:"terminal-sessions-per-node" default:"16" help:"Terminal sessions one node may have on this replica (terminal_session_limit beyond)."`
 	TerminalRecheck       time.Duration `name:"terminal-recheck-interval" default:"30s" help:"How often live terminals re-check their node, allocation and token in case a change event was lost."`
+	TerminalDispatch      time.Duration `name:"terminal-dispatch-timeout" default:"10s" help:"How long the gateway waits for the node to pick up terminal.open (node_offline or dispatch_timeout beyond)."`
+	TerminalNodeStream    time.Duration `name:"terminal-node-stream-timeout" default:"15s" help:"How long the gateway waits for the node's stream once it picked up terminal.open (node_stream_timeout beyond)."`
+	TerminalPTY           time.Duration `name:"terminal-pty-timeout" default:"15s" help:"How long the gateway waits for the node's ready frame once its stream connected (terminal_pty_failed beyond)."`
 }
 
 func (f ServerFlags) config(allowUnknown bool, log *slog.Logger) server.Config {
@@ -46,7 +49,8 @@ func (f ServerFlags) config(allowUnknown bool, log *slog.Logger) server.Config {
 		CertTTL: f.CertTTL, HeartbeatInterval: f.HeartbeatInterval, VCPUAllocationRatio: f.VCPURatio, AllowUnknownHostRegistration: allowUnknown,
 		Logger: log, Terminal: server.TerminalConfig{AllowedOrigins: f.TerminalOrigins, IdleTimeout: f.TerminalIdle,
 			MaxLifetime: f.TerminalMaxLifetime, RecordingDir: f.RecordingDir, RecordInput: f.RecordInput,
-			MaxSessionsPerNode: f.TerminalPerNode, RecheckInterval: f.TerminalRecheck},
+			MaxSessionsPerNode: f.TerminalPerNode, RecheckInterval: f.TerminalRecheck, DispatchTimeout: f.TerminalDispatch,
+			NodeStreamTimeout: f.TerminalNodeStream, PTYTimeout: f.TerminalPTY},
 		ReadHeaderTimeout: f.HTTPReadHeaderTimeout, BodyReadTimeout: f.HTTPBodyTimeout, IdleTimeout: f.HTTPIdleTimeout,
 		MaxHeaderBytes: f.HTTPMaxHeaderBytes, NodeLongPollLimit: f.NodeLongPollLimit}
 }

@@ -302,5 +302,29 @@ func (r *run) nodeHop(h signal.Hop) hopFunc {
 		if res.Status == "" {
 			res.Status = preflight.Skipped
 		}
+		if h == signal.HopNodeTerminalReachability {
+			r.checkProfile(res)
+		}
 	}
+}
+
+// checkProfile fails node_terminal_reachability with
+// terminal_env_profile_drift when the terminal URL the node dialled (its
+// NODE_AGENT_TERMINAL_URL) is not the host's environment profile's: a node
+// that reaches the wrong listener, or none, is fixed by its URL. An explicit
+// --node-terminal-url is the operator's own choice and is not compared.
+func (r *run) checkProfile(res *preflight.HopResult) {
+	if r.host == nil || r.host.Profile.TerminalURL == "" || r.cfg.NodeTerminalURL != "" || res.Status == preflight.Skipped {
+		return
+	}
+	dialled, _ := res.Data["url"].(string)
+	want := r.host.Profile.TerminalURL
+	if dialled == "" || strings.TrimRight(dialled, "/") == strings.TrimRight(want, "/") {
+		return
+	}
+	detail := fmt.Sprintf("the node dials %s but host %s's profile says %s", dialled, r.host.ID, want)
+	if res.Status == preflight.Failed {
+		detail += fmt.Sprintf(" (and %s: %s)", res.Signal, res.Detail)
+	}
+	res.Fail(signal.EnvProfileDrift, detail)
 }

@@ -118,6 +118,10 @@ func TestHops(t *testing.T) {
 			wantHop: signal.HopNodeRuntimeAPIReachability, wantSig: signal.APITLSFailed},
 		{name: "node terminal URL unreachable", cfg: local(nodeHops(signal.HopNodeTerminalReachability, signal.NodeStreamTimeout)...),
 			wantHop: signal.HopNodeTerminalReachability, wantSig: signal.NodeStreamTimeout},
+		{name: "node dials another terminal URL than the profile", fake: func(f *fakeAPI) {
+			f.host.Profile.TerminalURL = "https://term.internal:8443"
+		}, cfg: local(withData(nodeHops("", ""), signal.HopNodeTerminalReachability, "url", "https://127.0.0.1:9")...),
+			wantHop: signal.HopNodeTerminalReachability, wantSig: signal.EnvProfileDrift, detail: "profile says https://term.internal:8443"},
 		{name: "agent binary missing", cfg: func(_ *testing.T, c *Config) { c.NodeLocal, c.AgentBinary = true, "/nonexistent/drover-agent" },
 			wantHop: signal.HopNodeReadiness, wantSig: signal.BinaryInvalid, detail: "no JSON node report"},
 	}
@@ -162,6 +166,16 @@ func TestHops(t *testing.T) {
 }
 
 func smoke(_ *testing.T, c *Config) { c.RunWSSmoke = true }
+
+// withData sets key in hop's Data.
+func withData(hops []preflight.HopResult, hop signal.Hop, key string, v any) []preflight.HopResult {
+	for i := range hops {
+		if hops[i].Hop == hop {
+			hops[i].Data = map[string]any{key: v}
+		}
+	}
+	return hops
+}
 
 // local runs the node-side hops with a fake drover-agent printing hops.
 func local(hops ...preflight.HopResult) func(*testing.T, *Config) {

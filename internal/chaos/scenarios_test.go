@@ -1,0 +1,192 @@
+package chaos
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/signal"
+)
+
+// restartAgent stops drover-agent and starts it again with edit applied to
+// its configuration (nil: unchanged), without waiting for health.
+func (c *cluster) restartAgent(edit func(env map[string]string)) {
+	c.t.Helper()
+	c.agent.stop()
+	if edit != nil {
+		edit(c.agentEnv)
+	}
+	c.agent = startProc(c.t, filepath.Join(c.dir, "agent.log"), c.env(), c.bins.agent)
+}
+
+func mustRun(c *cluster, name string, args ...string) {
+	c.t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		c.t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// allocUser is the OS user of the cluster's allocation.
+func (c *cluster) allocUser() string {
+	var a api.Allocation
+	c.call(http.MethodGet, "/api/v1/allocations/"+c.allocID, nil, &a)
+	return a.Username
+}
+
+// scenarios is the matrix: docs/runbooks/chaos.md explains each row.
+func scenarios() []scenario {
+	return []scenario{
+		{name: "agent_stopped", injection: "kill drover-agent (SIGTERM)",
+			hop: signal.HopNodeHeartbeat, sig: signal.HeartbeatStale,
+			inject: func(c *cluster, _ *state) { c.agent.stop() },
+			repair: func(c *cluster, _ *state) { c.restartAgent(nil) },
+			limit:  3*heartbeat + time.Second},
+		{name: "node_api_unreachable", injection: "API proxy listener closed (connection refused)",
+			hop: signal.HopNodeRuntimeAPIReachability, sig: signal.APIUnreachable,
+			inject: func(c *cluster, _ *state) { c.api.set(modeRefuse, 0, nil) },
+			repair: func(c *cluster, _ *state) { c.api.set(modePass, 0, nil) }},
+		{name: "node_api_blackholed", injection: "API proxy accepts and never forwards (egress dropped)",
+			hop: signal.HopNodeRuntimeAPIReachability, sig: signal.APIUnreachable,
+			inject: func(c *cluster, _ *state) { c.api.set(modeBlackhole, 0, nil) },
+			repair: func(c *cluster, _ *state) { c.api.set(modePass, 0, nil) }},
+		{name: "node_api_dns_broken", injection: "agent restarted with NODE_AGENT_CONTROL_PLANE_URL at a .invalid name",
+			hop: signal.HopNodeRuntimeAPIReachability, sig: signal.APIUnreachable,
+			inject: func(c *cluster, s *state) {
+				s.vals["url"] = c.agentEnv["NODE_AGENT_CONTROL_PLANE_URL"]
+				c.restartAgent(func(env map[string]string) {
+					env["NODE_AGENT_CONTROL_PLANE_URL"] = "https://drover-api.chaos.invalid:" + portOf(c.api.addr)
+				})
+			},
+			repair: func(c *cluster, s *state) {
+				c.restartAgent(func(env map[string]string) { env["NODE_AGENT_CONTROL_PLANE_URL"] = s.vals["url"] })
+			}},
+		{name: "stale_ca_bundle", injection: "API proxy presents a certificate of another CA",
+			hop: signal.HopNodeRuntimeAPIReachability, sig: signal.APITLSFailed,
+			inject: func(c *cluster, _ *state) { c.api.set(modeTLS, 0, newOtherCA(c.t).serverTLS(false)) },
+			repair: func(c *cluster, _ *state) { c.api.set(modePass, 0, nil) }},
+		{name: "node_identity_superseded", injection: "rotate-token (API) and enrol a clone with it: the agent's certificate is superseded",
+			hop: signal.HopNodeRecoveryStatus, sig: signal.AuthFailed, alt: []signal.Hop{signal.HopNodeRuntimeAPIReachability},
+			inject: func(c *cluster, _ *state) { c.enrolClone() },
+			repair: func(c *cluster, _ *state) {
+				var bt api.BootstrapToken
+				c.call(http.MethodPost, "/api/v1/hosts/"+c.hostID+"/rotate-token", nil, &bt)
+				dir := filepath.Join(c.dir, "agent-reenrolled")
+				if err := os.Mkdir(dir, 0o700); err != nil {
+					c.t.Fatal(err)
+				}
+				c.restartAgent(func(env map[string]string) {
+					env["NODE_AGENT_BOOTSTRAP_TOKEN"], env["NODE_AGENT_STATE_DIR"] = bt.Token, dir
+				})
+			}},
+		{name: "disk_pressure", injection: "state dir on a 4 MiB tmpfs filled to ~95% (threshold 90%)",
+			hop: signal.HopNodeReadiness, sig: signal.DiskPressure,
+			setup: func(c *cluster, _ *state) {
+				dir := c.agentEnv["NODE_AGENT_STATE_DIR"]
+				mustRun(c, "mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", dir)
+				c.t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+				c.agentEnv["NODE_AGENT_DISK_PRESSURE_PERCENT"] = "90"
+			},
+			inject: func(c *cluster, _ *state) {
+				f := filepath.Join(c.agentEnv["NODE_AGENT_STATE_DIR"], "chaos-filler")
+				if err := os.WriteFile(f, make([]byte, 3900<<10), 0o600); err != nil {
+					c.t.Fatal(err)
+				}
+			},
+			repair: func(c *cluster, _ *state) {
+				if err := os.Remove(filepath.Join(c.agentEnv["NODE_AGENT_STATE_DIR"], "chaos-filler")); err != nil {
+					c.t.Fatal(err)
+				}
+			}},
+		{name: "result_post_blocked", injection: "claim a diag.echo, then the API proxy refuses (result post fails, result spooled)",
+			hop: signal.HopNodeRuntimeAPIReachability, sig: signal.APIUnreachable, terminal: true,
+			inject: func(c *cluster, s *state) { s.vals["task"] = c.blockAfterClaim() },
+			repair: func(c *cluster, _ *state) { c.api.set(modePass, 0, nil) },
+			check:  func(c *cluster, s *state) { c.waitTask(s.vals["task"]) }},
+		{name: "incompatible_binary", injection: "--agent-binary is the linux/arm64 build",
+			hop: signal.HopNodeReadiness, sig: signal.BinaryInvalid,
+			inject: func(c *cluster, s *state) { s.agentBin = c.bins.agentARM64 },
+			repair: func(c *cluster, s *state) { s.agentBin = c.bins.agent }},
+		{name: "node_cert_rotated", injection: "--cert-ttl 6s: the agent renews its certificate while preflight runs",
+			noFault: true, opts: clusterOpts{certTTL: 6 * time.Second},
+			inject: func(c *cluster, _ *state) {},
+			check:  func(c *cluster, s *state) { c.preflightThroughRenewal(s) }},
+		{name: "terminal_route_missing", injection: "--terminal-base at a listener without /healthz (404)",
+			hop: signal.HopTerminalPublicRoute, sig: signal.PublicRouteMissing, terminal: true,
+			inject: func(c *cluster, s *state) {
+				edge := httptest.NewServer(http.NotFoundHandler())
+				c.t.Cleanup(edge.Close)
+				s.vals["edge"] = edge.URL
+			},
+			args:   func(_ *cluster, s *state) []string { return []string{"--terminal-base", s.vals["edge"]} },
+			repair: func(_ *cluster, s *state) { delete(s.vals, "edge") }},
+		{name: "node_terminal_blocked", injection: "terminal proxy listener closed",
+			hop: signal.HopNodeTerminalReachability, sig: signal.NodeStreamTimeout, terminal: true,
+			inject: func(c *cluster, _ *state) { c.term.set(modeRefuse, 0, nil) },
+			repair: func(c *cluster, _ *state) { c.term.set(modePass, 0, nil) },
+			limit:  streamTimeout + time.Second},
+		{name: "node_stream_delayed", injection: "terminal proxy delays each connection 2x the gateway's node-stream timeout",
+			hop: signal.HopNodeTerminalReachability, sig: signal.NodeStreamTimeout, terminal: true,
+			alt:    []signal.Hop{signal.HopWorkloadTerminalStartup},
+			inject: func(c *cluster, _ *state) { c.term.set(modeDelay, 2*streamTimeout, nil) },
+			repair: func(c *cluster, _ *state) { c.term.set(modePass, 0, nil) },
+			limit:  streamTimeout + time.Second},
+		{name: "terminal_profile_drift", injection: "agent restarted with NODE_AGENT_TERMINAL_URL at a closed port; the host's profile names the terminal proxy",
+			hop: signal.HopNodeTerminalReachability, sig: signal.EnvProfileDrift, terminal: true,
+			inject: func(c *cluster, _ *state) {
+				c.restartAgent(func(env map[string]string) { env["NODE_AGENT_TERMINAL_URL"] = "https://" + freeAddr(c.t) })
+				c.waitHealthy(10 * time.Second)
+			},
+			limit: 3*heartbeat + streamTimeout,
+			repair: func(c *cluster, _ *state) {
+				c.restartAgent(func(env map[string]string) { env["NODE_AGENT_TERMINAL_URL"] = "https://" + c.term.addr })
+			}},
+		{name: "gateway_rejects_node_cert", injection: "terminal proxy terminates TLS and demands a client certificate of another CA",
+			hop: signal.HopNodeTerminalReachability, sig: signal.NodeStreamMTLSFailed, terminal: true,
+			alt: []signal.Hop{signal.HopWorkloadTerminalStartup},
+			setup: func(c *cluster, s *state) {
+				o := newOtherCA(c.t)
+				var ca struct {
+					PEM string `json:"ca_pem"`
+				}
+				c.call(http.MethodGet, "/api/v1/ca", nil, &ca)
+				f := filepath.Join(c.dir, "ca-bundle.pem")
+				if err := os.WriteFile(f, append([]byte(ca.PEM), o.pem...), 0o644); err != nil {
+					c.t.Fatal(err)
+				}
+				c.agentEnv["NODE_AGENT_CA_FILE"] = f
+				s.vals["ca"] = "set"
+				c.otherCA = &o
+			},
+			inject: func(c *cluster, _ *state) { c.term.set(modeTLS, 0, c.otherCA.serverTLS(true)) },
+			repair: func(c *cluster, _ *state) { c.term.set(modePass, 0, nil) },
+			limit:  streamTimeout + time.Second},
+		{name: "allocation_user_removed", injection: "userdel the allocation's OS user before open",
+			hop: signal.HopWorkloadTerminalStartup, sig: signal.PTYFailed, terminal: true,
+			inject: func(c *cluster, _ *state) { mustRun(c, "userdel", c.allocUser()) },
+			repair: func(c *cluster, _ *state) {
+				old := c.allocID
+				c.call(http.MethodDelete, "/api/v1/allocations/"+old, nil, nil)
+				c.createAllocation("chy" + strconv.FormatInt(time.Now().UnixNano()%1_000_000_000, 10))
+			},
+			limit: streamTimeout + time.Second},
+		{name: "pty_shell_missing", injection: "usermod -s /nonexistent/shell on the allocation's user",
+			hop: signal.HopWorkloadTerminalStartup, sig: signal.PTYFailed, terminal: true,
+			inject: func(c *cluster, s *state) {
+				s.vals["user"] = c.allocUser()
+				mustRun(c, "usermod", "-s", "/nonexistent/shell", s.vals["user"])
+			},
+			repair: func(c *cluster, s *state) { mustRun(c, "usermod", "-s", "/bin/bash", s.vals["user"]) },
+			limit:  streamTimeout + time.Second},
+	}
+}
+
+func portOf(addr string) string {
+	i := strings.LastIndexByte(addr, ':')
+	return addr[i+1:]
+}
