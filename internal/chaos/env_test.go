@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/pgtest"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -98,6 +99,12 @@ func (p *proc) tail() string {
 	return string(b)
 }
 
+// logHas says whether the process's log mentions s.
+func (p *proc) logHas(s string) bool {
+	b, _ := os.ReadFile(p.log)
+	return bytes.Contains(b, []byte(s))
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -119,6 +126,7 @@ type cluster struct {
 	nodeAddr string      // the control plane's node listener
 	api      *faultProxy // the agent's NODE_AGENT_CONTROL_PLANE_URL
 	term     *faultProxy // the agent's NODE_AGENT_TERMINAL_URL
+	db       *faultProxy // the control plane's PostgreSQL (clusterOpts.postgres)
 	cp       *proc
 	agent    *proc
 	hostID   string
@@ -133,8 +141,11 @@ type cluster struct {
 
 // clusterOpts vary the control plane.
 type clusterOpts struct {
-	store   string // "" is SQLite in the scenario's directory
-	certTTL time.Duration
+	// postgres runs the control plane on a throw-away PostgreSQL reached
+	// through the cluster's db proxy; otherwise SQLite in the scenario's
+	// directory.
+	postgres bool
+	certTTL  time.Duration
 }
 
 func startCluster(t *testing.T, b bins, o clusterOpts) *cluster {
@@ -143,9 +154,17 @@ func startCluster(t *testing.T, b bins, o clusterOpts) *cluster {
 	if len(c.hostID) > 40 {
 		c.hostID = c.hostID[:40]
 	}
-	c.store = o.store
-	if c.store == "" {
-		c.store = "sqlite:" + filepath.Join(c.dir, "drover.db")
+	c.store = "sqlite:" + filepath.Join(c.dir, "drover.db")
+	if o.postgres {
+		pg, err := pgtest.StartServer()
+		if err != nil {
+			pgtest.Skip(t, err)
+		}
+		t.Cleanup(pg.Stop)
+		dsn := pg.NewDatabase(t)
+		pgAddr := fmt.Sprintf("127.0.0.1:%d", pg.Port())
+		c.db = newFaultProxy(t, pgAddr)
+		c.store = strings.Replace(dsn, pgAddr, c.db.addr, 1)
 	}
 	out, err := exec.Command(b.drover, "token", "create", "chaos", "--store", c.store, "--insecure-plaintext-keys", "--json").CombinedOutput()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/signal"
+	"github.com/drover-dev/drover/internal/wire/terminal"
 )
 
 // restartAgent stops drover-agent and starts it again with edit applied to
@@ -103,7 +104,7 @@ func scenarios() []scenario {
 					c.t.Fatal(err)
 				}
 			}},
-		{name: "result_post_blocked", injection: "claim a diag.echo, then the API proxy refuses (result post fails, result spooled)",
+		{name: "result_post_blocked", injection: "a terminal.open is claimed (its node stream slowed by the terminal proxy), then the API proxy refuses: the result post fails and is spooled",
 			hop: signal.HopNodeRuntimeAPIReachability, sig: signal.APIUnreachable, terminal: true,
 			inject: func(c *cluster, s *state) { s.vals["task"] = c.blockAfterClaim() },
 			repair: func(c *cluster, _ *state) { c.api.set(modePass, 0, nil) },
@@ -134,6 +135,7 @@ func scenarios() []scenario {
 			hop: signal.HopNodeTerminalReachability, sig: signal.NodeStreamTimeout, terminal: true,
 			alt:    []signal.Hop{signal.HopWorkloadTerminalStartup},
 			inject: func(c *cluster, _ *state) { c.term.set(modeDelay, 2*streamTimeout, nil) },
+			during: func(c *cluster, _ *state) string { return c.consoleShowsError(terminal.CodeNodeStreamTimeout) },
 			repair: func(c *cluster, _ *state) { c.term.set(modePass, 0, nil) },
 			limit:  streamTimeout + time.Second},
 		{name: "terminal_profile_drift", injection: "agent restarted with NODE_AGENT_TERMINAL_URL at a closed port; the host's profile names the terminal proxy",
@@ -166,6 +168,15 @@ func scenarios() []scenario {
 			inject: func(c *cluster, _ *state) { c.term.set(modeTLS, 0, c.otherCA.serverTLS(true)) },
 			repair: func(c *cluster, _ *state) { c.term.set(modePass, 0, nil) },
 			limit:  streamTimeout + time.Second},
+		{name: "session_store_stopped", injection: "PostgreSQL control plane; the database proxy refuses and drops every connection",
+			// The session binding lives in the control plane's store: with
+			// it down every operator call fails first (HTTP 500), so the
+			// run stops at allocation_binding and cannot be stored; the
+			// evidence is the error envelope's and the log's correlation id.
+			hop: signal.HopAllocationBinding, sig: signal.AllocationNotReady, terminal: true, storeDown: true,
+			opts:   clusterOpts{postgres: true},
+			inject: func(c *cluster, _ *state) { c.db.set(modeRefuse, 0, nil) },
+			repair: func(c *cluster, _ *state) { c.db.set(modePass, 0, nil) }},
 		{name: "allocation_user_removed", injection: "userdel the allocation's OS user before open",
 			hop: signal.HopWorkloadTerminalStartup, sig: signal.PTYFailed, terminal: true,
 			inject: func(c *cluster, _ *state) { mustRun(c, "userdel", c.allocUser()) },
