@@ -73,6 +73,13 @@ func operatorRouteMeaning() map[string]string {
 		"GET /api/v1/terminal":                          "the browser's terminal WebSocket; the terminal token (a subprotocol) is the credential",
 		"GET /ui/":                                      "the web console",
 		"GET /{$}":                                      "redirects to /ui/",
+		"GET /ui/login":                                 "the dashboard's login form (sets its double-submit CSRF cookie)",
+		"POST /ui/login":                                "dashboard login: the operator token for a session cookie",
+		"POST /ui/logout":                               "dashboard logout (session cookie and CSRF token)",
+		"GET /ui/fleet":                                 "the dashboard's fleet page (session cookie)",
+		"GET /ui/fleet/events":                          "the fleet table's rows as server-sent events (session cookie)",
+		"GET /ui/hosts/{id}":                            "the dashboard's host page (session cookie)",
+		"POST /ui/hosts/{id}/actions/{action}":          "a dashboard host action through the operator API (session cookie, CSRF token, role operator)",
 	}
 }
 

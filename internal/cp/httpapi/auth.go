@@ -80,16 +80,10 @@ func (a *Auth) Require(min api.Role, next HandlerFunc) http.Handler {
 		if !ok || raw == "" {
 			return Errorf(http.StatusUnauthorized, "operator_token_required", "missing operator bearer token (Authorization: Bearer ...)")
 		}
-		tok, err := a.Tokens.GetOperatorTokenByHash(r.Context(), HashToken(raw))
-		if errors.Is(err, store.ErrNotFound) {
-			return Errorf(http.StatusUnauthorized, "operator_token_invalid", "operator token is not valid")
-		} else if err != nil {
+		p, err := a.Authenticate(r.Context(), raw)
+		if err != nil {
 			return err
 		}
-		if tok.Revoked || (!tok.ExpiresAt.IsZero() && !a.Now().Before(tok.ExpiresAt)) {
-			return Errorf(http.StatusUnauthorized, "operator_token_invalid", "operator token is revoked or expired")
-		}
-		p := Principal{TokenID: tok.ID, Name: tok.Name, Role: tok.Role}
 		ctx := WithPrincipal(r.Context(), p)
 		if !p.Role.AtLeast(min) {
 			if a.Forbidden != nil {
@@ -99,6 +93,22 @@ func (a *Auth) Require(min api.Role, next HandlerFunc) http.Handler {
 		}
 		return next(w, r.WithContext(ctx))
 	})
+}
+
+// Authenticate returns the principal of the raw operator token: 401
+// operator_token_invalid for an unknown, revoked or expired one. Require
+// uses it; so does the web dashboard's login, which learns the role there.
+func (a *Auth) Authenticate(ctx context.Context, raw string) (Principal, error) {
+	tok, err := a.Tokens.GetOperatorTokenByHash(ctx, HashToken(raw))
+	if errors.Is(err, store.ErrNotFound) {
+		return Principal{}, Errorf(http.StatusUnauthorized, "operator_token_invalid", "operator token is not valid")
+	} else if err != nil {
+		return Principal{}, err
+	}
+	if tok.Revoked || (!tok.ExpiresAt.IsZero() && !a.Now().Before(tok.ExpiresAt)) {
+		return Principal{}, Errorf(http.StatusUnauthorized, "operator_token_invalid", "operator token is revoked or expired")
+	}
+	return Principal{TokenID: tok.ID, Name: tok.Name, Role: tok.Role}, nil
 }
 
 // RoleForbidden is the 403 of a principal whose role is below need.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/dashboard"
 	"github.com/drover-dev/drover/internal/cp/httpapi"
 )
 
@@ -20,6 +21,18 @@ func (s *Server) OperatorHandler() http.Handler {
 		registerOperatorRoute(mux, s, rt)
 	}
 	return httpapi.WithCorrelation(mux)
+}
+
+// newDashboard builds the dashboard on a mux of exactly operatorRoutes:
+// its pages call the operator API in-process with the session's token.
+func (s *Server) newDashboard() *dashboard.UI {
+	mux := http.NewServeMux()
+	for _, rt := range s.operatorRoutes() {
+		registerOperatorRoute(mux, s, rt)
+	}
+	a := &httpapi.Auth{Tokens: s.store, Now: s.cfg.Now, Log: s.log}
+	return dashboard.New(dashboard.Config{API: httpapi.WithCorrelation(mux), Authenticate: a.Authenticate,
+		Now: s.cfg.Now, Log: s.log})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {

@@ -105,7 +105,7 @@ type publicRoute struct {
 // operatorRoutes.
 func (s *Server) publicRoutes() []publicRoute {
 	ui := webui.Handler()
-	return []publicRoute{
+	out := []publicRoute{
 		{"GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		})},
@@ -118,6 +118,12 @@ func (s *Server) publicRoutes() []publicRoute {
 		{"GET /ui/", ui},
 		{"GET /{$}", ui}, // "/" redirects to /ui/
 	}
+	// The dashboard: its session cookie (with a CSRF token on every POST)
+	// stands for the operator token it calls the API with in-process.
+	for _, rt := range s.dash.Routes() {
+		out = append(out, publicRoute{rt.Pattern, rt.Handler})
+	}
+	return out
 }
 
 // Route is one route of the operator listener as docs/contract.md lists

@@ -72,8 +72,13 @@ var wantRoles = map[string]api.Role{
 	"GET /api/v1/ca":                                api.RoleViewer,
 }
 
-// wantPublic are the only routes served without an operator token.
-var wantPublic = []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /api/v1/terminal", "GET /ui/", "GET /{$}"}
+// wantPublic are the only routes served without an operator token. The
+// dashboard's (/ui/login onwards) take its session cookie instead and call
+// the operator routes in-process with the session's token
+// (internal/cp/dashboard tests their CSRF and role refusals).
+var wantPublic = []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /api/v1/terminal", "GET /ui/", "GET /{$}",
+	"GET /ui/login", "POST /ui/login", "POST /ui/logout", "GET /ui/fleet", "GET /ui/fleet/events", "GET /ui/hosts/{id}",
+	"POST /ui/hosts/{id}/actions/{action}"}
 
 // clock is a settable test clock.
 type clock struct {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/cp/allocations"
 	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/dashboard"
 	"github.com/drover-dev/drover/internal/cp/hosts"
 	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/instances"
@@ -211,6 +212,8 @@ type Server struct {
 	ops *operators.Room
 	// pre is the preflight runs and evidence bundles room.
 	pre *preflight.Room
+	// dash is the server-rendered dashboard; it calls apiMux in-process.
+	dash *dashboard.UI
 	// taskPolls and instancePolls cap each node's concurrent long-polls of
 	// the claim and desired-set routes.
 	taskPolls, instancePolls *httpapi.LongPolls
@@ -259,6 +262,7 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	s.ops = operators.New(st, s.audit, cfg.Now)
 	s.pre = preflight.New(preflight.Config{CollectWait: cfg.EvidenceCollectWait, Log: s.log, Now: cfg.Now}, st, s.hosts, s.tasks, s.keys, s.audit)
 	s.subscribeTaskEvents()
+	s.dash = s.newDashboard()
 	s.taskPolls = httpapi.NewLongPolls("tasks", s.cfg.NodeLongPollLimit, s.reg, limitRefusals)
 	s.instancePolls = httpapi.NewLongPolls("instances", s.cfg.NodeLongPollLimit, s.reg, limitRefusals)
 	s.term.RegisterLiveSessions(s.reg)

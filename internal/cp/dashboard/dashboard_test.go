@@ -1,0 +1,180 @@
+package dashboard
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/httpapi"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// fakeAPI answers the hosts list and records POSTs; tokens "op" and "view".
+func newTestServer(t *testing.T) (*httptest.Server, *[]string) {
+	var posts []string
+	apiMux := http.NewServeMux()
+	apiMux.HandleFunc("GET /api/v1/hosts", func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now()
+		httpapi.WriteJSON(w, 200, []api.Host{{ID: "h1", OSFamily: "linux", Status: api.HostHealthy, SelectedAccel: "tcg",
+			LastSeenAt: &now, HeartbeatInterval: api.Duration(time.Second)}})
+	})
+	apiMux.HandleFunc("POST /api/v1/hosts/{id}/drain", func(w http.ResponseWriter, r *http.Request) {
+		posts = append(posts, r.URL.Path+" "+r.Header.Get("Authorization"))
+		httpapi.WriteJSON(w, 200, map[string]any{})
+	})
+	u := New(Config{API: apiMux, Authenticate: func(_ context.Context, tok string) (httpapi.Principal, error) {
+		switch tok {
+		case "op":
+			return httpapi.Principal{Name: "alice", Role: api.RoleOperator}, nil
+		case "view":
+			return httpapi.Principal{Name: "bob", Role: api.RoleViewer}, nil
+		}
+		return httpapi.Principal{}, httpapi.Errorf(401, "operator_token_invalid", "no")
+	}})
+	mux := http.NewServeMux()
+	for _, rt := range u.Routes() {
+		mux.Handle(rt.Pattern, rt.Handler)
+	}
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	return ts, &posts
+}
+
+var csrfRe = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func get(t *testing.T, c *http.Client, u string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func post(t *testing.T, c *http.Client, u string, form url.Values) int {
+	t.Helper()
+	resp, err := c.PostForm(u, form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// login logs in with tok and returns the client and the session's CSRF token.
+func login(t *testing.T, ts *httptest.Server, tok string) (*http.Client, string) {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	_, body := get(t, c, ts.URL+"/ui/login")
+	m := csrfRe.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("login page has no CSRF field: %s", body)
+	}
+	if st := post(t, c, ts.URL+"/ui/login", url.Values{"token": {"op"}}); st != http.StatusForbidden {
+		t.Errorf("login without CSRF: %d, want 403", st)
+	}
+	if st := post(t, c, ts.URL+"/ui/login", url.Values{"token": {tok}, "csrf": {m[1]}}); st != http.StatusOK {
+		t.Fatalf("login: %d", st)
+	}
+	st, body := get(t, c, ts.URL+"/ui/fleet")
+	m = csrfRe.FindStringSubmatch(body)
+	if st != 200 || m == nil || !strings.Contains(body, `id="host-h1"`) {
+		t.Fatalf("fleet after login: %d %s", st, body)
+	}
+	return c, m[1]
+}
+
+func TestSessionCookieAttributes(t *testing.T) {
+	ts, _ := newTestServer(t)
+	c, _ := login(t, ts, "op")
+	u, _ := url.Parse(ts.URL + "/ui/")
+	if len(c.Jar.Cookies(u)) != 1 {
+		t.Fatalf("cookies: %v", c.Jar.Cookies(u))
+	}
+	rec := httptest.NewRecorder()
+	setCookie(rec, httptest.NewRequest("GET", "https://x/ui/login", nil), sessionCookie, "v", 60)
+	sc := rec.Header().Get("Set-Cookie")
+	for _, want := range []string{"HttpOnly", "SameSite=Strict", "Secure", "Path=/ui/"} {
+		if !strings.Contains(sc, want) {
+			t.Errorf("Set-Cookie %q lacks %s", sc, want)
+		}
+	}
+	rec = httptest.NewRecorder()
+	setCookie(rec, httptest.NewRequest("GET", "http://x/ui/login", nil), sessionCookie, "v", 60)
+	if strings.Contains(rec.Header().Get("Set-Cookie"), "Secure") {
+		t.Error("Secure cookie over plain HTTP")
+	}
+}
+
+func TestCSRFAndRoles(t *testing.T) {
+	ts, posts := newTestServer(t)
+	// Not logged in: pages redirect to the login, POSTs are refused.
+	jar, _ := cookiejar.New(nil)
+	anon := &http.Client{Jar: jar}
+	if _, body := get(t, anon, ts.URL+"/ui/fleet"); !strings.Contains(body, `id="token"`) {
+		t.Error("fleet without a session did not show the login form")
+	}
+	if st := post(t, anon, ts.URL+"/ui/hosts/h1/actions/drain", nil); st != http.StatusUnauthorized {
+		t.Errorf("anonymous POST: %d", st)
+	}
+
+	op, csrf := login(t, ts, "op")
+	if st := post(t, op, ts.URL+"/ui/hosts/h1/actions/drain", nil); st != http.StatusForbidden {
+		t.Errorf("POST without CSRF: %d, want 403", st)
+	}
+	if st := post(t, op, ts.URL+"/ui/hosts/h1/actions/drain", url.Values{"csrf": {"wrong"}}); st != http.StatusForbidden {
+		t.Errorf("POST with a wrong CSRF: %d, want 403", st)
+	}
+	op.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	if st := post(t, op, ts.URL+"/ui/hosts/h1/actions/drain", url.Values{"csrf": {csrf}}); st != http.StatusSeeOther {
+		t.Errorf("operator drain: %d", st)
+	}
+	if len(*posts) != 1 || (*posts)[0] != "/api/v1/hosts/h1/drain Bearer op" {
+		t.Errorf("API calls: %q", *posts)
+	}
+
+	view, vcsrf := login(t, ts, "view")
+	if st := post(t, view, ts.URL+"/ui/hosts/h1/actions/drain", url.Values{"csrf": {vcsrf}}); st != http.StatusForbidden {
+		t.Errorf("viewer drain with CSRF: %d, want 403", st)
+	}
+	if st := post(t, view, ts.URL+"/ui/hosts/h1/actions/drain", url.Values{"csrf": {csrf}}); st != http.StatusForbidden {
+		t.Errorf("viewer drain with another session's CSRF: %d, want 403", st)
+	}
+	if len(*posts) != 1 {
+		t.Errorf("viewer reached the API: %q", *posts)
+	}
+
+	// Logout ends the session.
+	if st := post(t, op, ts.URL+"/ui/logout", url.Values{"csrf": {csrf}}); st != http.StatusSeeOther {
+		t.Errorf("logout: %d", st)
+	}
+	if st := post(t, op, ts.URL+"/ui/hosts/h1/actions/drain", url.Values{"csrf": {csrf}}); st != http.StatusUnauthorized {
+		t.Errorf("POST after logout: %d", st)
+	}
+}
+
+func TestBadTokenLogin(t *testing.T) {
+	ts, _ := newTestServer(t)
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	_, body := get(t, c, ts.URL+"/ui/login")
+	m := csrfRe.FindStringSubmatch(body)
+	resp, err := c.PostForm(ts.URL+"/ui/login", url.Values{"token": {"nope"}, "csrf": {m[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if !strings.Contains(resp.Request.URL.RawQuery, "error=invalid") {
+		t.Errorf("bad token landed on %s", resp.Request.URL)
+	}
+}
