@@ -120,6 +120,9 @@ func TestDashboardBrowser(t *testing.T) {
 	if st := p.postStatus("/ui/hosts/dash-a/actions/drain", nil); st != 403 {
 		t.Errorf("operator POST without CSRF: %d, want 403", st)
 	}
+	if !evalJS[bool](p, `!!window.htmx && !!document.querySelector('#act-health-probe').form._htmx`) {
+		t.Error("htmx did not load or did not boost the action forms")
+	}
 	p.do(10*time.Second, chromedp.Click(chromedp.ID("act-health-probe")))
 	p.waitJS(`document.getElementById('action-done').textContent.startsWith('health probe queued: task ')`, 10*time.Second)
 	done := evalJS[string](p, `document.getElementById('action-done').textContent`)
@@ -143,6 +146,15 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("viewer's forged drain: %d, want 403", st)
 	}
 	p.shot(shots, "host-viewer")
+
+	// A 390 px phone: the page does not scroll sideways (the fleet table
+	// scrolls in its own box).
+	p.do(10*time.Second, chromedp.EmulateViewport(390, 844), chromedp.Navigate(e.opURL+"/ui/fleet"))
+	p.waitJS(`document.getElementById('host-dash-a')`, 5*time.Second)
+	if w := evalJS[int](p, `document.documentElement.scrollWidth`); w > 390 {
+		t.Errorf("fleet page is %d px wide on a 390 px phone", w)
+	}
+	p.shot(shots, "fleet-phone")
 	var h api.Host
 	e.op("GET", "/api/v1/hosts/dash-a", nil, &h)
 	if h.Draining {

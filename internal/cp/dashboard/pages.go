@@ -3,6 +3,7 @@ package dashboard
 import (
 	"bytes"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -21,6 +22,10 @@ var templateFS embed.FS
 // templates parses the pages; they are compiled in, so an error is a bug.
 func templates() *template.Template {
 	funcs := template.FuncMap{"path": url.PathEscape,
+		"json": func(v any) (string, error) {
+			b, err := json.MarshalIndent(v, "", "  ")
+			return string(b), err
+		},
 		"act": func(id, action, label, csrf string) map[string]string {
 			return map[string]string{"ID": id, "Action": action, "Label": label, "CSRF": csrf}
 		}}
