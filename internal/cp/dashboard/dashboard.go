@@ -226,12 +226,17 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/ui/fleet", http.StatusSeeOther)
 }
 
-func (u *UI) logout(w http.ResponseWriter, r *http.Request, _ *session) {
+// endSession forgets the request's session.
+func (u *UI) endSession(r *http.Request) {
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		u.mu.Lock()
 		delete(u.byHash, hashOf(c.Value))
 		u.mu.Unlock()
 	}
+}
+
+func (u *UI) logout(w http.ResponseWriter, r *http.Request, _ *session) {
+	u.endSession(r)
 	setCookie(w, r, sessionCookie, "", -1)
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 }

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -21,6 +22,10 @@ func newTestServer(t *testing.T) (*httptest.Server, *[]string) {
 	var posts []string
 	apiMux := http.NewServeMux()
 	apiMux.HandleFunc("GET /api/v1/hosts", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer gone" {
+			httpapi.WriteError(slog.Default(), w, r, httpapi.Errorf(401, "operator_token_invalid", "revoked"))
+			return
+		}
 		now := time.Now()
 		httpapi.WriteJSON(w, 200, []api.Host{{ID: "h1", OSFamily: "linux", Status: api.HostHealthy, SelectedAccel: "tcg",
 			LastSeenAt: &now, HeartbeatInterval: api.Duration(time.Second)}})
@@ -33,6 +38,8 @@ func newTestServer(t *testing.T) (*httptest.Server, *[]string) {
 		switch tok {
 		case "op":
 			return httpapi.Principal{Name: "alice", Role: api.RoleOperator}, nil
+		case "gone": // valid at login, revoked by the first page
+			return httpapi.Principal{Name: "carol", Role: api.RoleOperator}, nil
 		case "view":
 			return httpapi.Principal{Name: "bob", Role: api.RoleViewer}, nil
 		}
@@ -176,5 +183,29 @@ func TestBadTokenLogin(t *testing.T) {
 	defer resp.Body.Close()
 	if !strings.Contains(resp.Request.URL.RawQuery, "error=invalid") {
 		t.Errorf("bad token landed on %s", resp.Request.URL)
+	}
+}
+
+// TestRevokedTokenEndsSession: once the API refuses the session's token
+// (revoked or expired), the page ends the session and shows the login.
+func TestRevokedTokenEndsSession(t *testing.T) {
+	ts, _ := newTestServer(t)
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	_, body := get(t, c, ts.URL+"/ui/login")
+	m := csrfRe.FindStringSubmatch(body)
+	resp, err := c.PostForm(ts.URL+"/ui/login", url.Values{"token": {"gone"}, "csrf": {m[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Request.URL.Path != "/ui/login" || !strings.Contains(resp.Request.URL.RawQuery, "error=invalid") {
+		t.Errorf("a revoked token's fleet page landed on %s", resp.Request.URL)
+	}
+	u, _ := url.Parse(ts.URL + "/ui/")
+	for _, ck := range jar.Cookies(u) {
+		if ck.Name == sessionCookie {
+			t.Errorf("session cookie kept: %v", ck)
+		}
 	}
 }

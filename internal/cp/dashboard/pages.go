@@ -150,8 +150,24 @@ func keys(m map[string]bool) []string {
 	return out
 }
 
+// revoked ends the session when the API no longer takes its token (revoked
+// or expired: 401) and sends the browser to the login page.
+func (u *UI) revoked(w http.ResponseWriter, r *http.Request, err error) bool {
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
+		return false
+	}
+	u.endSession(r)
+	setCookie(w, r, sessionCookie, "", -1)
+	http.Redirect(w, r, "/ui/login?error=invalid", http.StatusSeeOther)
+	return true
+}
+
 func (u *UI) fleetPage(w http.ResponseWriter, r *http.Request, s *session) {
 	d, err := u.fleet(r, s)
+	if u.revoked(w, r, err) {
+		return
+	}
 	if err != nil {
 		d.Error = err.Error()
 	}
@@ -241,6 +257,9 @@ func (u *UI) hostPage(w http.ResponseWriter, r *http.Request, s *session) {
 	id := r.PathValue("id")
 	var h api.Host
 	if err := u.call(r, s, http.MethodGet, "/api/v1/hosts/"+url.PathEscape(id), nil, &h); err != nil {
+		if u.revoked(w, r, err) {
+			return
+		}
 		status := http.StatusBadGateway
 		var ae *apiError
 		if errors.As(err, &ae) {
