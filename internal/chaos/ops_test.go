@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -116,4 +117,29 @@ func (c *cluster) preflightThroughRenewal(s *state) {
 			c.t.Fatalf("no renewal within 15s (not after %v)", first)
 		}
 	}
+}
+
+// waitSpooled waits until the agent's own status (its local API's /healthz
+// document) shows the result it could not post spooled, and its signal.
+func (c *cluster) waitSpooled() string {
+	c.t.Helper()
+	var st struct {
+		Signal  string `json:"signal"`
+		Spooled int    `json:"spooled_results"`
+	}
+	c.waitFor("the agent spooled the result", 10*time.Second, func() error {
+		resp, err := http.Get("http://" + c.agentEnv["NODE_AGENT_LISTEN"] + "/healthz")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			return err
+		}
+		if st.Spooled == 0 {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	return fmt.Sprintf("agent status: %d spooled result(s), signal %s", st.Spooled, st.Signal)
 }

@@ -30,8 +30,20 @@ type pfRun struct {
 // cluster has an allocation.
 func (c *cluster) preflight(agentBin string, args ...string) pfRun {
 	c.t.Helper()
+	return c.runPreflight(append([]string{"--node-local", "--agent-binary", agentBin}, args...))
+}
+
+// operatorPreflight is drover preflight without node-side hops (what an
+// operator without a path to the node runs).
+func (c *cluster) operatorPreflight() pfRun {
+	c.t.Helper()
+	return c.runPreflight(nil)
+}
+
+func (c *cluster) runPreflight(args []string) pfRun {
+	c.t.Helper()
 	full := []string{"preflight", "--json", "--api-base", c.opURL, "--token", c.token, "--node-id", c.hostID,
-		"--node-local", "--agent-binary", agentBin, "--timeout", hopTimeout.String()}
+		"--timeout", hopTimeout.String()}
 	if c.allocID != "" {
 		full = append(full, "--allocation-id", c.allocID, "--run-ws-smoke")
 	}

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -71,19 +72,30 @@ func scenarios() []scenario {
 			hop: signal.HopNodeRuntimeAPIReachability, sig: signal.APITLSFailed,
 			inject: func(c *cluster, _ *state) { c.api.set(modeTLS, 0, newOtherCA(c.t).serverTLS(false)) },
 			repair: func(c *cluster, _ *state) { c.api.set(modePass, 0, nil) }},
-		{name: "node_identity_superseded", injection: "rotate-token (API) and enrol a clone with it: the agent's certificate is superseded",
+		{name: "node_identity_superseded", injection: "rotate-token (API) and enrol a clone with it: the agent's certificate is superseded; repair: rotate-token, remove the node's identity.json, restart the agent with the token",
 			hop: signal.HopNodeRecoveryStatus, sig: signal.AuthFailed, alt: []signal.Hop{signal.HopNodeRuntimeAPIReachability},
 			inject: func(c *cluster, _ *state) { c.enrolClone() },
+			// Without node-side hops the host's auth_failed status names it
+			// at node_recovery_status.
+			during: func(c *cluster, _ *state) string {
+				r := c.operatorPreflight()
+				cl := r.rep.Classification
+				if cl.Hop != signal.HopNodeRecoveryStatus || cl.Signal != signal.AuthFailed {
+					c.t.Errorf("preflight without node-side hops: %s/%s (%s), want node_recovery_status/node_agent_auth_failed",
+						cl.Hop, cl.Signal, r.hopDetail())
+				}
+				return fmt.Sprintf("without --node-local: %s / %s", cl.Hop, cl.Signal)
+			},
+			// Re-enrolment: a fresh bootstrap token through the API, the
+			// node's refused identity removed, the agent restarted with it.
 			repair: func(c *cluster, _ *state) {
 				var bt api.BootstrapToken
 				c.call(http.MethodPost, "/api/v1/hosts/"+c.hostID+"/rotate-token", nil, &bt)
-				dir := filepath.Join(c.dir, "agent-reenrolled")
-				if err := os.Mkdir(dir, 0o700); err != nil {
+				c.agent.stop()
+				if err := os.Remove(filepath.Join(c.agentEnv["NODE_AGENT_STATE_DIR"], "identity.json")); err != nil {
 					c.t.Fatal(err)
 				}
-				c.restartAgent(func(env map[string]string) {
-					env["NODE_AGENT_BOOTSTRAP_TOKEN"], env["NODE_AGENT_STATE_DIR"] = bt.Token, dir
-				})
+				c.restartAgent(func(env map[string]string) { env["NODE_AGENT_BOOTSTRAP_TOKEN"] = bt.Token })
 			}},
 		{name: "disk_pressure", injection: "state dir on a 4 MiB tmpfs filled to ~95% (threshold 90%)",
 			hop: signal.HopNodeReadiness, sig: signal.DiskPressure,
@@ -107,6 +119,7 @@ func scenarios() []scenario {
 		{name: "result_post_blocked", injection: "a terminal.open is claimed (its node stream slowed by the terminal proxy), then the API proxy refuses: the result post fails and is spooled",
 			hop: signal.HopNodeRuntimeAPIReachability, sig: signal.APIUnreachable, terminal: true,
 			inject: func(c *cluster, s *state) { s.vals["task"] = c.blockAfterClaim() },
+			during: func(c *cluster, _ *state) string { return c.waitSpooled() },
 			repair: func(c *cluster, _ *state) { c.api.set(modePass, 0, nil) },
 			check:  func(c *cluster, s *state) { c.waitTask(s.vals["task"]) }},
 		{name: "incompatible_binary", injection: "--agent-binary is the linux/arm64 build",
