@@ -24,6 +24,8 @@ type scenario struct {
 	hop signal.Hop
 	sig signal.Name
 	alt []signal.Hop
+	// detail, when set, is a substring of the failed hop's detail.
+	detail string
 	// terminal rows open a real session (allocation, --run-ws-smoke).
 	terminal bool
 	// noFault rows expect every run to pass (a change the system absorbs).
@@ -148,6 +150,9 @@ func runScenario(t *testing.T, b bins, sc scenario, res *result) {
 	res.cid = named.rep.CorrelationID
 	cl := named.rep.Classification
 	res.observed = fmt.Sprintf("%s / %s", cl.Hop, cl.Signal)
+	if !strings.Contains(named.hopDetail(), sc.detail) {
+		t.Errorf("failed hop's detail %q lacks %q", named.hopDetail(), sc.detail)
+	}
 	if cl.Owner == "" || cl.Recovery == "" {
 		t.Errorf("classification without owner or recovery: %+v", cl)
 	}

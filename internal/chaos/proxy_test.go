@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"crypto/tls"
-	"errors"
 	"io"
 	"net"
 	"sync"
@@ -139,10 +138,7 @@ func (p *faultProxy) handle(c net.Conn, mode proxyMode, delay time.Duration, cfg
 	defer p.drop(up)
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, err := io.Copy(dst, src)
-		if err != nil && !errors.Is(err, net.ErrClosed) {
-			_ = err
-		}
+		_, _ = io.Copy(dst, src) // ends when either side closes or the mode changes
 		if tc, ok := dst.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()
 		}

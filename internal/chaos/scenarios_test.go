@@ -58,7 +58,8 @@ func scenarios() []scenario {
 			inject: func(c *cluster, _ *state) { c.api.set(modeBlackhole, 0, nil) },
 			repair: func(c *cluster, _ *state) { c.api.set(modePass, 0, nil) }},
 		{name: "node_api_dns_broken", injection: "agent restarted with NODE_AGENT_CONTROL_PLANE_URL at a .invalid name",
-			hop: signal.HopNodeRuntimeAPIReachability, sig: signal.APIUnreachable,
+			detail: "no such host",
+			hop:    signal.HopNodeRuntimeAPIReachability, sig: signal.APIUnreachable,
 			inject: func(c *cluster, s *state) {
 				s.vals["url"] = c.agentEnv["NODE_AGENT_CONTROL_PLANE_URL"]
 				c.restartAgent(func(env map[string]string) {
@@ -69,11 +70,13 @@ func scenarios() []scenario {
 				c.restartAgent(func(env map[string]string) { env["NODE_AGENT_CONTROL_PLANE_URL"] = s.vals["url"] })
 			}},
 		{name: "stale_ca_bundle", injection: "API proxy presents a certificate of another CA",
-			hop: signal.HopNodeRuntimeAPIReachability, sig: signal.APITLSFailed,
+			detail: "unknown authority",
+			hop:    signal.HopNodeRuntimeAPIReachability, sig: signal.APITLSFailed,
 			inject: func(c *cluster, _ *state) { c.api.set(modeTLS, 0, newOtherCA(c.t).serverTLS(false)) },
 			repair: func(c *cluster, _ *state) { c.api.set(modePass, 0, nil) }},
 		{name: "node_identity_superseded", injection: "rotate-token (API) and enrol a clone with it: the agent's certificate is superseded; repair: rotate-token, remove the node's identity.json, restart the agent with the token",
-			hop: signal.HopNodeRecoveryStatus, sig: signal.AuthFailed, alt: []signal.Hop{signal.HopNodeRuntimeAPIReachability},
+			detail: "node_identity_superseded",
+			hop:    signal.HopNodeRecoveryStatus, sig: signal.AuthFailed, alt: []signal.Hop{signal.HopNodeRuntimeAPIReachability},
 			inject: func(c *cluster, _ *state) { c.enrolClone() },
 			// Without node-side hops the host's auth_failed status names it
 			// at node_recovery_status.
@@ -98,7 +101,8 @@ func scenarios() []scenario {
 				c.restartAgent(func(env map[string]string) { env["NODE_AGENT_BOOTSTRAP_TOKEN"] = bt.Token })
 			}},
 		{name: "disk_pressure", injection: "state dir on a 4 MiB tmpfs filled to ~95% (threshold 90%)",
-			hop: signal.HopNodeReadiness, sig: signal.DiskPressure,
+			detail: "threshold 90%",
+			hop:    signal.HopNodeReadiness, sig: signal.DiskPressure,
 			setup: func(c *cluster, _ *state) {
 				dir := c.agentEnv["NODE_AGENT_STATE_DIR"]
 				mustRun(c, "mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", dir)
@@ -123,7 +127,8 @@ func scenarios() []scenario {
 			repair: func(c *cluster, _ *state) { c.api.set(modePass, 0, nil) },
 			check:  func(c *cluster, s *state) { c.waitTask(s.vals["task"]) }},
 		{name: "incompatible_binary", injection: "--agent-binary is the linux/arm64 build",
-			hop: signal.HopNodeReadiness, sig: signal.BinaryInvalid,
+			detail: "exec format error",
+			hop:    signal.HopNodeReadiness, sig: signal.BinaryInvalid,
 			inject: func(c *cluster, s *state) { s.agentBin = c.bins.agentARM64 },
 			repair: func(c *cluster, s *state) { s.agentBin = c.bins.agent }},
 		{name: "node_cert_rotated", injection: "--cert-ttl 6s: the agent renews its certificate while preflight runs",
@@ -131,7 +136,8 @@ func scenarios() []scenario {
 			inject: func(c *cluster, _ *state) {},
 			check:  func(c *cluster, s *state) { c.preflightThroughRenewal(s) }},
 		{name: "terminal_route_missing", injection: "--terminal-base at a listener without /healthz (404)",
-			hop: signal.HopTerminalPublicRoute, sig: signal.PublicRouteMissing, terminal: true,
+			detail: "HTTP 404",
+			hop:    signal.HopTerminalPublicRoute, sig: signal.PublicRouteMissing, terminal: true,
 			inject: func(c *cluster, s *state) {
 				edge := httptest.NewServer(http.NotFoundHandler())
 				c.t.Cleanup(edge.Close)
@@ -182,6 +188,7 @@ func scenarios() []scenario {
 			repair: func(c *cluster, _ *state) { c.term.set(modePass, 0, nil) },
 			limit:  streamTimeout + time.Second},
 		{name: "session_store_stopped", injection: "PostgreSQL control plane; the database proxy refuses and drops every connection",
+			detail: "HTTP 500",
 			// The session binding lives in the control plane's store: with
 			// it down every operator call fails first (HTTP 500), so the
 			// run stops at allocation_binding and cannot be stored; the
@@ -191,7 +198,8 @@ func scenarios() []scenario {
 			inject: func(c *cluster, _ *state) { c.db.set(modeRefuse, 0, nil) },
 			repair: func(c *cluster, _ *state) { c.db.set(modePass, 0, nil) }},
 		{name: "allocation_user_removed", injection: "userdel the allocation's OS user before open",
-			hop: signal.HopWorkloadTerminalStartup, sig: signal.PTYFailed, terminal: true,
+			detail: "does not exist",
+			hop:    signal.HopWorkloadTerminalStartup, sig: signal.PTYFailed, terminal: true,
 			inject: func(c *cluster, _ *state) { mustRun(c, "userdel", c.allocUser()) },
 			repair: func(c *cluster, _ *state) {
 				old := c.allocID

@@ -232,6 +232,8 @@ func (r *run) runLocal(ctx context.Context) {
 	switch {
 	case errors.As(err, &exit):
 		r.nodeErr = fmt.Errorf("%s exited %d: %s", r.cfg.AgentBinary, exit.ExitCode(), tail(stderr.String()))
+	case errors.Is(err, syscall.ENOEXEC):
+		r.nodeErr = fmt.Errorf("run %s: %v: the binary is not built for this host (architecture or OS)", r.cfg.AgentBinary, err)
 	case err != nil:
 		r.nodeErr = fmt.Errorf("run %s: %v", r.cfg.AgentBinary, err)
 	}

@@ -122,6 +122,14 @@ func TestHops(t *testing.T) {
 			f.host.Profile.TerminalURL = "https://term.internal:8443"
 		}, cfg: local(withData(nodeHops("", ""), signal.HopNodeTerminalReachability, "url", "https://127.0.0.1:9")...),
 			wantHop: signal.HopNodeTerminalReachability, wantSig: signal.EnvProfileDrift, detail: "profile says https://term.internal:8443"},
+		{name: "agent binary for another architecture", cfg: func(t *testing.T, c *Config) {
+			c.NodeLocal, c.AgentBinary = true, filepath.Join(t.TempDir(), "drover-agent")
+			// Not an ELF file and no #!: exec fails with ENOEXEC, as a
+			// binary of another architecture does.
+			if err := os.WriteFile(c.AgentBinary, []byte("\x7fXYZ not an executable"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, wantHop: signal.HopNodeReadiness, wantSig: signal.BinaryInvalid, detail: "not built for this host"},
 		{name: "agent binary missing", cfg: func(_ *testing.T, c *Config) { c.NodeLocal, c.AgentBinary = true, "/nonexistent/drover-agent" },
 			wantHop: signal.HopNodeReadiness, wantSig: signal.BinaryInvalid, detail: "no JSON node report"},
 	}
