@@ -123,10 +123,10 @@ type cluster struct {
 	store    string // --store
 	opURL    string
 	token    string
-	nodeAddr string      // the control plane's node listener
-	api      *faultProxy // the agent's NODE_AGENT_CONTROL_PLANE_URL
-	term     *faultProxy // the agent's NODE_AGENT_TERMINAL_URL
-	db       *faultProxy // the control plane's PostgreSQL (clusterOpts.postgres)
+	nodeAddr string         // the control plane's node listener
+	api      *faultProxy    // the agent's NODE_AGENT_CONTROL_PLANE_URL
+	term     *faultProxy    // the agent's NODE_AGENT_TERMINAL_URL
+	pg       *pgtest.Server // the control plane's PostgreSQL (clusterOpts.postgres)
 	cp       *proc
 	agent    *proc
 	hostID   string
@@ -141,9 +141,8 @@ type cluster struct {
 
 // clusterOpts vary the control plane.
 type clusterOpts struct {
-	// postgres runs the control plane on a throw-away PostgreSQL reached
-	// through the cluster's db proxy; otherwise SQLite in the scenario's
-	// directory.
+	// postgres runs the control plane on a throw-away PostgreSQL (the
+	// cluster's pg); otherwise SQLite in the scenario's directory.
 	postgres bool
 	certTTL  time.Duration
 }
@@ -161,10 +160,7 @@ func startCluster(t *testing.T, b bins, o clusterOpts) *cluster {
 			pgtest.Skip(t, err)
 		}
 		t.Cleanup(pg.Stop)
-		dsn := pg.NewDatabase(t)
-		pgAddr := fmt.Sprintf("127.0.0.1:%d", pg.Port())
-		c.db = newFaultProxy(t, pgAddr)
-		c.store = strings.Replace(dsn, pgAddr, c.db.addr, 1)
+		c.pg, c.store = pg, pg.NewDatabase(t)
 	}
 	out, err := exec.Command(b.drover, "token", "create", "chaos", "--store", c.store, "--insecure-plaintext-keys", "--json").CombinedOutput()
 	if err != nil {

@@ -187,16 +187,24 @@ func scenarios() []scenario {
 			inject: func(c *cluster, _ *state) { c.term.set(modeTLS, 0, c.otherCA.serverTLS(true)) },
 			repair: func(c *cluster, _ *state) { c.term.set(modePass, 0, nil) },
 			limit:  streamTimeout + time.Second},
-		{name: "session_store_stopped", injection: "PostgreSQL control plane; the database proxy refuses and drops every connection",
+		{name: "session_store_stopped", injection: "control plane on PostgreSQL; PostgreSQL stopped (fast shutdown), then started again",
 			detail: "HTTP 500",
 			// The session binding lives in the control plane's store: with
 			// it down every operator call fails first (HTTP 500), so the
 			// run stops at allocation_binding and cannot be stored; the
 			// evidence is the error envelope's and the log's correlation id.
 			hop: signal.HopAllocationBinding, sig: signal.AllocationNotReady, terminal: true, storeDown: true,
-			opts:   clusterOpts{postgres: true},
-			inject: func(c *cluster, _ *state) { c.db.set(modeRefuse, 0, nil) },
-			repair: func(c *cluster, _ *state) { c.db.set(modePass, 0, nil) }},
+			opts: clusterOpts{postgres: true},
+			inject: func(c *cluster, _ *state) {
+				if err := c.pg.Halt(); err != nil {
+					c.t.Fatal(err)
+				}
+			},
+			repair: func(c *cluster, _ *state) {
+				if err := c.pg.Resume(); err != nil {
+					c.t.Fatal(err)
+				}
+			}},
 		{name: "allocation_user_removed", injection: "userdel the allocation's OS user before open",
 			detail: "does not exist",
 			hop:    signal.HopWorkloadTerminalStartup, sig: signal.PTYFailed, terminal: true,

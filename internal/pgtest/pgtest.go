@@ -47,6 +47,8 @@ const superuser = "drover"
 type Server struct {
 	dir  string // temporary root: data/, sock/, log
 	port int
+	bin  string     // the PostgreSQL binaries' directory
+	user *user.User // the account postgres runs as (nil: the current one)
 	cmd  *exec.Cmd
 	done chan struct{} // closed when postgres exited
 	seq  atomic.Int64
@@ -121,6 +123,7 @@ func unprivilegedUser() (*user.User, error) {
 }
 
 func (s *Server) start(bin string, u *user.User) error {
+	s.bin, s.user = bin, u
 	data, sock, logPath := filepath.Join(s.dir, "data"), filepath.Join(s.dir, "sock"), filepath.Join(s.dir, "postgres.log")
 	if err := os.Mkdir(sock, 0o700); err != nil {
 		return fmt.Errorf("pgtest: %w", err)
@@ -293,6 +296,34 @@ func (s *Server) Stop() {
 		}
 		_ = os.RemoveAll(s.dir)
 	})
+}
+
+// Halt stops the server (fast shutdown) and keeps its data, so that Resume
+// can start it again: a database outage for tests of the clients'
+// recovery. Connections are refused while it is halted.
+func (s *Server) Halt() error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return errors.New("pgtest: server not running")
+	}
+	_ = s.cmd.Process.Signal(os.Interrupt) // SIGINT: fast shutdown
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		s.kill()
+		<-s.done
+	}
+	s.cmd, s.done = nil, nil
+	return nil
+}
+
+// Resume starts a halted server again on the same port and data, and waits
+// until it accepts connections.
+func (s *Server) Resume() error {
+	if s.cmd != nil {
+		return errors.New("pgtest: server already running")
+	}
+	data, sock, logPath := filepath.Join(s.dir, "data"), filepath.Join(s.dir, "sock"), filepath.Join(s.dir, "postgres.log")
+	return s.launch(s.bin, s.user, data, sock, logPath, s.port)
 }
 
 func (s *Server) kill() {

@@ -62,6 +62,48 @@ func TestStartStop(t *testing.T) {
 	}
 }
 
+// TestHaltResume: a halted server refuses connections and keeps its data;
+// resumed, it answers on the same DSN.
+func TestHaltResume(t *testing.T) {
+	srv, err := pgtest.StartServer()
+	if err != nil {
+		pgtest.Skip(t, err)
+	}
+	t.Cleanup(srv.Stop)
+	dsn := srv.NewDatabase(t)
+	ctx := context.Background()
+	exec := func() error {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS kept (id int); INSERT INTO kept VALUES (1)`)
+		return err
+	}
+	if err := exec(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Halt(); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec(); err == nil {
+		t.Fatal("a halted server accepted a connection")
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM kept`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("after Resume: %d rows, %v", n, err)
+	}
+}
+
 // TestSkip: outside CI, missing PostgreSQL skips. Checked in a child
 // process, so that the suite itself has no skipped test (scripts/test fails
 // a CI run on any skip).
