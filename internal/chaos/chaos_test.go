@@ -104,8 +104,10 @@ func runScenario(t *testing.T, b bins, sc scenario, res *result) {
 		sc.check(c, s)
 		return
 	}
-	injected := time.Now()
+	// The fault holds once inject returns (a clone enrolled, a process
+	// exited, an agent restarted); time to detect counts from there.
 	sc.inject(c, s)
+	injected := time.Now()
 	limit := sc.limit
 	if limit == 0 {
 		limit = 3 * heartbeat

@@ -161,7 +161,6 @@ func scenarios() []scenario {
 			hop: signal.HopNodeTerminalReachability, sig: signal.EnvProfileDrift, terminal: true,
 			inject: func(c *cluster, _ *state) {
 				c.restartAgent(func(env map[string]string) { env["NODE_AGENT_TERMINAL_URL"] = "https://" + freeAddr(c.t) })
-				c.waitHealthy(10 * time.Second)
 			},
 			limit: 3*heartbeat + streamTimeout,
 			repair: func(c *cluster, _ *state) {
@@ -208,20 +207,35 @@ func scenarios() []scenario {
 		{name: "allocation_user_removed", injection: "userdel the allocation's OS user before open",
 			detail: "does not exist",
 			hop:    signal.HopWorkloadTerminalStartup, sig: signal.PTYFailed, terminal: true,
-			inject: func(c *cluster, _ *state) { mustRun(c, "userdel", c.allocUser()) },
+			inject: func(c *cluster, _ *state) {
+				// The baseline session's shell may still be exiting.
+				user := c.allocUser()
+				c.waitFor("userdel "+user, 10*time.Second, func() error {
+					if out, err := exec.Command("userdel", user).CombinedOutput(); err != nil {
+						return fmt.Errorf("%v: %s", err, out)
+					}
+					return nil
+				})
+			},
 			repair: func(c *cluster, _ *state) {
 				old := c.allocID
 				c.call(http.MethodDelete, "/api/v1/allocations/"+old, nil, nil)
 				c.createAllocation("chy" + strconv.FormatInt(time.Now().UnixNano()%1_000_000_000, 10))
 			},
 			limit: streamTimeout + time.Second},
-		{name: "pty_shell_missing", injection: "usermod -s /nonexistent/shell on the allocation's user",
+		{name: "pty_shell_missing", injection: "usermod -s /nonexistent/shell on the allocation's user; repair: its shell back",
 			hop: signal.HopWorkloadTerminalStartup, sig: signal.PTYFailed, terminal: true,
 			inject: func(c *cluster, s *state) {
 				s.vals["user"] = c.allocUser()
+				out, err := exec.Command("getent", "passwd", s.vals["user"]).Output()
+				fields := strings.Split(strings.TrimSpace(string(out)), ":")
+				if err != nil || len(fields) != 7 {
+					c.t.Fatalf("getent passwd %s: %v: %q", s.vals["user"], err, out)
+				}
+				s.vals["shell"] = fields[6]
 				mustRun(c, "usermod", "-s", "/nonexistent/shell", s.vals["user"])
 			},
-			repair: func(c *cluster, s *state) { mustRun(c, "usermod", "-s", "/bin/bash", s.vals["user"]) },
+			repair: func(c *cluster, s *state) { mustRun(c, "usermod", "-s", s.vals["shell"], s.vals["user"]) },
 			limit:  streamTimeout + time.Second},
 	}
 }
