@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -136,6 +137,7 @@ type cluster struct {
 	// the agent sees.
 	agentEnv map[string]string
 	allocID  string
+	users    []string // allocation users to remove when the scenario ends
 	otherCA  *otherCA // gateway_rejects_node_cert: the CA the agent also trusts
 }
 
@@ -153,6 +155,10 @@ func startCluster(t *testing.T, b bins, o clusterOpts) *cluster {
 	if len(c.hostID) > 40 {
 		c.hostID = c.hostID[:40]
 	}
+	// Registered before any process starts, so it runs after they stopped
+	// (cleanups run last in, first out): a user with a live shell cannot
+	// be removed.
+	t.Cleanup(c.removeUsers)
 	c.store = "sqlite:" + filepath.Join(c.dir, "drover.db")
 	if o.postgres {
 		pg, err := pgtest.StartServer()
@@ -260,8 +266,8 @@ func (c *cluster) waitHealthy(d time.Duration) {
 func (c *cluster) createAllocation(user string) string {
 	c.t.Helper()
 	var a api.Allocation
+	c.users = append(c.users, user)
 	c.call(http.MethodPost, "/api/v1/allocations", api.CreateAllocationRequest{Username: user, HostID: c.hostID}, &a)
-	c.t.Cleanup(func() { _ = exec.Command("userdel", "-r", user).Run() })
 	c.waitFor("allocation active", 60*time.Second, func() error {
 		var got api.Allocation
 		c.call(http.MethodGet, "/api/v1/allocations/"+a.ID, nil, &got)
@@ -272,6 +278,26 @@ func (c *cluster) createAllocation(user string) string {
 	})
 	c.allocID = a.ID
 	return a.ID
+}
+
+// removeUsers deletes the scenario's allocation users and their homes,
+// retrying while a session's shell is still exiting.
+func (c *cluster) removeUsers() {
+	for _, u := range c.users {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			out, err := exec.Command("userdel", "-r", u).CombinedOutput()
+			var exit *exec.ExitError
+			if err == nil || (errors.As(err, &exit) && exit.ExitCode() == 6) { // 6: no such user
+				break
+			}
+			if time.Now().After(deadline) {
+				c.t.Errorf("userdel -r %s: %v: %s", u, err, out)
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 }
 
 func (c *cluster) waitFor(what string, d time.Duration, fn func() error) {

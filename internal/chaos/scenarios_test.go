@@ -211,7 +211,7 @@ func scenarios() []scenario {
 				// The baseline session's shell may still be exiting.
 				user := c.allocUser()
 				c.waitFor("userdel "+user, 10*time.Second, func() error {
-					if out, err := exec.Command("userdel", user).CombinedOutput(); err != nil {
+					if out, err := exec.Command("userdel", "-r", user).CombinedOutput(); err != nil {
 						return fmt.Errorf("%v: %s", err, out)
 					}
 					return nil
