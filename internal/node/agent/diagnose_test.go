@@ -77,6 +77,11 @@ func TestStatusDuringOutage(t *testing.T) {
 	t.Parallel()
 	f := newFakeCP(t)
 	r := startAgent(t, f, t.TempDir(), (&counter{}).handlers())
+	// One heartbeat first: an agent never heard from is stale, not degraded.
+	eventually(t, "a first heartbeat", func() bool {
+		st, _ := r.Status()
+		return st.LastHeartbeatAt != nil
+	})
 	f.setHeartbeatStatus(func(int) int { return http.StatusForbidden })
 	addr, err := r.LocalAddr(context.Background())
 	if err != nil {
@@ -125,8 +130,15 @@ func TestDiskPressure(t *testing.T) {
 		}
 		return false
 	})
-	st, ok := r.Status()
-	if ok || st.Status != "degraded" || st.Signal != signal.DiskPressure || st.DiskUsedPercent <= 1 || st.DiskPressurePercent != 1 {
+	// The fake logs the heartbeat when it arrives; the agent records it
+	// when the answer comes back, so its status follows a moment later.
+	var st agent.Status
+	var ok bool
+	eventually(t, "the agent's status degraded by disk pressure", func() bool {
+		st, ok = r.Status()
+		return st.Status == "degraded"
+	})
+	if ok || st.Signal != signal.DiskPressure || st.DiskUsedPercent <= 1 || st.DiskPressurePercent != 1 {
 		t.Errorf("status %+v ok %v", st, ok)
 	}
 	out := collect(t, r, task.CollectParams{})
