@@ -13,7 +13,6 @@ import (
 // DefaultHandlers are the task types every agent runs: diagnostics and
 // the GPU slice family.
 func DefaultHandlers(cfg Config) Handlers {
-	prober := diag.NewProber(diag.Config{DefaultDiagnosticPath: cfg.StateDir})
 	accelCache := accel.New(accel.Config{CacheDir: cfg.StateDir})
 	h := Handlers{
 		"diag.health_probe": {Timeout: 30 * time.Second, Run: func(ctx context.Context, t Task) (Outcome, error) {
@@ -21,9 +20,15 @@ func DefaultHandlers(cfg Config) Handlers {
 			if err != nil {
 				return Outcome{}, &HandlerError{api.CodedError{Code: "invalid_params", Message: err.Error()}}
 			}
+			// One read of the accelerator verdict (proven at agent start,
+			// cached for the boot) feeds both the kvm check and the
+			// report's accelerator_probe, so they cannot disagree.
+			res, cached := accelCache.Cached()
+			prober := diag.NewProber(diag.Config{DefaultDiagnosticPath: cfg.StateDir,
+				KVMVerdict: func() (diag.KVMVerdict, bool) { return kvmVerdict(res, cached) }})
 			rep, err := prober.Probe(ctx, p, t.Progress)
 			out := healthReport{Report: rep}
-			if res, ok := accelCache.Cached(); ok { // proven at agent start, cached for the boot
+			if cached {
 				out.AcceleratorProbe = &res
 			}
 			return Outcome{Output: out, Timings: rep.Timings}, err
@@ -42,4 +47,18 @@ func DefaultHandlers(cfg Config) Handlers {
 type healthReport struct {
 	diag.Report
 	AcceleratorProbe *accel.Result `json:"accelerator_probe,omitempty"`
+}
+
+// kvmVerdict hands the cached accelerator probe's verdict on kvm to the
+// health probe's kvm check, so that the check (and healthy) agree with
+// the accelerator_probe the report carries.
+func kvmVerdict(res accel.Result, ok bool) (diag.KVMVerdict, bool) {
+	if !ok {
+		return diag.KVMVerdict{}, false
+	}
+	s, ok := res.Status(accel.KVM)
+	if !ok {
+		return diag.KVMVerdict{}, false
+	}
+	return diag.KVMVerdict{Works: s.Works, Reason: s.Reason, Detail: s.Detail}, true
 }

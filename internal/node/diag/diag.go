@@ -102,6 +102,21 @@ type Config struct {
 	PhaseTimeout time.Duration
 	// Now is the clock used for timings; default time.Now.
 	Now func() time.Time
+	// KVMVerdict, when set, returns the accelerator probe's verdict on KVM
+	// (package accel proves it by running a guest); ok is false while there
+	// is none. The kvm check then fails with the verdict's reason when
+	// /dev/kvm opens but guests do not really run (kvm_guest_too_slow,
+	// kvm_guest_hung, ...), so that the check, the phase's progress event
+	// and Healthy agree with the accelerator probe.
+	KVMVerdict func() (v KVMVerdict, ok bool)
+}
+
+// KVMVerdict is the accelerator probe's verdict on KVM, as package accel
+// reports it (its Status for "kvm"): Reason is one of accel's stable codes.
+type KVMVerdict struct {
+	Works  bool
+	Reason string
+	Detail string
 }
 
 // Prober runs health probes. It is safe for concurrent use.
@@ -138,7 +153,8 @@ func NewProber(cfg Config) *Prober {
 	return &Prober{cfg: cfg, statFS: hostFSUsage, writeProbe: writeProbeFile}
 }
 
-// Check is the verdict of one phase. Reason is a stable code (Reason*) when
+// Check is the verdict of one phase. Reason is a stable code (Reason*, or for
+// the kvm check the accelerator probe's kvm_* code via Config.KVMVerdict) when
 // OK is false, or ReasonNotApplicable; Detail is for humans.
 type Check struct {
 	Name   string `json:"name"`
@@ -241,6 +257,7 @@ type Report struct {
 	RootFS         RootFSStatus         `json:"root_fs"`
 	DiagnosticPath DiagnosticPathStatus `json:"diagnostic_path"`
 	// Healthy is true when every check is OK (not_applicable counts as OK).
+	// It is derived from Checks only, as are the phases' progress events.
 	Healthy bool    `json:"healthy"`
 	Checks  []Check `json:"checks"`
 	// Timings holds each phase's duration under "<phase>_ms".
@@ -313,14 +330,21 @@ func (p *Prober) Probe(ctx context.Context, params Params, progress func(phase s
 			progress(ph.name, d, perr)
 		}
 	}
-	rep.Healthy = true
-	for _, c := range rep.Checks {
-		rep.Healthy = rep.Healthy && c.OK
-	}
+	rep.Healthy = healthy(rep.Checks)
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("diag: health probe interrupted: %w", err)
 	}
 	return rep, nil
+}
+
+// healthy is the verdict of checks: every one OK.
+func healthy(checks []Check) bool {
+	for _, c := range checks {
+		if !c.OK {
+			return false
+		}
+	}
+	return true
 }
 
 // runPhase runs fn on its own goroutine so that a phase stuck in a system
@@ -357,7 +381,8 @@ func (p *Prober) runPhase(ctx context.Context, name string, params Params, fn ph
 // Handle decodes raw params, runs Probe and packages the report as a task
 // result. The result is always usable: invalid params or an interrupted
 // probe give a failed result and a non-nil error; failed checks still give
-// a succeeded result (the verdict is in the output's checks).
+// a succeeded result (the probe ran; its verdict is the output's healthy
+// and checks, which always agree).
 func (p *Prober) Handle(ctx context.Context, raw json.RawMessage, progress func(phase string, d time.Duration, err error)) (api.TaskResult, error) {
 	params, err := DecodeParams(raw)
 	if err != nil {

@@ -90,6 +90,17 @@ func (p *Prober) kvmPhase(_ context.Context, _ Params) (Check, func(*Report)) {
 	}
 	_ = f.Close() // opened read-write only to prove access; nothing written
 	st.Openable = true
+	if p.cfg.KVMVerdict != nil {
+		// An openable /dev/kvm is not a working KVM: the accelerator
+		// probe's verdict (a guest really ran, fast enough) decides.
+		if v, ok := p.cfg.KVMVerdict(); ok && !v.Works {
+			st.Error = "accelerator probe: " + v.Reason
+			if v.Detail != "" {
+				st.Error += ": " + v.Detail
+			}
+			return Check{Reason: v.Reason, Detail: st.Error}, apply
+		}
+	}
 	return Check{OK: true}, apply
 }
 
