@@ -4,8 +4,11 @@ package audit
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -56,21 +59,79 @@ func (l *Log) Record(ctx context.Context, e Entry) {
 	}
 }
 
-// List is GET /api/v1/audit: the newest entries, filtered by target and
-// correlation id.
+// maxExport bounds one JSON lines export.
+const maxExport = 10000
+
+// FilterOf parses GET /api/v1/audit's query: actor, role, action, target,
+// correlation_id, since and until (RFC 3339; since inclusive, until
+// exclusive) and limit.
+func FilterOf(q url.Values) (store.AuditFilter, error) {
+	f := store.AuditFilter{Actor: q.Get("actor"), Role: api.Role(q.Get("role")), Action: q.Get("action"),
+		Target: q.Get("target"), CorrelationID: q.Get("correlation_id")}
+	f.Limit, _ = strconv.Atoi(q.Get("limit"))
+	var fields []api.FieldError
+	if f.Role != "" && !slices.Contains(api.Roles, f.Role) {
+		fields = append(fields, api.FieldError{Field: "role", Message: "unknown role"})
+	}
+	for _, t := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		if v := q.Get(t.name); v != "" {
+			tm, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				fields = append(fields, api.FieldError{Field: t.name, Message: "must be an RFC 3339 time such as 2024-01-02T15:04:05Z"})
+			}
+			*t.dst = tm
+		}
+	}
+	if f := q.Get("format"); f != "" && f != "json" && f != "jsonl" {
+		fields = append(fields, api.FieldError{Field: "format", Message: "json or jsonl"})
+	}
+	if len(fields) > 0 {
+		return f, httpapi.Invalid(fields)
+	}
+	return f, nil
+}
+
+// View is an audit record's API form.
+func View(e store.AuditEvent) api.AuditEvent {
+	return api.AuditEvent{ID: e.ID, At: e.At, Actor: e.Actor, ActorTokenID: e.ActorTokenID,
+		ActorRole: e.ActorRole, Action: e.Action, Target: e.Target, Result: e.Result,
+		CorrelationID: e.CorrelationID, Detail: e.Detail}
+}
+
+// List is GET /api/v1/audit: the newest entries, filtered (FilterOf). With
+// ?format=jsonl it is a download of JSON lines (application/x-ndjson, one
+// record a line, newest first; limit defaults to and is capped at 10000).
 func (l *Log) List(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
-	limit, _ := strconv.Atoi(q.Get("limit"))
-	evs, err := l.st.ListAudit(r.Context(), store.AuditFilter{Target: q.Get("target"),
-		CorrelationID: q.Get("correlation_id"), Limit: limit})
+	f, err := FilterOf(r.URL.Query())
 	if err != nil {
 		return err
 	}
+	jsonl := r.URL.Query().Get("format") == "jsonl"
+	if jsonl && (f.Limit <= 0 || f.Limit > maxExport) {
+		f.Limit = maxExport
+	}
+	evs, err := l.st.ListAudit(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	if jsonl {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.Header().Set("Content-Disposition", `attachment; filename="audit.jsonl"`)
+		w.WriteHeader(http.StatusOK)
+		enc := json.NewEncoder(w)
+		for _, e := range evs {
+			if err := enc.Encode(View(e)); err != nil {
+				return nil // the client went
+			}
+		}
+		return nil
+	}
 	out := make([]api.AuditEvent, 0, len(evs))
 	for _, e := range evs {
-		out = append(out, api.AuditEvent{ID: e.ID, At: e.At, Actor: e.Actor, ActorTokenID: e.ActorTokenID,
-			ActorRole: e.ActorRole, Action: e.Action, Target: e.Target, Result: e.Result,
-			CorrelationID: e.CorrelationID, Detail: e.Detail})
+		out = append(out, View(e))
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 	return nil

@@ -35,20 +35,6 @@ const (
 	fileManifest    = "manifest.json"
 )
 
-// envelopeMeta is what a task's signed envelope carried: the signing kid
-// (the key signing now; envelopes are not stored), iat, exp and audience.
-type envelopeMeta struct {
-	KID      string `json:"kid"`
-	IssuedAt int64  `json:"iat,omitempty"`
-	Expires  int64  `json:"exp"`
-	Audience string `json:"aud"`
-}
-
-type evidenceTask struct {
-	api.Task
-	Envelope envelopeMeta `json:"envelope"`
-}
-
 type evidenceSession struct {
 	ID            string          `json:"session_id"`
 	AllocationID  string          `json:"allocation_id"`
@@ -96,7 +82,11 @@ func (s *Room) Evidence(w http.ResponseWriter, r *http.Request) error {
 	tasks, taskErr := s.tasksOf(ctx, cid)
 	put(fileTasks, tasks, taskErr)
 	events, err := s.store.ListAudit(ctx, store.AuditFilter{CorrelationID: cid, Limit: maxEvidenceRows})
-	put(fileAudit, auditViews(events), err)
+	auditOut := make([]api.AuditEvent, 0, len(events))
+	for _, e := range events {
+		auditOut = append(auditOut, audit.View(e))
+	}
+	put(fileAudit, auditOut, err)
 	sessions, err := s.sessionsOf(ctx, cid, tasks)
 	put(fileSessions, sessions, err)
 
@@ -141,30 +131,17 @@ func (s *Room) Evidence(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func auditViews(events []store.AuditEvent) []api.AuditEvent {
-	out := make([]api.AuditEvent, 0, len(events))
-	for _, e := range events {
-		out = append(out, api.AuditEvent{ID: e.ID, At: e.At, Actor: e.Actor, ActorTokenID: e.ActorTokenID,
-			ActorRole: e.ActorRole, Action: e.Action, Target: e.Target, Result: e.Result,
-			CorrelationID: e.CorrelationID, Detail: e.Detail})
-	}
-	return out
-}
-
 // tasksOf returns the tasks under cid with their results, events and
 // envelope metadata.
-func (s *Room) tasksOf(ctx context.Context, cid string) ([]evidenceTask, error) {
+func (s *Room) tasksOf(ctx context.Context, cid string) ([]api.Task, error) {
 	ts, err := s.store.ListTasks(ctx, store.TaskFilter{CorrelationID: cid, Limit: maxEvidenceRows})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]evidenceTask, 0, len(ts))
+	out := make([]api.Task, 0, len(ts))
 	for _, t := range ts {
-		v := evidenceTask{Task: tasks.View(t), Envelope: envelopeMeta{KID: s.keys.SigningKID(),
-			Expires: t.ExpiresAt.Unix(), Audience: t.NodeID}}
-		if !t.DispatchedAt.IsZero() {
-			v.Envelope.IssuedAt = t.DispatchedAt.Unix()
-		}
+		v := tasks.View(t)
+		v.Envelope = tasks.Envelope(t, s.keys.SigningKID())
 		evs, err := s.store.ListTaskEvents(ctx, t.ID)
 		if err != nil {
 			return nil, err
@@ -182,7 +159,7 @@ func (s *Room) tasksOf(ctx context.Context, cid string) ([]evidenceTask, error) 
 
 // sessionsOf returns the terminal sessions under cid or opened by one of
 // its tasks, with their readiness hops.
-func (s *Room) sessionsOf(ctx context.Context, cid string, tasks []evidenceTask) ([]evidenceSession, error) {
+func (s *Room) sessionsOf(ctx context.Context, cid string, tasks []api.Task) ([]evidenceSession, error) {
 	seen := map[string]bool{}
 	var out []evidenceSession
 	add := func(f store.TerminalSessionFilter) error {
@@ -219,7 +196,7 @@ func (s *Room) sessionsOf(ctx context.Context, cid string, tasks []evidenceTask)
 
 // hostOf is the host the correlation id is about: a preflight run's node,
 // else the newest task's.
-func hostOf(runs []store.PreflightRun, tasks []evidenceTask) string {
+func hostOf(runs []store.PreflightRun, tasks []api.Task) string {
 	for _, r := range runs {
 		if r.HostID != "" {
 			return r.HostID

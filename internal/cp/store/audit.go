@@ -23,9 +23,13 @@ type AuditEvent struct {
 
 // AuditFilter narrows ListAudit. Zero fields do not filter.
 type AuditFilter struct {
+	Actor         string
+	Role          api.Role // ActorRole
+	Action        string
 	Target        string
 	CorrelationID string
-	Limit         int // default 100
+	Since, Until  time.Time // At >= Since, At < Until
+	Limit         int       // default 100
 }
 
 // AuditStore is the append-only audit log: the audit room (cp/audit, whose

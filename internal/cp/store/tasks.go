@@ -38,6 +38,7 @@ type TaskEvent struct {
 // TaskFilter narrows ListTasks. Zero fields do not filter.
 type TaskFilter struct {
 	NodeID        string
+	Type          string
 	State         api.TaskState
 	CorrelationID string
 	Limit         int // default 100

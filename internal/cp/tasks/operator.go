@@ -42,6 +42,16 @@ func View(t store.Task) api.Task {
 	return v
 }
 
+// Envelope is t's signed envelope metadata, with kid the key signing now
+// (GET /api/v1/tasks/{id} and evidence bundles).
+func Envelope(t store.Task, kid string) *api.TaskEnvelope {
+	e := &api.TaskEnvelope{KID: kid, Expires: t.ExpiresAt.Unix(), Audience: t.NodeID}
+	if !t.DispatchedAt.IsZero() {
+		e.IssuedAt = t.DispatchedAt.Unix()
+	}
+	return e
+}
+
 // Create (POST /api/v1/tasks) validates and queues a task for one node.
 func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
@@ -124,12 +134,13 @@ func compactJSON(b json.RawMessage) (json.RawMessage, error) {
 	return json.Marshal(v)
 }
 
-// List is GET /api/v1/tasks.
+// List is GET /api/v1/tasks, newest first, filtered by node_id, type,
+// state and correlation_id.
 func (s *Room) List(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	limit, _ := strconv.Atoi(q.Get("limit"))
-	tasks, err := s.store.ListTasks(r.Context(), store.TaskFilter{NodeID: q.Get("node_id"),
-		State: api.TaskState(q.Get("state")), Limit: limit})
+	tasks, err := s.store.ListTasks(r.Context(), store.TaskFilter{NodeID: q.Get("node_id"), Type: q.Get("type"),
+		State: api.TaskState(q.Get("state")), CorrelationID: q.Get("correlation_id"), Limit: limit})
 	if err != nil {
 		return err
 	}
@@ -164,6 +175,7 @@ func (s *Room) Show(w http.ResponseWriter, r *http.Request) error {
 		}
 		if t.State.Terminal() || !time.Now().Before(deadline) {
 			v := View(t)
+			v.Envelope = Envelope(t, s.signer.SigningKID())
 			evs, err := s.store.ListTaskEvents(ctx, id)
 			if err != nil {
 				return err

@@ -43,9 +43,11 @@ type Slots interface {
 	SliceSlotFields(ctx context.Context, nodeID, typ string, params json.RawMessage) ([]api.FieldError, error)
 }
 
-// Signer signs a claimed task's envelope (keys.Keys).
+// Signer signs a claimed task's envelope (keys.Keys) and names the key it
+// signs with now.
 type Signer interface {
 	Sign(c api.TaskClaims) (string, error)
+	SigningKID() string
 }
 
 // Metrics are the room's series, registered by the control plane.

@@ -94,6 +94,18 @@ type Task struct {
 	Result        *TaskResult     `json:"result,omitempty"`
 	Events        []TaskEvent     `json:"events,omitempty"`
 	CreatedBy     string          `json:"created_by,omitempty"`
+	// Envelope is set by GET /api/v1/tasks/{id} and in evidence bundles.
+	Envelope *TaskEnvelope `json:"envelope,omitempty"`
+}
+
+// TaskEnvelope is what a task's signed envelope carries (envelopes are not
+// stored): KID is the key signing now, IssuedAt the dispatch time (unset
+// before), Expires the task's expiry and Audience its node (Unix seconds).
+type TaskEnvelope struct {
+	KID      string `json:"kid"`
+	IssuedAt int64  `json:"iat,omitempty"`
+	Expires  int64  `json:"exp"`
+	Audience string `json:"aud"`
 }
 
 // CreateOperatorTokenRequest is POST /api/v1/tokens.

@@ -123,13 +123,20 @@ func (s *Store) ListAudit(ctx context.Context, f store.AuditFilter) ([]store.Aud
 		where []string
 		args  []any
 	)
-	if f.Target != "" {
-		args = append(args, f.Target)
-		where = append(where, "target = $"+strconv.Itoa(len(args)))
+	for _, c := range []struct{ col, v string }{{"actor", f.Actor}, {"actor_role", string(f.Role)},
+		{"action", f.Action}, {"target", f.Target}, {"correlation_id", f.CorrelationID}} {
+		if c.v != "" {
+			args = append(args, c.v)
+			where = append(where, c.col+" = $"+strconv.Itoa(len(args)))
+		}
 	}
-	if f.CorrelationID != "" {
-		args = append(args, f.CorrelationID)
-		where = append(where, "correlation_id = $"+strconv.Itoa(len(args)))
+	if !f.Since.IsZero() {
+		args = append(args, ms(f.Since))
+		where = append(where, "at >= $"+strconv.Itoa(len(args)))
+	}
+	if !f.Until.IsZero() {
+		args = append(args, ms(f.Until))
+		where = append(where, "at < $"+strconv.Itoa(len(args)))
 	}
 	q := `SELECT id, at, actor, actor_token_id, actor_role, action, target, result, correlation_id, detail FROM audit`
 	if len(where) > 0 {

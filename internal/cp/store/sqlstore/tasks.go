@@ -91,6 +91,10 @@ func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]store.Task
 		args = append(args, f.NodeID)
 		where = append(where, "node_id = $"+strconv.Itoa(len(args)))
 	}
+	if f.Type != "" {
+		args = append(args, f.Type)
+		where = append(where, "type = $"+strconv.Itoa(len(args)))
+	}
 	if f.State != "" {
 		args = append(args, string(f.State))
 		where = append(where, "state = $"+strconv.Itoa(len(args)))

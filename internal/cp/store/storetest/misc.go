@@ -111,6 +111,7 @@ func testAudit(t *testing.T, s store.Store) {
 		ev(3*time.Second, "c", "host/h2", "c2"),
 		ev(3*time.Second, "d", "host/h2", "c1"), // same At as c, appended later
 	}
+	in[2].Actor, in[2].ActorRole = "system", ""
 	for _, e := range in {
 		e.ID = 12345 // ignored: the store assigns ids
 		must(t, s.AppendAudit(ctx, e))
@@ -142,6 +143,13 @@ func testAudit(t *testing.T, s store.Store) {
 	check(store.AuditFilter{Target: "host/h2", CorrelationID: "c1"}, "d")
 	check(store.AuditFilter{Target: "host/none"})
 	check(store.AuditFilter{Limit: 2}, "d", "c")
+	check(store.AuditFilter{Actor: "system"}, "c")
+	check(store.AuditFilter{Actor: "op", Role: api.RoleOperator}, "d", "b", "a")
+	check(store.AuditFilter{Role: api.RoleAdmin})
+	check(store.AuditFilter{Action: "b"}, "b")
+	check(store.AuditFilter{Since: at(2 * time.Second)}, "d", "c", "b")
+	check(store.AuditFilter{Until: at(2 * time.Second)}, "a")
+	check(store.AuditFilter{Since: at(2 * time.Second), Until: at(3 * time.Second)}, "b")
 
 	got, err := s.ListAudit(ctx, store.AuditFilter{Limit: 1})
 	must(t, err)

@@ -69,9 +69,11 @@ func testTaskEnqueueEvent(t *testing.T, s store.Store) {
 
 func testTaskList(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
+	b := newTask("b", "n2", 2*time.Second)
+	b.Type = "diag.collect"
 	enqueue(t, s,
 		newTask("a", "n1", 1*time.Second),
-		newTask("b", "n2", 2*time.Second),
+		b,
 		newTask("c", "n1", 3*time.Second),
 		newTask("d", "n1", 3*time.Second), // same CreatedAt as c: id breaks the tie
 	)
@@ -88,6 +90,8 @@ func testTaskList(t *testing.T, s store.Store) {
 		{store.TaskFilter{Limit: 2}, []string{"d", "c"}},
 		{store.TaskFilter{CorrelationID: "corr-c"}, []string{"c"}},
 		{store.TaskFilter{NodeID: "n2", CorrelationID: "corr-c"}, []string{}},
+		{store.TaskFilter{Type: "diag.collect"}, []string{"b"}},
+		{store.TaskFilter{Type: "diag.health_probe", State: api.TaskQueued}, []string{"d", "c"}},
 	} {
 		got, err := s.ListTasks(ctx, tc.f)
 		must(t, err)
