@@ -80,6 +80,7 @@ func operatorRouteMeaning() map[string]string {
 		"GET /ui/fleet/events":                          "the fleet table's rows as server-sent events (session cookie)",
 		"GET /ui/hosts/{id}":                            "the dashboard's host page (session cookie)",
 		"POST /ui/hosts/{id}/actions/{action}":          "a dashboard host action through the operator API (session cookie, CSRF token, role operator)",
+		"GET /ui/evidence/{cid}":                        "an evidence bundle through the operator API, as an attachment (session cookie, role operator)",
 	}
 }
 

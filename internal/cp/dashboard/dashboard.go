@@ -100,6 +100,7 @@ func (u *UI) Routes() []Route {
 		{"GET /ui/fleet/events", u.withSession(u.fleetEvents)},
 		{"GET /ui/hosts/{id}", u.withSession(u.hostPage)},
 		{"POST /ui/hosts/{id}/actions/{action}", u.withSession(u.hostAction)},
+		{"GET /ui/evidence/{cid}", u.withSession(u.evidence)},
 	}
 }
 

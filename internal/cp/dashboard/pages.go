@@ -308,6 +308,12 @@ func (u *UI) hostAction(w http.ResponseWriter, r *http.Request, s *session) {
 		err = u.call(r, s, http.MethodPost, "/api/v1/tasks",
 			api.EnqueueTaskRequest{NodeID: id, Type: "diag.health_probe"}, &t)
 		done = "health probe queued: task " + t.ID
+	case "rotate-token": // hostactions.go
+		u.rotateToken(w, r, s, id)
+		return
+	case "revoke":
+		u.revokeHost(w, r, s, id)
+		return
 	default:
 		http.NotFound(w, r)
 		return

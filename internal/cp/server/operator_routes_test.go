@@ -78,7 +78,8 @@ var wantRoles = map[string]api.Role{
 // (internal/cp/dashboard tests their CSRF and role refusals).
 var wantPublic = []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /api/v1/terminal", "GET /ui/", "GET /{$}",
 	"GET /ui/login", "POST /ui/login", "POST /ui/logout", "GET /ui/fleet", "GET /ui/fleet/events", "GET /ui/hosts/{id}",
-	"POST /ui/hosts/{id}/actions/{action}"}
+	"POST /ui/hosts/{id}/actions/{action}",
+	"GET /ui/evidence/{cid}"}
 
 // clock is a settable test clock.
 type clock struct {
