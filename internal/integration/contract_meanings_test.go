@@ -81,6 +81,10 @@ func operatorRouteMeaning() map[string]string {
 		"GET /ui/hosts/{id}":                            "the dashboard's host page (session cookie)",
 		"POST /ui/hosts/{id}/actions/{action}":          "a dashboard host action through the operator API (session cookie, CSRF token, role operator)",
 		"GET /ui/evidence/{cid}":                        "an evidence bundle through the operator API, as an attachment (session cookie, role operator)",
+		"GET /ui/tasks":                                 "the dashboard's task list, filtered by host, type and state (session cookie)",
+		"GET /ui/tasks/{id}":                            "the dashboard's task page: envelope, state history, phase chart, result (session cookie)",
+		"GET /ui/audit":                                 "the dashboard's audit log, filtered by actor, role, action, target and time (session cookie)",
+		"GET /ui/audit/export":                          "the filtered audit records as JSON lines, as an attachment (session cookie)",
 	}
 }
 

@@ -101,6 +101,10 @@ func (u *UI) Routes() []Route {
 		{"GET /ui/hosts/{id}", u.withSession(u.hostPage)},
 		{"POST /ui/hosts/{id}/actions/{action}", u.withSession(u.hostAction)},
 		{"GET /ui/evidence/{cid}", u.withSession(u.evidence)},
+		{"GET /ui/tasks", u.withSession(u.tasksPage)},
+		{"GET /ui/tasks/{id}", u.withSession(u.taskPage)},
+		{"GET /ui/audit", u.withSession(u.auditPage)},
+		{"GET /ui/audit/export", u.withSession(u.auditExport)},
 	}
 }
 

@@ -79,7 +79,7 @@ var wantRoles = map[string]api.Role{
 var wantPublic = []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /api/v1/terminal", "GET /ui/", "GET /{$}",
 	"GET /ui/login", "POST /ui/login", "POST /ui/logout", "GET /ui/fleet", "GET /ui/fleet/events", "GET /ui/hosts/{id}",
 	"POST /ui/hosts/{id}/actions/{action}",
-	"GET /ui/evidence/{cid}"}
+	"GET /ui/evidence/{cid}", "GET /ui/tasks", "GET /ui/tasks/{id}", "GET /ui/audit", "GET /ui/audit/export"}
 
 // clock is a settable test clock.
 type clock struct {
