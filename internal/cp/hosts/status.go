@@ -209,7 +209,7 @@ func (s *Room) RecordPreflight(ctx context.Context, o PreflightOutcome) error {
 		case o.OK:
 			h.LastSuccessfulPreflightAt = now
 		case o.NodeAPIFailed:
-			h.LastFailure = store.Failure{Signal: o.Signal, Detail: bounded(o.Detail), CorrelationID: o.CorrelationID, At: now}
+			h.LastFailure = preflightFailure(*h, o, now)
 			if h.Status == api.HostStale && !h.Revoked {
 				to = api.HostAPIUnreachable
 				h.Status, h.StatusReason = to, preflightReasonPrefix+string(signal.HopNodeRuntimeAPIReachability)
@@ -230,6 +230,23 @@ func (s *Room) RecordPreflight(ctx context.Context, o PreflightOutcome) error {
 		s.statusChanged(ctx, o.HostID, prev, to, "preflight "+o.RunID+": "+o.Signal, o.CorrelationID)
 	}
 	return nil
+}
+
+// preflightFailure is the last failure a failed node-side
+// node_runtime_api_reachability hop of a run stored at now gives h. While
+// the same failure persists (the stored last failure has the run's signal,
+// the host has not been healthy since, and no run has passed since) its
+// time stays the first occurrence's: last_failure_at says since when the
+// host fails, not when a run last confirmed it. The detail and correlation
+// id are the run's, so they lead to its stored report.
+func preflightFailure(h store.Host, o PreflightOutcome, now time.Time) store.Failure {
+	f := store.Failure{Signal: o.Signal, Detail: bounded(o.Detail), CorrelationID: o.CorrelationID, At: now}
+	prev := h.LastFailure
+	if prev.Signal == o.Signal && !prev.At.IsZero() && !prev.At.After(now) &&
+		h.Status != api.HostHealthy && h.LastSuccessfulPreflightAt.Before(prev.At) {
+		f.At = prev.At
+	}
+	return f
 }
 
 // preflightReasonPrefix starts the status reason a preflight run sets; the

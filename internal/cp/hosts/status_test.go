@@ -65,3 +65,30 @@ func TestCheckProfile(t *testing.T) {
 		t.Fatalf("other failure: %q %+v", c, h.LastFailure)
 	}
 }
+
+func TestPreflightFailureKeepsFirstOccurrence(t *testing.T) {
+	first := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	now := first.Add(3 * time.Second)
+	auth := string(signal.AuthFailed)
+	o := PreflightOutcome{NodeAPIFailed: true, Signal: auth, Detail: "403 node_identity_superseded", CorrelationID: "pfl_2"}
+	failing := store.Host{Status: api.HostAuthFailed, LastSuccessfulPreflightAt: first.Add(-time.Minute),
+		LastFailure: store.Failure{Signal: auth, Detail: "node_identity_superseded", CorrelationID: "cid_1", At: first}}
+	for _, tc := range []struct {
+		name string
+		edit func(h *store.Host)
+		at   time.Time
+	}{
+		{"same signal persists: the first occurrence's time", func(*store.Host) {}, first},
+		{"another signal", func(h *store.Host) { h.LastFailure.Signal = string(signal.HeartbeatStale) }, now},
+		{"the host is healthy again", func(h *store.Host) { h.Status = api.HostHealthy }, now},
+		{"a run passed since", func(h *store.Host) { h.LastSuccessfulPreflightAt = first.Add(time.Second) }, now},
+		{"no earlier failure", func(h *store.Host) { h.LastFailure = store.Failure{} }, now},
+	} {
+		h := failing
+		tc.edit(&h)
+		f := preflightFailure(h, o, now)
+		if !f.At.Equal(tc.at) || f.Signal != auth || f.CorrelationID != "pfl_2" || f.Detail != o.Detail {
+			t.Errorf("%s: %+v, want at %s with the run's signal, detail and correlation id", tc.name, f, tc.at)
+		}
+	}
+}
