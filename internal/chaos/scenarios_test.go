@@ -208,14 +208,13 @@ func scenarios() []scenario {
 			detail: "does not exist",
 			hop:    signal.HopWorkloadTerminalStartup, sig: signal.PTYFailed, terminal: true,
 			inject: func(c *cluster, _ *state) {
-				// The baseline session's shell may still be exiting.
+				// The baseline smoke session's login shell ends after the
+				// preflight returned: the gateway closes the node stream
+				// once the CLI closed its WebSocket, then the agent hangs
+				// up the shell's process group and reaps it.
 				user := c.allocUser()
-				c.waitFor("userdel "+user, 10*time.Second, func() error {
-					if out, err := exec.Command("userdel", "-r", user).CombinedOutput(); err != nil {
-						return fmt.Errorf("%v: %s", err, out)
-					}
-					return nil
-				})
+				c.waitUserProcsGone(user, userProcsGrace)
+				mustRun(c, "userdel", "-r", user)
 			},
 			repair: func(c *cluster, _ *state) {
 				old := c.allocID
