@@ -192,7 +192,7 @@ func scenarios() []scenario {
 			// it down every operator call fails first (HTTP 500), so the
 			// run stops at allocation_binding and cannot be stored; the
 			// evidence is the error envelope's and the log's correlation id.
-			hop: signal.HopAllocationBinding, sig: signal.AllocationNotReady, terminal: true, storeDown: true,
+			hop: signal.HopAllocationBinding, sig: signal.ControlPlaneFailed, terminal: true, storeDown: true,
 			opts: clusterOpts{postgres: true},
 			inject: func(c *cluster, _ *state) {
 				if err := c.pg.Halt(); err != nil {

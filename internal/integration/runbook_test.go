@@ -41,6 +41,7 @@ func runbookSections() map[string]string {
 		"hops":             hopsTable(),
 		"signals-node":     signalMatrix(signal.DomainNode),
 		"signals-terminal": signalMatrix(signal.DomainTerminal),
+		"signals-control":  signalMatrix(signal.DomainControlPlane),
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/drover-dev/drover/internal/wire/signal"
+
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -47,6 +49,18 @@ func (e *apiError) Error() string {
 }
 
 func (e *apiError) Unwrap() error { return e.Err }
+
+// failSignal is the signal of a failed operator API call: the hop's own
+// signal for an answer about the hop's subject (4xx), and
+// control_plane_api_failed when the control plane itself failed (5xx) or
+// could not be reached.
+func failSignal(err error, own signal.Name) signal.Name {
+	var ae *apiError
+	if errors.As(err, &ae) && (ae.Status == 0 || ae.Status >= 500) {
+		return signal.ControlPlaneFailed
+	}
+	return own
+}
 
 // statusOf is the HTTP status of an apiError (0 for anything else).
 func statusOf(err error) int {

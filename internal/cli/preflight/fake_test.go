@@ -22,13 +22,14 @@ import (
 // fakeAPI is the operator API and terminal gateway as preflight sees them;
 // each field is one answer a test may change.
 type fakeAPI struct {
-	t        *testing.T
-	alloc    api.Allocation
-	host     api.Host
-	taskEnd  api.TaskState // the state GET /api/v1/tasks/{id} answers
-	result   *api.TaskResult
-	mintCode int // non-zero: the mint fails with this status
-	healthz  int
+	t         *testing.T
+	alloc     api.Allocation
+	host      api.Host
+	taskEnd   api.TaskState // the state GET /api/v1/tasks/{id} answers
+	result    *api.TaskResult
+	mintCode  int // non-zero: the mint fails with this status
+	allocCode int // non-zero: GET of the allocation fails with this status
+	healthz   int
 	// ws: "refuse" (token_invalid + 4401), "http" (502, no upgrade),
 	// "hang" (accept, say nothing), "ready", or an error code to send.
 	ws        string
@@ -63,6 +64,10 @@ func (f *fakeAPI) start() *httptest.Server {
 		_ = json.NewEncoder(w).Encode(v)
 	}
 	mux.HandleFunc("GET /api/v1/allocations/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if f.allocCode != 0 {
+			js(w, f.allocCode, api.ErrorBody{Error: api.ErrorDetail{Code: "internal", Message: "internal error", CorrelationID: r.Header.Get("X-Correlation-ID")}})
+			return
+		}
 		if r.PathValue("id") != f.alloc.ID {
 			js(w, 404, api.ErrorBody{Error: api.ErrorDetail{Code: "not_found", Message: "no such allocation"}})
 			return

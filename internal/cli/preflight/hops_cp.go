@@ -26,7 +26,7 @@ func (r *run) allocationBinding(ctx context.Context, res *preflight.HopResult) {
 	}
 	var a api.Allocation
 	if err := r.api.do(ctx, http.MethodGet, "/api/v1/allocations/"+url.PathEscape(r.cfg.AllocationID), nil, &a); err != nil {
-		res.Fail(signal.AllocationNotReady, "read the allocation: "+err.Error())
+		res.Fail(failSignal(err, signal.AllocationNotReady), "read the allocation: "+err.Error())
 		return
 	}
 	r.alloc = &a
@@ -34,7 +34,7 @@ func (r *run) allocationBinding(ctx context.Context, res *preflight.HopResult) {
 	if host == "" && a.InstanceID != "" {
 		var in api.Instance
 		if err := r.api.do(ctx, http.MethodGet, "/api/v1/instances/"+url.PathEscape(a.InstanceID), nil, &in); err != nil {
-			res.Fail(signal.AllocationNotReady, fmt.Sprintf("read the allocation's instance %s: %v", a.InstanceID, err))
+			res.Fail(failSignal(err, signal.AllocationNotReady), fmt.Sprintf("read the allocation's instance %s: %v", a.InstanceID, err))
 			return
 		}
 		host = in.HostID
@@ -70,7 +70,7 @@ func (r *run) allocationBinding(ctx context.Context, res *preflight.HopResult) {
 func (r *run) nodeHeartbeat(ctx context.Context, res *preflight.HopResult) {
 	var h api.Host
 	if err := r.api.do(ctx, http.MethodGet, "/api/v1/hosts/"+url.PathEscape(r.cfg.NodeID), nil, &h); err != nil {
-		res.Fail(signal.HeartbeatStale, "read the host: "+err.Error())
+		res.Fail(failSignal(err, signal.HeartbeatStale), "read the host: "+err.Error())
 		return
 	}
 	r.host = &h
@@ -136,7 +136,7 @@ func (r *run) nodeRecoveryStatus(ctx context.Context, res *preflight.HopResult) 
 		TTL: api.Duration(max(r.cfg.Timeout, 2*time.Second)), CorrelationID: r.report.CorrelationID}
 	var t api.Task
 	if err := r.api.do(ctx, http.MethodPost, "/api/v1/tasks", req, &t); err != nil {
-		res.Fail(signal.TaskClaimFailed, "queue diag.health_probe: "+err.Error())
+		res.Fail(failSignal(err, signal.TaskClaimFailed), "queue diag.health_probe: "+err.Error())
 		return
 	}
 	res.Data = map[string]any{"task_id": t.ID}
@@ -152,7 +152,7 @@ func (r *run) nodeRecoveryStatus(ctx context.Context, res *preflight.HopResult) 
 			if ctx.Err() != nil {
 				break
 			}
-			res.Fail(signal.TaskResultPostFailed, fmt.Sprintf("read task %s: %v", t.ID, err))
+			res.Fail(failSignal(err, signal.TaskResultPostFailed), fmt.Sprintf("read task %s: %v", t.ID, err))
 			return
 		}
 		t = next
@@ -260,7 +260,7 @@ func (r *run) terminalTokenMint(ctx context.Context, res *preflight.HopResult) {
 	err := r.api.do(ctx, http.MethodPost, "/api/v1/allocations/"+url.PathEscape(r.cfg.AllocationID)+"/terminal-token",
 		api.TerminalTokenRequest{Cols: 80, Rows: 24}, &tok)
 	if err != nil {
-		res.Fail(signal.TokenMintFailed, "mint a terminal token: "+err.Error())
+		res.Fail(failSignal(err, signal.TokenMintFailed), "mint a terminal token: "+err.Error())
 		var ae *apiError
 		if errors.As(err, &ae) {
 			res.Data = map[string]any{"http_status": ae.Status, "code": ae.Code, "correlation_id": ae.CorrelationID}

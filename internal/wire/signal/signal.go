@@ -16,8 +16,9 @@ type Domain string
 
 // The failure domains.
 const (
-	DomainNode     Domain = "node_agent"
-	DomainTerminal Domain = "terminal"
+	DomainNode         Domain = "node_agent"
+	DomainTerminal     Domain = "terminal"
+	DomainControlPlane Domain = "control_plane"
 )
 
 // The signals. Node-agent connectivity first, then terminal readiness.
@@ -45,6 +46,7 @@ const (
 	PTYFailed            Name = "terminal_pty_failed"
 	UIConnectingStuck    Name = "terminal_ui_connecting_stuck"
 	EnvProfileDrift      Name = "terminal_env_profile_drift"
+	ControlPlaneFailed   Name = "control_plane_api_failed"
 )
 
 // Signal is one row of the runbook: what the operator sees, the quickest
@@ -159,6 +161,10 @@ func Signals() []Signal {
 			"`drover hosts show <id>` (profile terminal URL vs reported); `drover preflight`",
 			"Environment profile", "Fix the profile or the agent's NODE_AGENT_TERMINAL_URL; record the drift",
 			[]Hop{HopNodeTerminalReachability}, ""},
+		{ControlPlaneFailed, DomainControlPlane, "The control plane's operator API answers 5xx or cannot be reached: its store (SQLite file or PostgreSQL), which also holds the terminal session binding, is down or the process is",
+			"The error envelope's correlation_id in `drover server`'s log; `curl <api-base>/readyz`",
+			"Control plane / store", "Bring the store back (PostgreSQL running and reachable, SQLite file writable) or restart the control plane; nothing on the nodes needs repair",
+			[]Hop{HopAllocationBinding, HopNodeHeartbeat, HopNodeRecoveryStatus, HopTerminalTokenMint}, ""},
 	}
 }
 
