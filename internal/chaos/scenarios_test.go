@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,6 +142,26 @@ func scenarios() []scenario {
 			hop:    signal.HopTerminalPublicRoute, sig: signal.PublicRouteMissing, terminal: true,
 			inject: func(c *cluster, s *state) {
 				edge := httptest.NewServer(http.NotFoundHandler())
+				c.t.Cleanup(edge.Close)
+				s.vals["edge"] = edge.URL
+			},
+			args:   func(_ *cluster, s *state) []string { return []string{"--terminal-base", s.vals["edge"]} },
+			repair: func(_ *cluster, s *state) { delete(s.vals, "edge") }},
+		{name: "gateway_upgrade_stripped", injection: "--terminal-base through an edge proxy that strips the WebSocket upgrade headers (Upgrade, Connection)",
+			detail: "instead of a WebSocket upgrade",
+			hop:    signal.HopBrowserTerminalWS, sig: signal.GatewayUpgradeFailed, terminal: true,
+			inject: func(c *cluster, s *state) {
+				target, err := url.Parse(c.opURL)
+				if err != nil {
+					c.t.Fatal(err)
+				}
+				// An edge without WebSocket support: /healthz passes, the
+				// terminal upgrade reaches the gateway as a plain GET.
+				edge := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+					r.SetURL(target)
+					r.Out.Header.Del("Upgrade")
+					r.Out.Header.Del("Connection")
+				}})
 				c.t.Cleanup(edge.Close)
 				s.vals["edge"] = edge.URL
 			},
