@@ -286,13 +286,24 @@ func (u *UI) call(r *http.Request, s *session, method, path string, in, out any)
 		}
 		body = bytes.NewReader(b)
 	}
+	rec, err := u.send(r, s, method, path, body)
+	if err != nil || out == nil {
+		return err
+	}
+	return json.Unmarshal(rec.body.Bytes(), out)
+}
+
+// send calls the operator API in-process with the session's token (body,
+// when not nil, is JSON) and returns a 2xx answer as it came; any other
+// answer is an *apiError with the API's code and message.
+func (u *UI) send(r *http.Request, s *session, method, path string, body io.Reader) (*recorder, error) {
 	req, err := http.NewRequestWithContext(r.Context(), method, path, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.RemoteAddr = r.RemoteAddr
 	req.Header.Set("Authorization", "Bearer "+s.token)
-	if in != nil {
+	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	rec := &recorder{hdr: http.Header{}}
@@ -310,12 +321,9 @@ func (u *UI) call(r *http.Request, s *session, method, path string, in, out any)
 		} else {
 			e.Message = rec.body.String()
 		}
-		return e
+		return nil, e
 	}
-	if out == nil {
-		return nil
-	}
-	return json.Unmarshal(rec.body.Bytes(), out)
+	return rec, nil
 }
 
 // canAct reports whether the session's role may use action controls.

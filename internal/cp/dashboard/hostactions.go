@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -106,28 +105,5 @@ func (u *UI) evidence(w http.ResponseWriter, r *http.Request, s *session) {
 // raw calls the operator API in-process with the session's token and
 // returns a 2xx answer as it came (call decodes JSON; a bundle is not).
 func (u *UI) raw(r *http.Request, s *session, method, path string) (*recorder, error) {
-	req, err := http.NewRequestWithContext(r.Context(), method, path, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.RemoteAddr = r.RemoteAddr
-	req.Header.Set("Authorization", "Bearer "+s.token)
-	rec := &recorder{hdr: http.Header{}}
-	u.cfg.API.ServeHTTP(rec, req)
-	if rec.status == 0 {
-		rec.status = http.StatusOK
-	}
-	if rec.status/100 != 2 {
-		e := &apiError{Status: rec.status}
-		var env struct {
-			Error apiError `json:"error"`
-		}
-		if json.Unmarshal(rec.body.Bytes(), &env) == nil && env.Error.Code != "" {
-			e.Code, e.Message = env.Error.Code, env.Error.Message
-		} else {
-			e.Message = rec.body.String()
-		}
-		return nil, e
-	}
-	return rec, nil
+	return u.send(r, s, method, path, nil)
 }
