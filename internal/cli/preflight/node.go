@@ -97,6 +97,7 @@ func (r *run) nodeOpsAccess(ctx context.Context, res *preflight.HopResult) {
 	}
 	r.nodeRaw = stdout.Bytes()
 	if exit != nil {
+		r.nodeExit = exit.ExitStatus()
 		r.nodeErr = fmt.Errorf("%s exited %d: %s", r.cfg.AgentBinary, exit.ExitStatus(), tail(stderr.String()))
 	}
 	res.Detail = fmt.Sprintf("ssh %s@%s works; ran %s preflight", r.cfg.NodeUser, addr, r.cfg.AgentBinary)
@@ -221,6 +222,10 @@ func tail(s string) string {
 	return s
 }
 
+// agentUsageExit is drover-agent's exit status for a usage or configuration
+// error.
+const agentUsageExit = 2
+
 // runLocal runs drover-agent preflight on this machine (--node-local).
 func (r *run) runLocal(ctx context.Context) {
 	cmd := exec.CommandContext(ctx, r.cfg.AgentBinary, r.agentArgs()...)
@@ -231,6 +236,7 @@ func (r *run) runLocal(ctx context.Context) {
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):
+		r.nodeExit = exit.ExitCode()
 		r.nodeErr = fmt.Errorf("%s exited %d: %s", r.cfg.AgentBinary, exit.ExitCode(), tail(stderr.String()))
 	case errors.Is(err, syscall.ENOEXEC):
 		r.nodeErr = fmt.Errorf("run %s: %v: the binary is not built for this host (architecture or OS)", r.cfg.AgentBinary, err)
@@ -284,7 +290,14 @@ func (r *run) nodeHop(h signal.Hop) hopFunc {
 		}
 		nr, err := r.nodeReportOf(ctx)
 		if err != nil {
-			res.Fail(signal.BinaryInvalid, fmt.Sprintf("%s preflight gave no report: %v", r.cfg.AgentBinary, err))
+			// Exit 2 is the agent refusing its configuration (no control
+			// plane URL, a bad env file): the agent cannot run as
+			// configured, which is not a wrong binary.
+			sig := signal.BinaryInvalid
+			if r.nodeExit == agentUsageExit {
+				sig = signal.ProcessDown
+			}
+			res.Fail(sig, fmt.Sprintf("%s preflight gave no report: %v", r.cfg.AgentBinary, err))
 			return
 		}
 		got := r.nodeHopResult(h)

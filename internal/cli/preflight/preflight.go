@@ -134,6 +134,7 @@ type run struct {
 	host       *api.Host
 	nodeRaw    []byte // drover-agent preflight's stdout
 	nodeErr    error  // why no node report came back
+	nodeExit   int    // drover-agent preflight's exit status, when it exited
 	nodeReport *preflight.NodeReport
 	token      *api.TerminalToken
 	ws         *wsSession

@@ -134,6 +134,13 @@ func TestHops(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, wantHop: signal.HopNodeReadiness, wantSig: signal.BinaryInvalid, detail: "not built for this host"},
+		{name: "agent refuses its configuration", cfg: func(t *testing.T, c *Config) {
+			c.NodeLocal, c.AgentBinary = true, filepath.Join(t.TempDir(), "drover-agent")
+			script := "#!/bin/sh\necho 'drover-agent preflight: configuration: NODE_AGENT_CONTROL_PLANE_URL (-control-plane-url) is required' >&2\nexit 2\n"
+			if err := os.WriteFile(c.AgentBinary, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, wantHop: signal.HopNodeReadiness, wantSig: signal.ProcessDown, detail: "NODE_AGENT_CONTROL_PLANE_URL"},
 		{name: "agent binary missing", cfg: func(_ *testing.T, c *Config) { c.NodeLocal, c.AgentBinary = true, "/nonexistent/drover-agent" },
 			wantHop: signal.HopNodeReadiness, wantSig: signal.BinaryInvalid, detail: "no JSON node report"},
 	}
