@@ -38,7 +38,7 @@ func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Ti
 		h, err := l.s.store.UpdateHost(ctx, id, func(h *store.Host) error {
 			prev = h.Status
 			h.Status, h.StatusReason = o.status, o.reason
-			if o.failure.Signal != "" && (o.failure.Signal != h.LastFailure.Signal || o.failure.CorrelationID != h.LastFailure.CorrelationID) {
+			if o.differs(h.LastFailure) {
 				h.LastFailure = o.failure
 			}
 			if at.After(h.LastSeenAt) {

@@ -26,12 +26,21 @@ type observation struct {
 	reason  string
 	cid     string
 	failure store.Failure // zero when the agent reported nothing
+	// agentCID is true when the failure's correlation id is the agent's
+	// own (else it is the heartbeat request's).
+	agentCID bool
 }
 
 // newFailure reports whether o's failure is not the one already stored.
-func (o observation) newFailure(hs hostState) bool {
-	return o.failure.Signal != "" &&
-		(o.failure.Signal != hs.failure.Signal || o.failure.CorrelationID != hs.failure.CorrelationID)
+func (o observation) newFailure(hs hostState) bool { return o.differs(hs.failure) }
+
+// differs reports whether o carries a failure other than stored: another
+// signal, or another correlation id the agent named. A problem the agent
+// reports without an id gets each request's id, which must not make every
+// heartbeat of a degraded host a store write.
+func (o observation) differs(stored store.Failure) bool {
+	return o.failure.Signal != "" && (o.failure.Signal != stored.Signal ||
+		(o.agentCID && o.failure.CorrelationID != stored.CorrelationID))
 }
 
 // diagnosticSignal maps a heartbeat's Diagnostic to its signal. Agents
@@ -62,7 +71,7 @@ func observe(hb api.Heartbeat, cid string, now time.Time) observation {
 		return o
 	}
 	if hb.CorrelationID != "" && httpapi.ValidCorrelationID(hb.CorrelationID) {
-		o.cid = hb.CorrelationID
+		o.cid, o.agentCID = hb.CorrelationID, true
 	}
 	if sig.HostStatus != "" {
 		o.status, o.reason = sig.HostStatus, string(sig.Name)

@@ -41,6 +41,18 @@ func TestObserveHeartbeat(t *testing.T) {
 	if !o.newFailure(hostState{}) || o.newFailure(hostState{failure: o.failure}) {
 		t.Fatal("newFailure")
 	}
+	// The same problem without an agent id on the next heartbeat (another
+	// request id) is not a new failure: no store write per heartbeat.
+	next := observe(api.Heartbeat{Diagnostic: string(signal.APIUnreachable)}, "cid-req-2", now)
+	if next.newFailure(hostState{failure: o.failure}) {
+		t.Fatal("a repeated problem without an agent correlation id counted as a new failure")
+	}
+	// A new id from the agent is a new failure (a new occurrence).
+	a1 := observe(api.Heartbeat{Diagnostic: string(signal.APIUnreachable), CorrelationID: "cid-a1"}, "r1", now)
+	a2 := observe(api.Heartbeat{Diagnostic: string(signal.APIUnreachable), CorrelationID: "cid-a2"}, "r2", now)
+	if !a2.newFailure(hostState{failure: a1.failure}) || a1.newFailure(hostState{failure: a1.failure}) {
+		t.Fatal("an agent correlation id change must be a new failure, the same one not")
+	}
 }
 
 func TestCheckProfile(t *testing.T) {
