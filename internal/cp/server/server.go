@@ -1,8 +1,9 @@
 // Package server is the Drover control plane's assembly: Config, New,
 // Serve/Run, and the operator (bearer tokens, loopback by default) and node
 // (mTLS, every route bound to the caller's certificate) route tables that
-// mount the handlers of its rooms (hosts, allocations, instances, tasks, termgw,
-// audit, keys, operators, preflight) and the listeners' limits. It owns no persistence of its own: all state is in the
+// mount the handlers of its rooms (hosts, allocations, instances, tasks,
+// termgw, audit, keys, operators, preflight, dashboard) and the listeners'
+// limits. It owns no persistence of its own: all state is in the
 // store.Store it is given, so several replicas can share one PostgreSQL
 // database. It must not execute anything on behalf of nodes.
 package server
