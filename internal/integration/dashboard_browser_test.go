@@ -1,10 +1,17 @@
 package integration
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -132,6 +139,35 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	p.shot(shots, "host")
 
+	// Rotate the bootstrap token: shown once with the agent's env, on that
+	// answer only; the host page does not show it again.
+	p.do(10*time.Second, chromedp.Navigate(e.opURL+"/ui/hosts/dash-a"), chromedp.WaitVisible(chromedp.ID("act-rotate-token")))
+	p.do(10*time.Second, chromedp.Click(chromedp.ID("act-rotate-token")))
+	p.waitJS(`!!document.getElementById('agent-env')`, 10*time.Second)
+	envText := evalJS[string](p, `document.getElementById('agent-env').textContent`)
+	_, tok, _ := strings.Cut(envText, "NODE_AGENT_BOOTSTRAP_TOKEN=")
+	tok, _, _ = strings.Cut(tok, "\n")
+	if len(strings.TrimSpace(tok)) < 16 {
+		t.Fatalf("the token page shows no bootstrap token: %q", envText)
+	}
+	p.shot(shots, "token")
+	p.do(10*time.Second, chromedp.Navigate(e.opURL+"/ui/hosts/dash-a"), chromedp.WaitVisible(chromedp.ID("host-status")))
+	if evalJS[bool](p, `document.documentElement.outerHTML.includes(`+strconv.Quote(strings.TrimSpace(tok))+`)`) {
+		t.Error("the host page shows the rotated token again")
+	}
+
+	// Download the health probe's evidence bundle through the dashboard:
+	// a gzip tar with its manifest.
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	bundle, err := chromedp.Run(ctx, chromedp.Evaluate[string](`fetch('/ui/evidence/`+task.CorrelationID+`')
+		.then(r => r.ok ? r.arrayBuffer() : Promise.reject('HTTP ' + r.status))
+		.then(b => { let s = ''; new Uint8Array(b).forEach(c => s += String.fromCharCode(c)); return btoa(s); })`, chromedp.EvalAwaitPromise))
+	cancel()
+	if err != nil {
+		t.Fatalf("download the evidence bundle: %v", err)
+	}
+	checkEvidenceBundle(t, bundle, task.CorrelationID)
+
 	// Logout, then a viewer: no action controls, and a forged POST with
 	// the viewer's valid CSRF token is refused.
 	p.do(10*time.Second, chromedp.Click(chromedp.CSS(`header form button`)))
@@ -166,5 +202,40 @@ func TestDashboardBrowser(t *testing.T) {
 		if !strings.Contains(c, "403") {
 			t.Errorf("console: %s", c)
 		}
+	}
+}
+
+// checkEvidenceBundle decodes a base64 evidence bundle and checks it is a
+// gzip tar whose manifest names cid.
+func checkEvidenceBundle(t *testing.T, b64 string, cid string) {
+	t.Helper()
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		t.Fatalf("evidence download: %.200s (%v)", b64, err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("evidence bundle is not gzip: %v", err)
+	}
+	tr := tar.NewReader(zr)
+	var names []string
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("evidence bundle tar: %v", err)
+		}
+		names = append(names, hdr.Name)
+		if hdr.Name == "manifest.json" {
+			m, _ := io.ReadAll(tr)
+			if !bytes.Contains(m, []byte(cid)) {
+				t.Errorf("manifest lacks %s: %s", cid, m)
+			}
+		}
+	}
+	if !slices.Contains(names, "manifest.json") || !slices.Contains(names, "tasks.json") {
+		t.Errorf("evidence bundle holds %v", names)
 	}
 }
