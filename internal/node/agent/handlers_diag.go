@@ -8,6 +8,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/accel"
 	"github.com/drover-dev/drover/internal/node/diag"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
 )
 
 // DefaultHandlers are the task types every agent runs: diagnostics and
@@ -33,7 +34,8 @@ func DefaultHandlers(cfg Config) Handlers {
 			}
 			return Outcome{Output: out, Timings: rep.Timings}, err
 		}},
-		"diag.echo": EchoHandler(cfg.HostID, time.Now),
+		"diag.echo":        EchoHandler(cfg.HostID, time.Now),
+		task.TypePreflight: PreflightHandler(cfg, time.Now),
 	}
 	maps.Copy(h, AllocHandlers(cfg))
 	for typ, handler := range SliceHandlers(cfg) {

@@ -60,6 +60,7 @@ func Builtin() []Spec {
 			Meaning: "open a terminal stream to the gateway (queued by the gateway)", Params: TerminalOpenParams{}},
 		EchoSpec(),
 		CollectSpec(),
+		PreflightSpec(),
 	}
 }
 
