@@ -31,6 +31,27 @@ type Instance struct {
 	StatusAt           time.Time // zero until the agent reports
 }
 
+// MaxInstanceEvents is how many status transitions the store keeps per
+// instance: appending one more drops the oldest.
+const MaxInstanceEvents = 200
+
+// InstanceEvent is one recorded status transition of an instance: its
+// creation, an operator's desired-state change, or a phase or reason change
+// its agent reported. Actor is "node:<id>" or the operator's actor name.
+type InstanceEvent struct {
+	InstanceID         string
+	Seq                int64 // assigned by the store: 1, 2, ... per instance, in append order
+	At                 time.Time
+	Phase              api.InstancePhase
+	ReasonCode         api.ReasonCode
+	Message            string
+	DesiredState       api.DesiredState
+	Generation         int64
+	ObservedGeneration int64
+	Actor              string
+	CorrelationID      string
+}
+
 // InstanceFilter narrows ListInstances. Zero fields do not filter.
 type InstanceFilter struct {
 	HostID string
@@ -55,7 +76,16 @@ type InstanceStore interface {
 	// renames it to a taken name. Publishes EventInstance for its host (both
 	// hosts when fn moves it).
 	UpdateInstance(ctx context.Context, id string, fn func(*Instance) error) (Instance, error)
-	// DeleteInstance removes an instance record; ErrNotFound if absent.
-	// Publishes EventInstance for its host.
+	// DeleteInstance removes an instance record and its events; ErrNotFound
+	// if absent. Publishes EventInstance for its host.
 	DeleteInstance(ctx context.Context, id string) error
+	// AppendInstanceEvent records a status transition of an existing
+	// instance (ErrNotFound otherwise), assigning its Seq (ev.Seq is
+	// ignored; a zero At is now), and drops the instance's oldest events
+	// beyond MaxInstanceEvents.
+	AppendInstanceEvent(ctx context.Context, ev InstanceEvent) error
+	// ListInstanceEvents returns the last limit events of an instance,
+	// oldest first (limit <= 0: all that are kept). An unknown instance has
+	// none.
+	ListInstanceEvents(ctx context.Context, instanceID string, limit int) ([]InstanceEvent, error)
 }

@@ -191,13 +191,16 @@ func (s *Store) UpdateInstance(ctx context.Context, id string, fn func(*store.In
 	return out, nil
 }
 
-// DeleteInstance implements store.Store.
+// DeleteInstance implements store.Store; the instance's events go with it.
 func (s *Store) DeleteInstance(ctx context.Context, id string) error {
 	return s.db.InTx(ctx, func(tx DB) error {
 		var host string
 		err := tx.QueryRow(ctx, `DELETE FROM instances WHERE id = $1 RETURNING host_id`, id).Scan(&host)
 		if err != nil {
 			return notFound(err, "delete instance %q", id)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM instance_events WHERE instance_id = $1`, id); err != nil {
+			return fmt.Errorf("delete instance %q: events: %w", id, err)
 		}
 		if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventInstance, ID: host}); err != nil {
 			return fmt.Errorf("delete instance %q: notify: %w", id, err)

@@ -2,9 +2,10 @@
 // adapter (sqlite, postgres) runs the same table of subtests through Run,
 // which pins down the semantics documented on the interface (not-found and
 // conflict errors, claim ordering and atomicity, leases and reaping, result
-// idempotency, change events, liveness updates, instance records,
-// allocations, single-use terminal tokens, first-writer-wins secrets, key
-// retirement, audit ordering, UTC millisecond timestamps).
+// idempotency, change events, liveness updates, instance records and their
+// bounded event history, allocations, single-use terminal tokens,
+// first-writer-wins secrets, key retirement, audit ordering, UTC
+// millisecond timestamps).
 package storetest
 
 import (
@@ -38,6 +39,7 @@ func Run(t *testing.T, open Opener) {
 	cases = append(cases, miscCases...)
 	cases = append(cases, slotCases...)
 	cases = append(cases, instanceCases...)
+	cases = append(cases, instanceEventCases...)
 	cases = append(cases, allocationCases...)
 	cases = append(cases, terminalCases...)
 	cases = append(cases, keyCases...)

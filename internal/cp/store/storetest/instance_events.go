@@ -1,0 +1,151 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+var instanceEventCases = []testCase{
+	{"InstanceEvent/AppendList", testInstanceEventAppendList},
+	{"InstanceEvent/UnknownInstance", testInstanceEventUnknown},
+	{"InstanceEvent/Bounded", testInstanceEventBounded},
+	{"InstanceEvent/DeletedWithInstance", testInstanceEventDeleted},
+	{"InstanceEvent/ConcurrentAppends", testInstanceEventConcurrent},
+}
+
+func seqs(evs []store.InstanceEvent) []int64 {
+	out := make([]int64, 0, len(evs))
+	for _, ev := range evs {
+		out = append(out, ev.Seq)
+	}
+	return out
+}
+
+func testInstanceEventAppendList(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	createInstance(t, s, newInstance("i-1", "one", "h1"))
+	createInstance(t, s, newInstance("i-2", "two", "h1"))
+	evs := []store.InstanceEvent{
+		{InstanceID: "i-1", Seq: 99, At: base, Phase: api.InstancePending, DesiredState: api.DesiredRunning, Generation: 1,
+			Actor: "operator:alice", CorrelationID: "cid-create", Message: "created"},
+		{InstanceID: "i-1", At: at(time.Second), Phase: api.InstanceBooting, DesiredState: api.DesiredRunning, Generation: 1,
+			ObservedGeneration: 1, Actor: "node:h1", CorrelationID: "cid-boot"},
+		{InstanceID: "i-1", At: at(2 * time.Second), Phase: api.InstanceFailed, ReasonCode: api.ReasonHealthcheckFailed,
+			Message: "3 checks failed", DesiredState: api.DesiredRunning, Generation: 1, ObservedGeneration: 1, Actor: "node:h1"},
+		{InstanceID: "i-2", At: at(3 * time.Second), Phase: api.InstancePending, DesiredState: api.DesiredRunning, Generation: 1},
+	}
+	for _, ev := range evs {
+		must(t, s.AppendInstanceEvent(ctx, ev))
+	}
+	got, err := s.ListInstanceEvents(ctx, "i-1", 0)
+	must(t, err)
+	want := []store.InstanceEvent{evs[0], evs[1], evs[2]}
+	for i := range want {
+		want[i].Seq = int64(i + 1)
+	}
+	diff(t, "events of i-1", got, want)
+	// The last n, still oldest first.
+	got, err = s.ListInstanceEvents(ctx, "i-1", 2)
+	must(t, err)
+	diff(t, "last 2 events of i-1", seqs(got), []int64{2, 3})
+	got, err = s.ListInstanceEvents(ctx, "i-2", 10)
+	must(t, err)
+	diff(t, "events of i-2", seqs(got), []int64{1})
+	// A zero At is now (UTC, whole milliseconds).
+	must(t, s.AppendInstanceEvent(ctx, store.InstanceEvent{InstanceID: "i-2", Phase: api.InstanceBooting}))
+	got, err = s.ListInstanceEvents(ctx, "i-2", 0)
+	must(t, err)
+	if last := got[len(got)-1]; last.At.IsZero() || last.At.Location() != time.UTC || last.At.Nanosecond()%int(time.Millisecond) != 0 {
+		t.Fatalf("zero At stored as %v", last.At)
+	}
+}
+
+func testInstanceEventUnknown(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	wantErr(t, s.AppendInstanceEvent(ctx, store.InstanceEvent{InstanceID: "i-none", Phase: api.InstancePending}), store.ErrNotFound)
+	got, err := s.ListInstanceEvents(ctx, "i-none", 0)
+	must(t, err)
+	if len(got) != 0 {
+		t.Fatalf("unknown instance has events %+v", got)
+	}
+}
+
+func testInstanceEventBounded(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	createInstance(t, s, newInstance("i-1", "one", "h1"))
+	createInstance(t, s, newInstance("i-2", "two", "h1"))
+	must(t, s.AppendInstanceEvent(ctx, store.InstanceEvent{InstanceID: "i-2", At: base, Phase: api.InstancePending}))
+	n := store.MaxInstanceEvents + 7
+	for i := 1; i <= n; i++ {
+		must(t, s.AppendInstanceEvent(ctx, store.InstanceEvent{InstanceID: "i-1", At: at(time.Duration(i) * time.Millisecond),
+			Phase: api.InstanceBooting, Message: fmt.Sprint(i)}))
+	}
+	got, err := s.ListInstanceEvents(ctx, "i-1", 0)
+	must(t, err)
+	if len(got) != store.MaxInstanceEvents || got[0].Seq != 8 || got[len(got)-1].Seq != int64(n) || got[0].Message != "8" {
+		t.Fatalf("kept %d events, seq %d..%d, want %d events 8..%d", len(got), got[0].Seq, got[len(got)-1].Seq,
+			store.MaxInstanceEvents, n)
+	}
+	// A limit above the bound is the bound.
+	got, err = s.ListInstanceEvents(ctx, "i-1", 10*store.MaxInstanceEvents)
+	must(t, err)
+	if len(got) != store.MaxInstanceEvents {
+		t.Fatalf("limit above the bound: %d events", len(got))
+	}
+	// Pruning one instance leaves the others alone.
+	got, err = s.ListInstanceEvents(ctx, "i-2", 0)
+	must(t, err)
+	diff(t, "events of i-2", seqs(got), []int64{1})
+}
+
+func testInstanceEventDeleted(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	createInstance(t, s, newInstance("i-1", "one", "h1"))
+	for range 3 {
+		must(t, s.AppendInstanceEvent(ctx, store.InstanceEvent{InstanceID: "i-1", Phase: api.InstancePending}))
+	}
+	must(t, s.DeleteInstance(ctx, "i-1"))
+	got, err := s.ListInstanceEvents(ctx, "i-1", 0)
+	must(t, err)
+	if len(got) != 0 {
+		t.Fatalf("events outlived their instance: %+v", got)
+	}
+	// A new record with the same id starts its history again.
+	createInstance(t, s, newInstance("i-1", "one", "h1"))
+	must(t, s.AppendInstanceEvent(ctx, store.InstanceEvent{InstanceID: "i-1", Phase: api.InstancePending}))
+	got, err = s.ListInstanceEvents(ctx, "i-1", 0)
+	must(t, err)
+	diff(t, "events of the new i-1", seqs(got), []int64{1})
+}
+
+func testInstanceEventConcurrent(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	createInstance(t, s, newInstance("i-1", "one", "h1"))
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- s.AppendInstanceEvent(ctx, store.InstanceEvent{InstanceID: "i-1", Phase: api.InstanceBooting})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		must(t, err)
+	}
+	got, err := s.ListInstanceEvents(ctx, "i-1", 0)
+	must(t, err)
+	want := make([]int64, n)
+	for i := range want {
+		want[i] = int64(i + 1)
+	}
+	diff(t, "seqs after concurrent appends", seqs(got), want)
+}
