@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -107,22 +108,34 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	if rep.CorrelationID == "" {
 		rep.CorrelationID = httpapi.CorrelationID(ctx)
 	}
-	raw, err := json.Marshal(rep)
+	run, err := s.record(ctx, httpapi.NewID("pfr_"), rep, httpapi.Actor(ctx))
 	if err != nil {
 		return err
 	}
+	httpapi.WriteJSON(w, http.StatusCreated, runView(run, false))
+	return nil
+}
+
+// record stores rep as run id, audits it under actor and applies it to
+// its host (last successful preflight, or api_unreachable for a stale host
+// whose node-side API hop failed). rep is valid and has its correlation id.
+func (s *Room) record(ctx context.Context, id string, rep preflight.Report, actor string) (store.PreflightRun, error) {
+	raw, err := json.Marshal(rep)
+	if err != nil {
+		return store.PreflightRun{}, fmt.Errorf("encode preflight report: %w", err)
+	}
 	ok := rep.Classification.OK
-	run := store.PreflightRun{ID: httpapi.NewID("pfr_"), HostID: rep.NodeID, CorrelationID: rep.CorrelationID, OK: ok,
+	run := store.PreflightRun{ID: id, HostID: rep.NodeID, CorrelationID: rep.CorrelationID, OK: ok,
 		FailedHop: string(rep.Classification.Hop), Signal: string(rep.Classification.Signal), Report: raw,
-		CreatedBy: httpapi.Actor(ctx), CreatedAt: s.cfg.Now().UTC()}
+		CreatedBy: actor, CreatedAt: s.cfg.Now().UTC()}
 	if err := s.store.CreatePreflightRun(ctx, run); err != nil {
-		return err
+		return store.PreflightRun{}, err
 	}
 	result := "passed"
 	if !ok {
 		result = "failed:" + run.FailedHop
 	}
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "preflight.run", Target: rep.NodeID, Result: result,
+	s.audit.Record(ctx, audit.Entry{Actor: actor, Action: "preflight.run", Target: rep.NodeID, Result: result,
 		CID: rep.CorrelationID, Detail: "run=" + run.ID + " signal=" + run.Signal})
 	if rep.NodeID != "" {
 		o := hosts.PreflightOutcome{HostID: rep.NodeID, RunID: run.ID, CorrelationID: rep.CorrelationID, OK: ok}
@@ -135,8 +148,7 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 			s.cfg.Log.Warn("record preflight on host", "host_id", rep.NodeID, "run", run.ID, "err", err)
 		}
 	}
-	httpapi.WriteJSON(w, http.StatusCreated, runView(run, false))
-	return nil
+	return run, nil
 }
 
 // List is GET /api/v1/preflight-runs?host_id=&correlation_id= (newest

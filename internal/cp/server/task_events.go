@@ -14,4 +14,5 @@ func (s *Server) subscribeTaskEvents() {
 	b := s.tasks.Bus()
 	s.term.Subscribe(b)
 	s.allocs.Subscribe(b)
+	s.pre.Subscribe(b)
 }
