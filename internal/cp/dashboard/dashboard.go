@@ -105,6 +105,12 @@ func (u *UI) Routes() []Route {
 		{"GET /ui/tasks/{id}", u.withSession(u.taskPage)},
 		{"GET /ui/audit", u.withSession(u.auditPage)},
 		{"GET /ui/audit/export", u.withSession(u.auditExport)},
+		{"GET /ui/allocations", u.withSession(u.allocationsPage)}, // allocpages.go
+		{"GET /ui/allocations/{id}", u.withSession(u.allocationPage)},
+		{"GET /ui/allocations/{id}/terminal", u.withSession(u.terminalPage)},
+		{"POST /ui/allocations/{id}/terminal-token", u.withSession(u.mintTerminalToken)},
+		{"GET /ui/sessions/{sid}/replay", u.withSession(u.replayPage)},
+		{"GET /ui/sessions/{sid}/recording", u.withSession(u.recording)},
 	}
 }
 
@@ -303,6 +309,9 @@ func (u *UI) send(r *http.Request, s *session, method, path string, body io.Read
 	}
 	req.RemoteAddr = r.RemoteAddr
 	req.Header.Set("Authorization", "Bearer "+s.token)
+	if cid := r.Header.Get(api.HeaderCorrelationID); httpapi.ValidCorrelationID(cid) {
+		req.Header.Set(api.HeaderCorrelationID, cid) // the browser's, as the console sends it
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

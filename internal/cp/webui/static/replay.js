@@ -5,8 +5,32 @@
 import { Terminal } from './vendor/xterm.mjs';
 import { Player, compressIdle, parseAsciicast } from './asciicast.js';
 import {
-  APIError, byId, describeError, enc, fmtTime, getToken, param, request, showText, toLogin,
+  APIError, byId, describeError, enc, errorFromResponse, fmtTime, getToken, param, request, showText, toLogin,
 } from './common.js';
+
+// The dashboard (internal/cp/dashboard, /ui/sessions/{sid}/replay) serves
+// this module on its own page: <body data-recording-url> is the dashboard's
+// route to the recording (the session cookie stands in for the bearer
+// token) and data-meta the session as the API shows it.
+const dash = document.body.dataset.recordingUrl ? {
+  recordingUrl: document.body.dataset.recordingUrl,
+  sessionId: document.body.dataset.sessionId || '',
+  meta: (() => {
+    try {
+      return JSON.parse(document.body.dataset.meta || 'null');
+    } catch {
+      return null;
+    }
+  })(),
+} : null;
+
+/** dashLoad fetches the recording through the dashboard. */
+async function dashLoad() {
+  const resp = await fetch(dash.recordingUrl, { credentials: 'same-origin', cache: 'no-store', redirect: 'error' });
+  const text = await resp.text();
+  if (!resp.ok) throw errorFromResponse(resp.status, resp.statusText, text, resp.headers.get('X-Correlation-ID') || '');
+  return [dash.meta, text];
+}
 
 const ui = {
   back: byId('replay-back'),
@@ -20,7 +44,7 @@ const ui = {
   container: byId('replay-container'),
 };
 
-const sessionId = param('session_id');
+const sessionId = dash ? dash.sessionId : param('session_id');
 let state = 'loading';
 let term = null;
 let player = null;
@@ -63,13 +87,14 @@ async function load() {
   let meta;
   let text;
   try {
-    [meta, text] = await Promise.all([
+    [meta, text] = dash ? await dashLoad() : await Promise.all([
       request('GET', `/api/v1/terminal-sessions/${enc(sessionId)}`).then((r) => r.data),
       request('GET', `/api/v1/terminal-sessions/${enc(sessionId)}/recording`, { text: true }).then((r) => r.data),
     ]);
   } catch (e) {
     if (e instanceof APIError && e.status === 401) {
-      toLogin(`${e.message || 'The operator token was refused.'} (${e.code})`);
+      if (dash) location.assign('/ui/login');
+      else toLogin(`${e.message || 'The operator token was refused.'} (${e.code})`);
       return;
     }
     failed(`Could not load the recording: ${describeError(e)}`);
@@ -82,7 +107,7 @@ async function load() {
     return;
   }
   const { header, events } = recording;
-  if (meta && meta.allocation_id) {
+  if (!dash && meta && meta.allocation_id) {
     ui.back.href = `sessions.html?allocation_id=${enc(meta.allocation_id)}`;
   }
   const last = events.length > 0 ? events[events.length - 1].t : 0;
@@ -120,8 +145,8 @@ window.droverReplay = {
 };
 
 ui.session.textContent = sessionId;
-document.title = `Replay ${sessionId} · Drover console`;
-if (!getToken()) {
+if (!dash) document.title = `Replay ${sessionId} · Drover console`;
+if (!dash && !getToken()) {
   toLogin('Log in to replay a terminal session.');
 } else if (!sessionId) {
   failed('This page needs ?session_id=…; open it from a sessions list.');

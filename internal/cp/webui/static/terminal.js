@@ -14,6 +14,13 @@
 // queues the rest (never dropping it) and #term-backlog says so.
 //
 // ?connect_timeout_ms=N (1000..600000) overrides the 45 s limit, for tests.
+//
+// The dashboard (internal/cp/dashboard, /ui/allocations/{id}/terminal)
+// serves this module on its own page, whose <body> says so: data-mint-url
+// is the dashboard's CSRF-protected token route (the session cookie stands
+// in for the bearer token, which the dashboard keeps server-side),
+// data-csrf its CSRF token, data-allocation-id the allocation, and
+// data-signals the outage signal of each error code (#term-error-signal).
 import { Terminal } from './vendor/xterm.mjs';
 import { FitAddon } from './vendor/addon-fit.mjs';
 import { CHANNELS, ERROR_CODES, GENERIC_RECOVERY, SUBPROTOCOL } from './codes.js';
@@ -22,7 +29,22 @@ import {
   OutputQueue, ProtocolError, ResizeGate, clampSize, clientProtocols, decodeFrame, encodeFrame,
   encodeJSONFrame, parseControl, terminalURL,
 } from './protocol.js';
-import { APIError, byId, enc, getToken, param, request, showText, toLogin } from './common.js';
+import {
+  APIError, byId, enc, errorFromResponse, getToken, newCorrelationID, param, request, showText, toLogin,
+} from './common.js';
+
+/** dash is the dashboard page's settings, or null on the console's page. */
+const dash = (() => {
+  const d = document.body.dataset;
+  if (!d.mintUrl) return null;
+  let signals = {};
+  try {
+    signals = JSON.parse(d.signals || '{}');
+  } catch {
+    signals = {};
+  }
+  return { mintUrl: d.mintUrl, csrf: d.csrf || '', allocationId: d.allocationId || '', signals };
+})();
 
 const ui = {
   alloc: byId('term-alloc'),
@@ -40,11 +62,12 @@ const ui = {
   errorMessage: byId('term-error-message'),
   errorClose: byId('term-error-close'),
   errorCorrelation: byId('term-error-correlation'),
+  errorSignal: document.getElementById('term-error-signal'), // dashboard only
   retry: byId('term-retry'),
   container: byId('term-container'),
 };
 
-const allocationId = param('allocation_id');
+const allocationId = dash ? dash.allocationId : param('allocation_id');
 const timeoutMs = (() => {
   const v = Number(param('connect_timeout_ms'));
   return Number.isInteger(v) && v >= 1000 && v <= 600000 ? v : CONNECT_TIMEOUT_MS;
@@ -130,6 +153,7 @@ function fail(a, { code, message = '', retryable, endState = 'failed' }) {
   ui.errorRecovery.textContent = recoveryFor(code);
   showText(ui.errorMessage, message);
   ui.errorCorrelation.textContent = a.correlationId || '(none)';
+  if (ui.errorSignal) ui.errorSignal.textContent = (dash && dash.signals[code]) || '(none)';
   ui.retry.hidden = !retryable;
   ui.error.hidden = false;
   output.push(`\r\n\x1b[31m[terminal ${endState}: ${code}]\x1b[0m\r\n`);
@@ -186,19 +210,50 @@ function connect() {
   mint(a);
 }
 
+/**
+ * dashMint mints the token through the dashboard (form POST with the CSRF
+ * token, the session cookie): {data, correlationId} like request, or an
+ * APIError.
+ */
+async function dashMint(size, signal) {
+  const cid = newCorrelationID();
+  const body = new URLSearchParams({ csrf: dash.csrf, cols: String(size.cols), rows: String(size.rows) });
+  let resp;
+  try {
+    resp = await fetch(dash.mintUrl, {
+      method: 'POST', body, signal, credentials: 'same-origin', cache: 'no-store', redirect: 'error',
+      headers: { 'X-Correlation-ID': cid, Accept: 'application/json' },
+    });
+  } catch (e) {
+    throw new APIError({
+      status: 0, code: 'network_error', message: `POST ${dash.mintUrl}: ${e.message}`, correlationId: cid, retryable: true,
+    });
+  }
+  const correlationId = resp.headers.get('X-Correlation-ID') || cid;
+  const text = await resp.text();
+  if (!resp.ok) throw errorFromResponse(resp.status, resp.statusText, text, correlationId);
+  try {
+    return { data: JSON.parse(text), correlationId };
+  } catch (e) {
+    throw new APIError({ status: resp.status, code: 'invalid_response', message: e.message, correlationId });
+  }
+}
+
 async function mint(a) {
   fitNow();
   const size = clampSize({ cols: term.cols, rows: term.rows }) || { cols: 80, rows: 24 };
   let tok;
   try {
-    const r = await request('POST', `/api/v1/allocations/${enc(allocationId)}/terminal-token`,
-      { body: size, signal: a.abort.signal });
+    const r = dash ? await dashMint(size, a.abort.signal)
+      : await request('POST', `/api/v1/allocations/${enc(allocationId)}/terminal-token`,
+        { body: size, signal: a.abort.signal });
     tok = r.data;
     a.correlationId = r.correlationId;
   } catch (e) {
     if (cur !== a || a.ended) return;
     if (e instanceof APIError && e.status === 401) {
-      toLogin(`${e.message || 'The operator token was refused.'} (${e.code})`);
+      if (dash) location.assign('/ui/login');
+      else toLogin(`${e.message || 'The operator token was refused.'} (${e.code})`);
       return;
     }
     a.correlationId = e.correlationId || '';
@@ -360,9 +415,11 @@ window.droverTerm = {
 };
 
 ui.alloc.textContent = allocationId;
-ui.sessionsLink.href = `sessions.html?allocation_id=${enc(allocationId)}`;
-document.title = `Terminal ${allocationId} · Drover console`;
-if (!getToken()) {
+if (!dash) {
+  ui.sessionsLink.href = `sessions.html?allocation_id=${enc(allocationId)}`;
+  document.title = `Terminal ${allocationId} · Drover console`;
+}
+if (!dash && !getToken()) {
   toLogin('Log in to open a terminal.');
 } else if (!allocationId) {
   setState('failed');
