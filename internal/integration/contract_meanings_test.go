@@ -44,6 +44,7 @@ func operatorRouteMeaning() map[string]string {
 		"GET /api/v1/instances":                         "list instances",
 		"POST /api/v1/instances":                        "create an instance",
 		"GET /api/v1/instances/{id}":                    "show an instance (by id or name)",
+		"GET /api/v1/instances/{id}/events":             "the instance's status transitions, oldest first (?limit=, default 100, at most 200)",
 		"POST /api/v1/instances/{id}/stop":              "desired state stopped",
 		"POST /api/v1/instances/{id}/start":             "desired state running (retries a Failed instance)",
 		"DELETE /api/v1/instances/{id}":                 "delete an instance (force=true: forget the record at once)",

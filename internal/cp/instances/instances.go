@@ -1,7 +1,7 @@
 // Package instances owns the instance routes of both listeners: create,
 // list, show, stop/start and delete of instances, group scaling, the
-// placement check, and the node's desired instance set (its long-poll) and
-// status reports. It places instances (capacity, labels, approved slots,
+// placement check, the node's desired instance set (its long-poll) and
+// status reports, and each instance's status history (its events). It places instances (capacity, labels, approved slots,
 // settling races between replicas through the Store) and checks the slots
 // a slice task names. It must not queue tasks, authenticate callers (the
 // server mounts its handlers behind operator or node auth) or keep state

@@ -155,7 +155,8 @@ func (s *Room) NodeDesired(w http.ResponseWriter, r *http.Request, nodeID string
 
 // NodeStatus (nodeapi.InstanceStatus) records a status transition the node
 // reports for one of its instances. Reports older than the recorded
-// generation are ignored, identical ones change nothing, and a Stopped
+// generation are ignored, identical ones change nothing, a change of phase
+// or reason is also appended to the instance's events, and a Stopped
 // report at or after the delete's generation removes the record of an
 // instance being deleted.
 func (s *Room) NodeStatus(w http.ResponseWriter, r *http.Request, nodeID string) error {
@@ -224,6 +225,10 @@ func (s *Room) NodeStatus(w http.ResponseWriter, r *http.Request, nodeID string)
 		out.Phase, out.ReasonCode, out.Message, out.ObservedGeneration = rep.Phase, rep.ReasonCode, rep.Message, rep.Generation
 	case err != nil:
 		return err
+	default:
+		if out.Phase != cur.Phase || out.ReasonCode != cur.ReasonCode {
+			s.recordEvent(ctx, out, "node:"+nodeID, out.Message)
+		}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, instanceView(out))
 	return nil

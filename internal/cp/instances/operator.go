@@ -115,6 +115,7 @@ func (s *Room) createPlaced(ctx context.Context, f *fleet, req api.CreateInstanc
 		if err == nil && ok {
 			s.waiters.Wake(hostID) // same replica: do not wait for the event round trip
 			f.add(hostID, in.Name, in.DesiredState, req.Spec)
+			s.recordEvent(ctx, in, httpapi.Actor(ctx), "created on host "+hostID)
 			s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.create", Target: in.ID, Result: "ok",
 				CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s host=%s group=%s", in.Name, hostID, in.Group)})
 			return in, nil
@@ -277,6 +278,7 @@ func (s *Room) SetDesired(desired api.DesiredState) httpapi.HandlerFunc {
 			return httpapi.StoreError(err, "instance", in.ID)
 		default:
 			s.waiters.Wake(out.HostID)
+			s.recordEvent(ctx, out, httpapi.Actor(ctx), fmt.Sprintf("desired state %s (was %s)", desired, cur.DesiredState))
 		}
 		s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: action, Target: in.ID, Result: result, CID: httpapi.CorrelationID(ctx),
 			Detail: fmt.Sprintf("name=%s generation=%d", out.Name, out.Generation)})
@@ -341,6 +343,7 @@ func (s *Room) markDeleted(ctx context.Context, id string) (store.Instance, erro
 		return store.Instance{}, httpapi.StoreError(err, "instance", id)
 	default:
 		s.waiters.Wake(out.HostID)
+		s.recordEvent(ctx, out, httpapi.Actor(ctx), fmt.Sprintf("desired state %s (was %s)", api.DesiredDeleted, cur.DesiredState))
 	}
 	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.delete", Target: id, Result: result,
 		CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s generation=%d", out.Name, out.Generation)})

@@ -58,6 +58,7 @@ func (s *Server) operatorRoutes() []operatorRoute {
 		{get, "/api/v1/instances", viewer, s.inst.List},
 		{post, "/api/v1/instances", operator, s.inst.Create},
 		{get, "/api/v1/instances/{id}", viewer, s.inst.Show},
+		{get, "/api/v1/instances/{id}/events", viewer, s.inst.Events},
 		{post, "/api/v1/instances/{id}/stop", operator, s.inst.SetDesired(api.DesiredStopped)},
 		{post, "/api/v1/instances/{id}/start", operator, s.inst.SetDesired(api.DesiredRunning)},
 		{del, "/api/v1/instances/{id}", operator, s.inst.Delete},

@@ -265,3 +265,22 @@ type InstanceStatusReport struct {
 	At         time.Time        `json:"at"`
 	Runtime    *InstanceRuntime `json:"runtime,omitempty"`
 }
+
+// InstanceEvent is one recorded status transition of an instance (GET
+// /api/v1/instances/{id}/events): its creation, an operator's desired-state
+// change, or a phase or reason change its agent reported. Seq numbers an
+// instance's events in the order they were recorded; At is the control
+// plane's clock. Actor is "node:<id>" or the operator that acted.
+type InstanceEvent struct {
+	InstanceID         string        `json:"instance_id"`
+	Seq                int64         `json:"seq"`
+	At                 time.Time     `json:"at"`
+	Phase              InstancePhase `json:"phase"`
+	ReasonCode         ReasonCode    `json:"reason_code,omitempty"`
+	Message            string        `json:"message,omitempty"`
+	DesiredState       DesiredState  `json:"desired_state"`
+	Generation         int64         `json:"generation"`
+	ObservedGeneration int64         `json:"observed_generation"`
+	Actor              string        `json:"actor"`
+	CorrelationID      string        `json:"correlation_id,omitempty"`
+}

@@ -1,0 +1,150 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// getAs is GET path with token as the bearer token ("" sends none); it
+// returns the status and the body.
+func (e *env) getAs(token, path string) (int, []byte) {
+	e.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, e.opURL+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := e.opHTTP.Do(req)
+	if err != nil {
+		e.t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// eventLine is what an instance event says, for comparing histories.
+func eventLine(ev api.InstanceEvent) string {
+	s := ev.Actor + " " + string(ev.DesiredState) + " " + string(ev.Phase)
+	if ev.ReasonCode != "" {
+		s += "/" + string(ev.ReasonCode)
+	}
+	return s
+}
+
+// TestInstanceEventsAPI drives GET /api/v1/instances/{id}/events through
+// an instance's life: created, booted, ready, stopped, deleted. Only
+// changes of phase or reason and operator desired-state changes are
+// recorded; identical, runtime-only and stale reports are not.
+func TestInstanceEventsAPI(t *testing.T) {
+	e := startEnv(t, openSQLite(t), func(c *server.Config) { c.VCPUAllocationRatio = 1 })
+	a := startAPINode(e, "node-a")
+	var in api.Instance
+	if st := e.op(http.MethodPost, "/api/v1/instances", api.CreateInstanceRequest{Name: "ev1", HostID: "node-a",
+		Spec: apiSpec(1, 256)}, &in); st != http.StatusCreated {
+		t.Fatalf("create: HTTP %d", st)
+	}
+	report := func(rep api.InstanceStatusReport) {
+		t.Helper()
+		if st, code := a.report(in.ID, rep); st != http.StatusOK {
+			t.Fatalf("report %+v: %d %s", rep, st, code)
+		}
+	}
+	report(api.InstanceStatusReport{Generation: 1, Phase: api.InstanceBooting})
+	report(api.InstanceStatusReport{Generation: 1, Phase: api.InstanceBooting}) // identical
+	report(api.InstanceStatusReport{Generation: 1, Phase: api.InstanceReady, Runtime: &api.InstanceRuntime{Runtime: "mock", PID: 1}})
+	report(api.InstanceStatusReport{Generation: 1, Phase: api.InstanceReady, Runtime: &api.InstanceRuntime{Runtime: "mock", PID: 2}})
+	if st := e.op(http.MethodPost, "/api/v1/instances/"+in.ID+"/stop", nil, nil); st != http.StatusOK {
+		t.Fatalf("stop: HTTP %d", st)
+	}
+	if st := e.op(http.MethodPost, "/api/v1/instances/"+in.ID+"/stop", nil, nil); st != http.StatusOK { // no change
+		t.Fatalf("stop again: HTTP %d", st)
+	}
+	report(api.InstanceStatusReport{Generation: 2, Phase: api.InstanceStopped, ReasonCode: api.ReasonTerminatedByOperator})
+	report(api.InstanceStatusReport{Generation: 1, Phase: api.InstanceReady}) // stale
+
+	var evs []api.InstanceEvent
+	if st := e.op(http.MethodGet, "/api/v1/instances/ev1/events", nil, &evs); st != http.StatusOK { // by name
+		t.Fatalf("events: HTTP %d", st)
+	}
+	var got []string
+	for i, ev := range evs {
+		got = append(got, eventLine(ev))
+		if ev.Seq != int64(i+1) || ev.InstanceID != in.ID || ev.At.IsZero() || ev.CorrelationID == "" ||
+			(i > 0 && ev.At.Before(evs[i-1].At)) {
+			t.Errorf("event %d: %+v", i, ev)
+		}
+	}
+	want := []string{"operator:test running Pending", "node:node-a running Booting", "node:node-a running Ready",
+		"operator:test stopped Ready", "node:node-a stopped Stopped/terminated_by_operator"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if evs[3].Generation != 2 || evs[3].ObservedGeneration != 1 || evs[4].ObservedGeneration != 2 {
+		t.Errorf("generations: stop %d/%d, stopped observed %d", evs[3].Generation, evs[3].ObservedGeneration, evs[4].ObservedGeneration)
+	}
+
+	viewer, err := e.srv.CreateOperatorToken(context.Background(), server.OperatorTokenSpec{Name: "ev-viewer", Role: api.RoleViewer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, token, path string
+		status            int
+		code              string
+		n                 int
+	}{
+		{"viewer", viewer.Token, "/api/v1/instances/" + in.ID + "/events", http.StatusOK, "", 5},
+		{"last two", viewer.Token, "/api/v1/instances/" + in.ID + "/events?limit=2", http.StatusOK, "", 2},
+		{"limit at the bound", viewer.Token, "/api/v1/instances/" + in.ID + "/events?limit=200", http.StatusOK, "", 5},
+		{"no token", "", "/api/v1/instances/" + in.ID + "/events", http.StatusUnauthorized, "", 0},
+		{"unknown id", viewer.Token, "/api/v1/instances/i-000000000000/events", http.StatusNotFound, "instance_not_found", 0},
+		{"limit 0", e.opToken, "/api/v1/instances/" + in.ID + "/events?limit=0", http.StatusUnprocessableEntity, "invalid_payload", 0},
+		{"limit over 200", e.opToken, "/api/v1/instances/" + in.ID + "/events?limit=201", http.StatusUnprocessableEntity, "invalid_payload", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, body := e.getAs(c.token, c.path)
+			if st != c.status {
+				t.Fatalf("HTTP %d, want %d: %s", st, c.status, body)
+			}
+			if c.code != "" {
+				var env struct {
+					Error api.CodedError `json:"error"`
+				}
+				if json.Unmarshal(body, &env) != nil || env.Error.Code != c.code {
+					t.Errorf("body %s, want code %s", body, c.code)
+				}
+			}
+			if st == http.StatusOK {
+				var page []api.InstanceEvent
+				if err := json.Unmarshal(body, &page); err != nil || len(page) != c.n || page[len(page)-1].Seq != 5 {
+					t.Errorf("page %s (%v), want the last %d", body, err, c.n)
+				}
+			}
+		})
+	}
+
+	// Delete: recorded, then the agent's Stopped at the delete's
+	// generation removes the record and its history with it.
+	if st := e.op(http.MethodDelete, "/api/v1/instances/"+in.ID, nil, nil); st != http.StatusAccepted {
+		t.Fatalf("delete: HTTP %d", st)
+	}
+	e.op(http.MethodGet, "/api/v1/instances/"+in.ID+"/events", nil, &evs)
+	if last := evs[len(evs)-1]; last.DesiredState != api.DesiredDeleted || last.Generation != 3 || last.Actor != "operator:test" {
+		t.Errorf("delete event %+v", last)
+	}
+	report(api.InstanceStatusReport{Generation: 3, Phase: api.InstanceStopped, ReasonCode: api.ReasonTerminatedByOperator, At: time.Now()})
+	if st, _ := e.getAs(e.opToken, "/api/v1/instances/"+in.ID+"/events"); st != http.StatusNotFound {
+		t.Errorf("events of a removed instance: HTTP %d, want 404", st)
+	}
+	if n, err := e.st.ListInstanceEvents(context.Background(), in.ID, 0); err != nil || len(n) != 0 {
+		t.Errorf("events outlived the record: %d %v", len(n), err)
+	}
+}
