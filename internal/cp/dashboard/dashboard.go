@@ -99,6 +99,7 @@ func (u *UI) Routes() []Route {
 		{"GET /ui/fleet", u.withSession(u.fleetPage)},
 		{"GET /ui/fleet/events", u.withSession(u.fleetEvents)},
 		{"GET /ui/hosts/{id}", u.withSession(u.hostPage)},
+		{"GET /ui/hosts/{id}/live", u.withSession(u.hostLivePage)}, // hostpage.go
 		{"POST /ui/hosts/{id}/actions/{action}", u.withSession(u.hostAction)},
 		{"GET /ui/evidence/{cid}", u.withSession(u.evidence)},
 		{"GET /ui/tasks", u.withSession(u.tasksPage)},

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
 )
 
 //go:embed templates/*.html
@@ -242,52 +243,6 @@ func (u *UI) fleetEvents(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 }
 
-// hostData is the host page's model.
-type hostData struct {
-	Me    *session
-	Row   row
-	Slots []api.Slot
-	Tasks []api.Task
-	Audit []api.AuditEvent
-	Done  string
-	Error string
-}
-
-func (u *UI) hostPage(w http.ResponseWriter, r *http.Request, s *session) {
-	id := r.PathValue("id")
-	var h api.Host
-	if err := u.call(r, s, http.MethodGet, "/api/v1/hosts/"+url.PathEscape(id), nil, &h); err != nil {
-		if u.revoked(w, r, err) {
-			return
-		}
-		status := http.StatusBadGateway
-		var ae *apiError
-		if errors.As(err, &ae) {
-			status = ae.Status
-		}
-		u.render(w, status, "error", map[string]any{"Me": s, "Error": err.Error()})
-		return
-	}
-	d := hostData{Me: s, Row: rowOf(u.cfg.Now(), h), Done: r.URL.Query().Get("done"), Error: r.URL.Query().Get("error")}
-	var errs []string
-	for _, c := range []struct {
-		path string
-		out  any
-	}{
-		{"/api/v1/hosts/" + url.PathEscape(id) + "/slots", &d.Slots},
-		{"/api/v1/tasks?limit=10&node_id=" + url.QueryEscape(id), &d.Tasks},
-		{"/api/v1/audit?limit=20&target=" + url.QueryEscape(id), &d.Audit},
-	} {
-		if err := u.call(r, s, http.MethodGet, c.path, nil, c.out); err != nil {
-			errs = append(errs, err.Error())
-		}
-	}
-	if len(errs) > 0 && d.Error == "" {
-		d.Error = strings.Join(errs, "; ")
-	}
-	u.render(w, http.StatusOK, "host", d)
-}
-
 // hostAction runs one operator action through the API and redirects back
 // to the host page with its outcome. A viewer gets 403 before the API is
 // called (the API would refuse it too).
@@ -308,6 +263,11 @@ func (u *UI) hostAction(w http.ResponseWriter, r *http.Request, s *session) {
 		err = u.call(r, s, http.MethodPost, "/api/v1/tasks",
 			api.EnqueueTaskRequest{NodeID: id, Type: "diag.health_probe"}, &t)
 		done = "health probe queued: task " + t.ID
+	case "preflight":
+		var t api.Task
+		err = u.call(r, s, http.MethodPost, "/api/v1/tasks",
+			api.EnqueueTaskRequest{NodeID: id, Type: task.TypePreflight}, &t)
+		done = "preflight queued: task " + t.ID
 	case "rotate-token": // hostactions.go
 		u.rotateToken(w, r, s, id)
 		return
