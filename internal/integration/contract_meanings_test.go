@@ -80,12 +80,16 @@ func operatorRouteMeaning() map[string]string {
 		"GET /ui/fleet":                                 "the dashboard's fleet page (session cookie)",
 		"GET /ui/fleet/events":                          "the fleet table's rows as server-sent events (session cookie)",
 		"GET /ui/hosts/{id}":                            "the dashboard's host page (session cookie)",
+		"GET /ui/hosts/{id}/live":                       "the host page's live block (status, heartbeat, capacity, latest preflight run) as an htmx fragment, polled each heartbeat interval (session cookie)",
 		"POST /ui/hosts/{id}/actions/{action}":          "a dashboard host action through the operator API (session cookie, CSRF token, role operator)",
 		"GET /ui/evidence/{cid}":                        "an evidence bundle through the operator API, as an attachment (session cookie, role operator)",
 		"GET /ui/tasks":                                 "the dashboard's task list, filtered by host, type and state (session cookie)",
 		"GET /ui/tasks/{id}":                            "the dashboard's task page: envelope, state history, phase chart, result (session cookie)",
 		"GET /ui/audit":                                 "the dashboard's audit log, filtered by actor, role, action, target and time (session cookie)",
 		"GET /ui/audit/export":                          "the filtered audit records as JSON lines, as an attachment (session cookie)",
+		"GET /ui/instances":                             "the dashboard's instance list: desired vs actual, generation, runtime, health check; filtered by host, phase, desired state and search (session cookie)",
+		"GET /ui/instances/{id}":                        "the dashboard's instance page: desired vs actual, spec, health, status transitions with a phase timeline, serial console and recordings (session cookie)",
+		"POST /ui/instances/{id}/actions/{action}":      "a dashboard instance action (start, stop, or delete with the name typed back) through the operator API (session cookie, CSRF token, role operator)",
 	}
 }
 
