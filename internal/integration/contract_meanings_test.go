@@ -87,6 +87,9 @@ func operatorRouteMeaning() map[string]string {
 		"GET /ui/tasks/{id}":                            "the dashboard's task page: envelope, state history, phase chart, result (session cookie)",
 		"GET /ui/audit":                                 "the dashboard's audit log, filtered by actor, role, action, target and time (session cookie)",
 		"GET /ui/audit/export":                          "the filtered audit records as JSON lines, as an attachment (session cookie)",
+		"GET /ui/instances":                             "the dashboard's instance list: desired vs actual, generation, runtime, health check; filtered by host, phase, desired state and search (session cookie)",
+		"GET /ui/instances/{id}":                        "the dashboard's instance page: desired vs actual, spec, health, status transitions with a phase timeline, serial console and recordings (session cookie)",
+		"POST /ui/instances/{id}/actions/{action}":      "a dashboard instance action (start, stop, or delete with the name typed back) through the operator API (session cookie, CSRF token, role operator)",
 	}
 }
 

@@ -106,6 +106,9 @@ func (u *UI) Routes() []Route {
 		{"GET /ui/tasks/{id}", u.withSession(u.taskPage)},
 		{"GET /ui/audit", u.withSession(u.auditPage)},
 		{"GET /ui/audit/export", u.withSession(u.auditExport)},
+		{"GET /ui/instances", u.withSession(u.instancesPage)}, // instancepages.go
+		{"GET /ui/instances/{id}", u.withSession(u.instancePage)},
+		{"POST /ui/instances/{id}/actions/{action}", u.withSession(u.instanceAction)},
 		{"GET /ui/allocations", u.withSession(u.allocationsPage)}, // allocpages.go
 		{"GET /ui/allocations/{id}", u.withSession(u.allocationPage)},
 		{"GET /ui/allocations/{id}/terminal", u.withSession(u.terminalPage)},
