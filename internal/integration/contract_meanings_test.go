@@ -90,6 +90,12 @@ func operatorRouteMeaning() map[string]string {
 		"GET /ui/instances":                             "the dashboard's instance list: desired vs actual, generation, runtime, health check; filtered by host, phase, desired state and search (session cookie)",
 		"GET /ui/instances/{id}":                        "the dashboard's instance page: desired vs actual, spec, health, status transitions with a phase timeline, serial console and recordings (session cookie)",
 		"POST /ui/instances/{id}/actions/{action}":      "a dashboard instance action (start, stop, or delete with the name typed back) through the operator API (session cookie, CSRF token, role operator)",
+		"GET /ui/allocations":                           "the dashboard's allocation list, filtered by host, instance and state (session cookie)",
+		"GET /ui/allocations/{id}":                      "the dashboard's allocation page: its tasks and terminal sessions, each with its readiness chain, failure signal, close reason and replay link (session cookie)",
+		"GET /ui/allocations/{id}/terminal":             "the dashboard's browser terminal of an allocation (session cookie, role operator)",
+		"POST /ui/allocations/{id}/terminal-token":      "a single-use terminal token minted through the operator API, as JSON (session cookie, CSRF token, role operator)",
+		"GET /ui/sessions/{sid}/replay":                 "the dashboard's replay of a terminal session's recording (session cookie)",
+		"GET /ui/sessions/{sid}/recording":              "a terminal session's asciicast recording through the operator API (session cookie, role operator)",
 	}
 }
 
