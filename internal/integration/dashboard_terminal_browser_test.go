@@ -72,6 +72,7 @@ func TestDashboardTerminal(t *testing.T) {
 		t.Errorf("allocation row %q", st)
 	}
 	p.shot(shots, "allocations")
+	p.auditA11y("allocations")
 
 	// Open the terminal from the dashboard and run a command.
 	p.do(10*time.Second, chromedp.Click(chromedp.CSS(`#alloc-`+alloc.ID+` a.open-terminal`)))
@@ -85,6 +86,7 @@ func TestDashboardTerminal(t *testing.T) {
 	p.typeKeys("echo dash-$((6*7))" + kb.Enter)
 	p.waitLine(termJS, regexp.MustCompile(`^dash-42$`), 15*time.Second)
 	p.shot(shots, "terminal")
+	p.auditA11y("terminal")
 	p.typeKeys("exit 3" + kb.Enter)
 	p.waitJS(`document.getElementById('term-state').textContent === 'exited'`, 15*time.Second)
 	if s := e.waitSessionClosed(sid, 10*time.Second); s.Username != user || s.ExitCode == nil || *s.ExitCode != 3 {
@@ -106,6 +108,7 @@ func TestDashboardTerminal(t *testing.T) {
 		t.Error("no provision task link")
 	}
 	p.shot(shots, "allocation")
+	p.auditA11y("allocation")
 	p.do(10*time.Second, chromedp.Click(chromedp.CSS(`#session-`+sid+` a.replay`)))
 	p.waitJS(`location.pathname === '/ui/sessions/`+sid+`/replay' && ['playing', 'done', 'failed'].includes(document.getElementById('replay-state').textContent)`, 10*time.Second)
 	if p.text("replay-state") == "playing" {
@@ -114,6 +117,7 @@ func TestDashboardTerminal(t *testing.T) {
 	p.waitJS(`document.getElementById('replay-state').textContent === 'done'`, 10*time.Second)
 	p.waitLine(replayJS, regexp.MustCompile(`^dash-42$`), 5*time.Second)
 	p.shot(shots, "replay")
+	p.auditA11y("replay")
 
 	// A node that takes terminal.open but never streams: the terminal page
 	// ends in a structured error, and the allocation page shows the
@@ -129,6 +133,7 @@ func TestDashboardTerminal(t *testing.T) {
 		t.Errorf("no correlation id in the error box")
 	}
 	p.shot(shots, "terminal-failed")
+	p.auditA11y("terminal-failed")
 	qsid := evalJS[string](p, `droverTerm.sessionId()`)
 	if s := e.waitSessionClosed(qsid, 5*time.Second); s.State != "failed" || s.Signal != "terminal_node_stream_timeout" {
 		t.Fatalf("session %+v", s)
@@ -142,5 +147,6 @@ func TestDashboardTerminal(t *testing.T) {
 		t.Errorf("signal on the allocation page %q", sig)
 	}
 	p.shot(shots, "allocation-failed")
+	p.auditA11y("allocation-failed")
 	p.noExceptions()
 }
