@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,6 +24,13 @@ func main() {
 	// The instance runtimes this binary links in (NODE_AGENT_RUNTIME; none
 	// is built in). A new runtime is one package and one entry here.
 	runtimes := runtime.Registry{qemu.Name: qemu.Entry()}
+	// NODE_AGENT_BOOTSTRAP_TOKEN may come from the systemd credential
+	// drover-agent-bootstrap-token (LoadCredential=).
+	getenv, err := agent.WithCredentials(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "drover-agent:", err)
+		os.Exit(2)
+	}
 	if len(os.Args) > 1 && (os.Args[1] == "preflight" || os.Args[1] == "status") {
 		// Subcommands: preflight runs the node-side hops; status asks the
 		// running agent. Both read the agent's configuration.
@@ -33,11 +39,11 @@ func main() {
 		if os.Args[1] == "status" {
 			cmd = agent.StatusCommand
 		}
-		code := cmd(ctx, os.Args[2:], os.Getenv, runtimes, os.Stdout, os.Stderr)
+		code := cmd(ctx, os.Args[2:], getenv, runtimes, os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}
-	cfg, err := agent.LoadConfig(os.Args[1:], os.Getenv, runtimes)
+	cfg, err := agent.LoadConfig(os.Args[1:], getenv, runtimes)
 	var help *agent.HelpError
 	if errors.As(err, &help) {
 		fmt.Print(help.Usage)
@@ -47,7 +53,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "drover-agent: configuration:", err)
 		os.Exit(2)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log, err := agent.NewLogger(os.Stderr, getenv) // DROVER_LOG_FORMAT=json for journald
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "drover-agent: configuration:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a, err := agent.New(cfg, agent.WithLogger(log))

@@ -218,6 +218,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		lg.Go(func() error { return a.resultLoop(lctx) })
 		lg.Go(func() error { return a.renewLoop(lctx) })
 		lg.Go(func() error { return a.capabilitiesLoop(lctx) })
+		lg.Go(func() error { return a.notifyLoop(lctx) }) // sd_notify: READY=1, watchdog, STOPPING=1
 		if vms != nil {
 			lg.Go(func() error { return a.runVMs(lctx, vms) })
 		}
