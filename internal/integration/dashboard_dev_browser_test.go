@@ -21,16 +21,16 @@ import (
 // SQLite and a local agent (runtime mock) in one process, as the README's
 // first command starts it.
 type devProc struct {
-	t                  *testing.T
-	opURL, nodeURL     string
-	token              string
-	hostID             string // the local agent's host id
-	cmd                *exec.Cmd
-	exited             chan struct{}
-	logPath, dataDir   string
-	heartbeat          time.Duration
-	opHTTP             *http.Client
-	agentLog, agentDir string
+	t                *testing.T
+	opURL            string
+	token            string
+	hostID           string // the local agent's host id
+	cmd              *exec.Cmd
+	exited           chan struct{}
+	logPath, dataDir string
+	heartbeat        time.Duration
+	opHTTP           *http.Client
+	agentLog         string // the second agent's log
 }
 
 // startDev starts `drover dev` on free loopback ports and waits until its
