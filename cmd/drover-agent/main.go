@@ -31,6 +31,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "drover-agent:", err)
 		os.Exit(2)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "config" {
+		// config show: the effective configuration, each value's source.
+		os.Exit(agent.ConfigCommand(os.Args[2:], os.Getenv, runtimes, os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && (os.Args[1] == "preflight" || os.Args[1] == "status") {
 		// Subcommands: preflight runs the node-side hops; status asks the
 		// running agent. Both read the agent's configuration.

@@ -17,6 +17,8 @@ import (
 
 // ServerFlags configure a control plane replica.
 type ServerFlags struct {
+	Config ConfigFile `name:"config" env:"DROVER_CONFIG" placeholder:"FILE" help:"TOML, YAML or JSON file of these flags' values (keys: the long flag names in snake_case, e.g. node_listen); flags and DROVER_* variables override it (docs/configuration.md)."`
+
 	Listen            string        `name:"listen" env:"DROVER_LISTEN" default:"127.0.0.1:8080" help:"Operator API and UI address."`
 	NodeListen        string        `name:"node-listen" env:"DROVER_NODE_LISTEN" help:"Node-facing mTLS address (default :8443 for server, 127.0.0.1:8443 for dev)."`
 	NodeURL           string        `name:"node-url" env:"DROVER_NODE_URL" help:"URL agents use to reach --node-listen (default https://127.0.0.1:<port>)."`
@@ -65,11 +67,12 @@ type ServerCmd struct {
 	KEKFlags
 	Store                        string `name:"store" env:"DROVER_STORE" required:"" help:"sqlite:PATH or postgres://..."`
 	AllowUnknownHostRegistration bool   `name:"allow-unknown-host-registration" env:"ALLOW_UNKNOWN_HOST_REGISTRATION" help:"Let unknown hosts enrol without a host record (dev only)."`
+	LogFormat                    string `name:"log-format" env:"DROVER_LOG_FORMAT" enum:"text,json" default:"text" help:"Log format on stderr: text or json (one object a line, for journald)."`
 }
 
 // Run implements the command.
 func (c *ServerCmd) Run(ctx context.Context) error {
-	log := newLogger(c.LogLevel)
+	log := newFormatLogger(os.Stderr, c.LogLevel, c.LogFormat)
 	st, err := openStore(ctx, c.Store)
 	if err != nil {
 		return err
@@ -94,7 +97,7 @@ func (c *ServerCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return srv.Run(ctx)
+	return runNotified(ctx, srv, cfg, log) // srv.Run with sd_notify under systemd
 }
 
 // openStore opens the store named by spec: sqlite:PATH or postgres://...

@@ -1,16 +1,13 @@
 package agent
 
 import (
-	"bufio"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -106,93 +103,36 @@ func (c *Config) fields() map[string]*string {
 }
 
 // LoadConfig builds the configuration from args (without the program name),
-// the environment lookup function and the optional config file.
-// NODE_AGENT_RUNTIME may name any runtime in runtimes, or none.
-func LoadConfig(args []string, getenv func(string) string, runtimes noderuntime.Registry) (Config, error) {
-	c := Config{OSFamily: api.OSFamilyOf(runtime.GOOS), StateDir: defaultStateDir(), ListenAddr: "127.0.0.1:9000",
-		Runtime: DefaultRuntime, ImageDirs: DefaultImageDir, Runtimes: runtimes}
-	var f Config
-	fs, configFile, rtFlags := newFlagSet(&f, getenv("NODE_AGENT_CONFIG"), runtimes)
-	fs.Lookup("runtime").Usage = "instance runtime: " + strings.Join(c.runtimeNames(), " | ")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return Config{}, &HelpError{Usage: usage(fs, c)}
-		}
-		return Config{}, fmt.Errorf("flags: %w", err)
+// the environment lookup function, the env file and the config file. Each
+// key comes from, highest first: a flag, its NODE_AGENT_* environment
+// variable, the -config file, the env file (-env-file, by default
+// DefaultEnvFile), the default (docs/configuration.md). NODE_AGENT_RUNTIME
+// may name any runtime in runtimes, or none.
+func LoadConfig(args []string, getenv func(string) string, runtimes noderuntime.Registry, opts ...LoadOption) (Config, error) {
+	l, err := load(args, getenv, runtimes, opts)
+	if err != nil {
+		return Config{}, err
 	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	if *configFile != "" {
-		if err := c.loadFile(*configFile); err != nil {
-			return Config{}, err
-		}
-	}
-	for key, dst := range c.fields() {
-		if v := getenv(key); v != "" {
-			*dst = v
-		}
-	}
-	for key := range c.runtimeKeys() {
-		if v := getenv(key); v != "" {
-			c.setRuntimeKey(key, v)
-		}
-	}
-	for _, key := range numericKeys() {
-		if v := getenv(key); v != "" {
-			if err := c.setNumeric(key, v); err != nil {
-				return Config{}, err
-			}
-		}
-	}
-	fs.Visit(func(fl *flag.Flag) {
-		switch fl.Name {
-		case "heartbeat-interval":
-			c.HeartbeatInterval = f.HeartbeatInterval
-		case "reserved-vcpus":
-			c.ReservedVCPUs = f.ReservedVCPUs
-		case "reserved-memory-mib":
-			c.ReservedMemoryMiB = f.ReservedMemoryMiB
-		case "disk-pressure-percent":
-			c.DiskPressurePercent = f.DiskPressurePercent
-		case "reconcile-interval":
-			c.ReconcileInterval = f.ReconcileInterval
-		case "image-allow-local-urls":
-			c.ImageAllowLocalURLs = f.ImageAllowLocalURLs
-		}
-	})
-	for key, v := range rtFlags {
-		if *v != "" {
-			c.setRuntimeKey(key, *v)
-		}
-	}
-	for _, p := range []struct {
-		dst *string
-		v   string
-	}{
-		{&c.ControlPlaneURL, f.ControlPlaneURL}, {&c.TerminalURL, f.TerminalURL}, {&c.HostID, f.HostID}, {&c.BootstrapToken, f.BootstrapToken},
-		{&c.CAHash, f.CAHash}, {&c.CAFile, f.CAFile}, {&c.OSFamily, f.OSFamily}, {&c.QEMUAccel, f.QEMUAccel},
-		{&c.StateDir, f.StateDir}, {&c.ListenAddr, f.ListenAddr}, {&c.Hostname, f.Hostname},
-		{&c.AccelFallback, f.AccelFallback}, {&c.Runtime, f.Runtime}, {&c.RuntimeDir, f.RuntimeDir}, {&c.ImageDirs, f.ImageDirs},
-		{&c.SecretsDir, f.SecretsDir},
-	} {
-		if p.v != "" {
-			*p.dst = p.v
-		}
-	}
-	if c.TerminalURL == "" {
-		c.TerminalURL = c.ControlPlaneURL
-	}
-	return c, c.Validate()
+	return l.cfg, l.validate()
 }
 
-// newFlagSet defines the agent's flags, each setting its field of f, and
-// -config, whose default is configDefault, and the flags of the settings
-// the runtimes own, returned by key.
-func newFlagSet(f *Config, configDefault string, runtimes noderuntime.Registry) (*flag.FlagSet, *string, map[string]*string) {
+// flagMeta are the flags that set no key of their own: where the
+// configuration comes from, and -orchestrator (an alias with a rewrite).
+type flagMeta struct {
+	config, envFile, orchestrator *string
+}
+
+// newFlagSet defines the agent's flags, each setting its field of f, the
+// meta flags (-config, whose default is configDefault, -env-file, whose
+// default is envFileDefault, -orchestrator), and the flags of the settings
+// the runtimes own.
+func newFlagSet(f *Config, configDefault, envFileDefault string, runtimes noderuntime.Registry) (*flag.FlagSet, flagMeta) {
 	fs := flag.NewFlagSet("drover-agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	configFile := fs.String("config", configDefault, "env-style config file (KEY=VALUE lines, NODE_AGENT_* keys)")
+	var m flagMeta
+	m.config = fs.String("config", configDefault, "config file: .toml, .yaml/.yml or .json (keys: docs/configuration.md), else KEY=VALUE lines with NODE_AGENT_* keys")
+	m.envFile = fs.String("env-file", envFileDefault, `env file of NODE_AGENT_*=VALUE lines (absent default is fine; "" reads none)`)
+	m.orchestrator = fs.String("orchestrator", "", "alias of -control-plane-url: host:port means https://host:port")
 	fs.StringVar(&f.ControlPlaneURL, "control-plane-url", "", "node-facing control plane URL (https://host:8443)")
 	fs.StringVar(&f.TerminalURL, "terminal-url", "", "terminal gateway's node-facing URL (default: the control plane URL)")
 	fs.StringVar(&f.HostID, "host-id", "", "host id of this node's host record")
@@ -217,13 +157,12 @@ func newFlagSet(f *Config, configDefault string, runtimes noderuntime.Registry) 
 		"let http(s) image URLs point at loopback, link-local (cloud metadata) and unspecified addresses (default false)")
 	fs.StringVar(&f.SecretsDir, "secrets-dir", "", "directory with one file per instance secret")
 	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
-	rtFlags := map[string]*string{}
 	for _, name := range runtimes.Names() {
 		for _, st := range runtimes[name].Settings {
-			rtFlags[noderuntime.EnvKey(name, st.Name)] = fs.String(noderuntime.FlagName(name, st.Name), "", st.Usage)
+			fs.String(noderuntime.FlagName(name, st.Name), "", st.Usage)
 		}
 	}
-	return fs, configFile, rtFlags
+	return fs, m
 }
 
 // terminalURL is where terminal streams are dialed: TerminalURL, or the
@@ -233,42 +172,6 @@ func (c Config) terminalURL() string {
 		return c.TerminalURL
 	}
 	return c.ControlPlaneURL
-}
-
-// loadFile reads KEY=VALUE lines (comments with #, optional quotes).
-func (c *Config) loadFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("config file: %w", err)
-	}
-	defer f.Close()
-	fields := c.fields()
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		key, val, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
-		if !ok {
-			return fmt.Errorf("config file %s:%d: want KEY=VALUE", path, n)
-		}
-		key, val = strings.TrimSpace(key), strings.Trim(strings.TrimSpace(val), `"'`)
-		_, runtimeKey := c.runtimeKeys()[key]
-		switch {
-		case fields[key] != nil:
-			*fields[key] = val
-		case runtimeKey:
-			c.setRuntimeKey(key, val)
-		case slices.Contains(numericKeys(), key):
-			if err := c.setNumeric(key, val); err != nil {
-				return fmt.Errorf("config file %s:%d: %w", path, n, err)
-			}
-		default:
-			return fmt.Errorf("config file %s:%d: unknown key %q", path, n, key)
-		}
-	}
-	return sc.Err()
 }
 
 // numericKeys are the configuration keys that are not plain strings

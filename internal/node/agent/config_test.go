@@ -24,9 +24,10 @@ import (
 // drover-agent's (qemu) plus the mock.
 var testRuntimes = noderuntime.Registry{qemu.Name: qemu.Entry(), mock.Name: mock.Entry()}
 
-// loadConfig is agent.LoadConfig with testRuntimes.
+// loadConfig is agent.LoadConfig with testRuntimes and no default env
+// file (the host's /etc/drover-agent/env must not change the tests).
 func loadConfig(args []string, getenv func(string) string) (agent.Config, error) {
-	return agent.LoadConfig(args, getenv, testRuntimes)
+	return agent.LoadConfig(args, getenv, testRuntimes, agent.WithDefaultEnvFile(""))
 }
 
 // env returns a getenv over m.
@@ -438,7 +439,7 @@ func TestLoadConfigRuntimes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := agent.LoadConfig(append(append([]string{}, url...), tc.args...), env(nil), tc.runtimes)
+			_, err := agent.LoadConfig(append(append([]string{}, url...), tc.args...), env(nil), tc.runtimes, agent.WithDefaultEnvFile(""))
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("LoadConfig: %v", err)
@@ -447,7 +448,7 @@ func TestLoadConfigRuntimes(t *testing.T) {
 			}
 		})
 	}
-	_, err := agent.LoadConfig([]string{"-help"}, env(nil), qemuOnly)
+	_, err := agent.LoadConfig([]string{"-help"}, env(nil), qemuOnly, agent.WithDefaultEnvFile(""))
 	var help *agent.HelpError
 	if !errors.As(err, &help) || !strings.Contains(help.Usage, "instance runtime: qemu | none (default qemu)") {
 		t.Errorf("usage does not list the registered runtimes: %v", err)
@@ -476,7 +477,7 @@ func TestLoadConfigRuntimeSettings(t *testing.T) {
 		{"env over file", []string{"-config", file}, map[string]string{key: "/env/qemu"}, "/env/qemu"},
 		{"flag over env", []string{"-config", file, "-qemu-binary", "/flag/qemu"}, map[string]string{key: "/env/qemu"}, "/flag/qemu"},
 	} {
-		c, err := agent.LoadConfig(append(append([]string{}, url...), tc.args...), env(tc.env), testRuntimes)
+		c, err := agent.LoadConfig(append(append([]string{}, url...), tc.args...), env(tc.env), testRuntimes, agent.WithDefaultEnvFile(""))
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -484,16 +485,16 @@ func TestLoadConfigRuntimeSettings(t *testing.T) {
 			t.Errorf("%s: %s = %q, want %q", tc.name, key, got, tc.want)
 		}
 	}
-	_, err := agent.LoadConfig([]string{"-help"}, env(nil), testRuntimes)
+	_, err := agent.LoadConfig([]string{"-help"}, env(nil), testRuntimes, agent.WithDefaultEnvFile(""))
 	var help *agent.HelpError
 	if !errors.As(err, &help) || !regexp.MustCompile(`-qemu-binary\s+`+key+`\s+QEMU system emulator`).MatchString(help.Usage) {
 		t.Errorf("usage does not list -qemu-binary with its key: %v", err)
 	}
 	mockOnly := noderuntime.Registry{mock.Name: mock.Entry()}
-	if _, err := agent.LoadConfig(append(append([]string{}, url...), "-runtime", "mock", "-qemu-binary", "/x"), env(nil), mockOnly); err == nil {
+	if _, err := agent.LoadConfig(append(append([]string{}, url...), "-runtime", "mock", "-qemu-binary", "/x"), env(nil), mockOnly, agent.WithDefaultEnvFile("")); err == nil {
 		t.Error("-qemu-binary accepted without qemu registered")
 	}
-	if _, err := agent.LoadConfig(append(append([]string{}, url...), "-runtime", "mock", "-config", file), env(nil), mockOnly); err == nil ||
+	if _, err := agent.LoadConfig(append(append([]string{}, url...), "-runtime", "mock", "-config", file), env(nil), mockOnly, agent.WithDefaultEnvFile("")); err == nil ||
 		!strings.Contains(err.Error(), "unknown key") {
 		t.Errorf("config file with %s and no qemu registered = %v, want unknown key", key, err)
 	}

@@ -3,6 +3,8 @@ package agent
 import (
 	"flag"
 	"fmt"
+	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -19,8 +21,11 @@ func (e *HelpError) Error() string { return "help requested" }
 // flagAlias says whether a flag sets another flag's key rather than a key
 // of its own, and which flag that is.
 func flagAlias(name string) (string, bool) {
-	if name == "node-id" {
+	switch name {
+	case "node-id":
 		return "host-id", true
+	case "orchestrator":
+		return "control-plane-url", true
 	}
 	return "", false
 }
@@ -39,7 +44,7 @@ func envKeyOf(name string) string {
 func (c Config) knownKey(key string) bool {
 	_, ok := c.fields()[key]
 	_, owned := c.runtimeKeys()[key]
-	return ok || owned || slices.Contains(numericKeys(), key) || key == "NODE_AGENT_CONFIG"
+	return ok || owned || slices.Contains(numericKeys(), key) || key == "NODE_AGENT_CONFIG" || key == "NODE_AGENT_ENV_FILE"
 }
 
 // flagDefault is the value a flag has when neither it, its environment
@@ -56,6 +61,8 @@ func flagDefault(name string, d Config) string {
 		return d.Runtime
 	case "image-dirs":
 		return d.ImageDirs
+	case "env-file":
+		return DefaultEnvFile(runtime.GOOS, os.Getenv)
 	case "host-id", "node-id":
 		return "generated and persisted in the state dir"
 	case "terminal-url":
@@ -80,12 +87,17 @@ func flagDefault(name string, d Config) string {
 func usage(fs *flag.FlagSet, d Config) string {
 	var b strings.Builder
 	b.WriteString(`Usage: drover-agent [flags]
+       drover-agent config show [flags]
+       drover-agent preflight|status [flags]
        drover-agent version
 
 The Drover node agent. It enrols with the control plane, then heartbeats,
 runs signed tasks and keeps this host's instances. Each setting comes from,
 highest first: a flag, its NODE_AGENT_* environment variable, the -config
-file (KEY=VALUE lines with the same keys), the default.
+file (TOML, YAML or JSON with the keys in lower case without NODE_AGENT_,
+e.g. control_plane_url; or KEY=VALUE lines), the env file (-env-file,
+KEY=VALUE lines), the default. 'drover-agent config show' prints each
+setting with its source (docs/configuration.md).
 
 Flags:
 `)
@@ -118,14 +130,14 @@ type ConfigKey struct {
 // lists them).
 func ConfigKeys(runtimes noderuntime.Registry) []ConfigKey {
 	var f Config
-	fs, _, _ := newFlagSet(&f, "", runtimes)
+	fs, _ := newFlagSet(&f, "", "", runtimes)
 	flagOf := map[string]*flag.Flag{}
 	fs.VisitAll(func(fl *flag.Flag) {
 		if _, alias := flagAlias(fl.Name); !alias {
 			flagOf[envKeyOf(fl.Name)] = fl
 		}
 	})
-	keys := append([]string{"NODE_AGENT_CONFIG"}, numericKeys()...)
+	keys := append([]string{"NODE_AGENT_CONFIG", "NODE_AGENT_ENV_FILE"}, numericKeys()...)
 	for k := range f.fields() {
 		keys = append(keys, k)
 	}
