@@ -13,12 +13,13 @@ import (
 	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/node/runtime/qemu"
+	"github.com/drover-dev/drover/internal/wire/version"
 )
 
 func main() {
 	accel.MaybeRunChild() // the KVM probe re-executes this binary; must come first
 	if len(os.Args) > 1 && (os.Args[1] == "version" || os.Args[1] == "-version" || os.Args[1] == "--version") {
-		fmt.Println("drover-agent", agent.Version)
+		fmt.Print(version.Get().String("drover-agent"))
 		return
 	}
 	// The instance runtimes this binary links in (NODE_AGENT_RUNTIME; none

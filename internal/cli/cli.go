@@ -17,10 +17,13 @@ import (
 
 	"github.com/alecthomas/kong"
 	"golang.org/x/term"
+
+	"github.com/drover-dev/drover/internal/wire/version"
 )
 
-// Version is set at build time with -ldflags "-X .../internal/cli.Version=...".
-var Version = "dev"
+// Version is this build's version (internal/wire/version: build info, or
+// -ldflags "-X github.com/drover-dev/drover/internal/wire/version.Version=v1.2.3").
+var Version = version.Short()
 
 // CLI is the root command.
 type CLI struct {
@@ -36,7 +39,8 @@ type CLI struct {
 	Evidence    EvidenceCmd    `cmd:"" help:"Download the evidence bundle (tar.gz) of a correlation id."`
 	Preflight   PreflightCmd   `cmd:"" help:"Walk the node and terminal chain hop by hop; name the first failed hop, its signal and owner."`
 	Bench       BenchCmd       `cmd:"" help:"Load harnesses."`
-	Version     VersionCmd     `cmd:"" help:"Print the version."`
+	Version     VersionCmd     `cmd:"" help:"Print the version, commit, build date, Go version and platform."`
+	Healthcheck HealthcheckCmd `cmd:"" help:"Exit 0 when a control plane's /healthz answers 200 (the container image's HEALTHCHECK)."`
 }
 
 // Env is what commands read from and write to.
@@ -108,12 +112,13 @@ func Run(ctx context.Context, args []string, env *Env) (code int) {
 	return 0
 }
 
-// VersionCmd prints the version.
+// VersionCmd prints the version, commit, build date, Go version and
+// platform.
 type VersionCmd struct{}
 
 // Run implements the command.
 func (VersionCmd) Run(env *Env) error {
-	fmt.Fprintln(env.Stdout, "drover", Version)
+	fmt.Fprint(env.Stdout, version.Get().String("drover"))
 	return nil
 }
 

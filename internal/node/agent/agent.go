@@ -29,10 +29,13 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/pki"
 	"github.com/drover-dev/drover/internal/wire/task"
+	"github.com/drover-dev/drover/internal/wire/version"
 )
 
-// Version is the agent version reported to the control plane.
-var Version = "dev"
+// Version is the agent version reported to the control plane (heartbeat,
+// capabilities, preflight, status): the build's version from
+// internal/wire/version, which releases set with -ldflags -X.
+var Version = version.Short()
 
 // Agent is one running node agent.
 type Agent struct {
