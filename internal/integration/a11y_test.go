@@ -89,7 +89,15 @@ func (p *page) auditA11y(pageName string) {
 func (p *page) auditPhone(pageName string) {
 	p.t.Helper()
 	if w := evalJS[int](p, `document.documentElement.scrollWidth`); w > 390 {
-		wide := evalJS[[]string](p, `[...document.body.querySelectorAll('*')].filter(e => e.getBoundingClientRect().right > 392 && !e.closest('.scroll') && !e.closest('.term-container')).slice(0, 5).map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + (typeof e.className === 'string' && e.className ? '.' + e.className.split(' ')[0] : ''))`)
+		// The elements that stick out, leaving out those inside a box
+		// that scrolls or clips them.
+		wide := evalJS[[]string](p, `[...document.body.querySelectorAll('*')].filter(e => {
+			if (e.getBoundingClientRect().right <= 392) return false;
+			for (let a = e.parentElement; a && a !== document.body; a = a.parentElement) {
+				if (getComputedStyle(a).overflowX !== 'visible') return false;
+			}
+			return true;
+		}).slice(0, 5).map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + (typeof e.className === 'string' && e.className ? '.' + e.className.split(' ')[0] : '') + ' ' + Math.round(e.getBoundingClientRect().right) + 'px')`)
 		p.t.Errorf("%s is %d px wide on a 390 px phone (widest: %s)", pageName, w, strings.Join(wide, ", "))
 	}
 }
