@@ -1,5 +1,6 @@
 // Package dashboard is the server-rendered operator dashboard under /ui/
-// (login, fleet, host detail): html/template pages behind a server-side
+// (login, fleet, host detail, tasks, instances, allocations with their
+// terminals and replays, audit): html/template pages behind a server-side
 // session cookie, with a CSRF token on every form.
 //
 // Every page's data comes from the public operator API: the dashboard calls
@@ -52,6 +53,10 @@ type Config struct {
 	Authenticate func(ctx context.Context, token string) (httpapi.Principal, error)
 	Now          func() time.Time
 	Log          *slog.Logger
+	// SecureCookies marks the cookies Secure on every request, not only
+	// those that came over TLS: set when a proxy in front terminates TLS
+	// (drover server --public-url https://...).
+	SecureCookies bool
 }
 
 // session is one logged-in browser.
@@ -136,10 +141,11 @@ func sameToken(a, b string) bool {
 }
 
 // setCookie sets an HttpOnly, SameSite=Strict cookie scoped to /ui/,
-// Secure when the request came over TLS. maxAge < 0 deletes it.
-func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
+// Secure when the request came over TLS or the dashboard is served behind
+// a TLS-terminating proxy (Config.SecureCookies). maxAge < 0 deletes it.
+func (u *UI) setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: "/ui/", MaxAge: maxAge, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || u.cfg.SecureCookies})
 }
 
 // sessionOf is the request's live session, or nil.
@@ -198,7 +204,7 @@ func securityHeaders(w http.ResponseWriter) {
 func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) {
 	securityHeaders(w)
 	tok := randomToken()
-	setCookie(w, r, loginCookie, tok, 600)
+	u.setCookie(w, r, loginCookie, tok, 600)
 	u.render(w, http.StatusOK, "login", map[string]any{"CSRF": tok, "Error": r.URL.Query().Get("error")})
 }
 
@@ -235,8 +241,8 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "too many sessions", http.StatusServiceUnavailable)
 		return
 	}
-	setCookie(w, r, loginCookie, "", -1)
-	setCookie(w, r, sessionCookie, cookie, int(SessionTTL/time.Second))
+	u.setCookie(w, r, loginCookie, "", -1)
+	u.setCookie(w, r, sessionCookie, cookie, int(SessionTTL/time.Second))
 	u.cfg.Log.Info("dashboard login", "operator", p.Name, "role", p.Role)
 	http.Redirect(w, r, "/ui/fleet", http.StatusSeeOther)
 }
@@ -252,7 +258,7 @@ func (u *UI) endSession(r *http.Request) {
 
 func (u *UI) logout(w http.ResponseWriter, r *http.Request, _ *session) {
 	u.endSession(r)
-	setCookie(w, r, sessionCookie, "", -1)
+	u.setCookie(w, r, sessionCookie, "", -1)
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 }
 

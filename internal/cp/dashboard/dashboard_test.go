@@ -108,18 +108,27 @@ func TestSessionCookieAttributes(t *testing.T) {
 	if len(c.Jar.Cookies(u)) != 1 {
 		t.Fatalf("cookies: %v", c.Jar.Cookies(u))
 	}
-	rec := httptest.NewRecorder()
-	setCookie(rec, httptest.NewRequest("GET", "https://x/ui/login", nil), sessionCookie, "v", 60)
-	sc := rec.Header().Get("Set-Cookie")
-	for _, want := range []string{"HttpOnly", "SameSite=Strict", "Secure", "Path=/ui/"} {
-		if !strings.Contains(sc, want) {
-			t.Errorf("Set-Cookie %q lacks %s", sc, want)
+	for _, c := range []struct {
+		name, url  string
+		behindTLS  bool // Config.SecureCookies: a proxy in front terminates TLS
+		wantSecure bool
+	}{
+		{"https", "https://x/ui/login", false, true},
+		{"plain http", "http://x/ui/login", false, false},
+		{"plain http behind a TLS proxy", "http://x/ui/login", true, true},
+	} {
+		u := New(Config{SecureCookies: c.behindTLS})
+		rec := httptest.NewRecorder()
+		u.setCookie(rec, httptest.NewRequest("GET", c.url, nil), sessionCookie, "v", 60)
+		sc := rec.Header().Get("Set-Cookie")
+		for _, want := range []string{"HttpOnly", "SameSite=Strict", "Path=/ui/"} {
+			if !strings.Contains(sc, want) {
+				t.Errorf("%s: Set-Cookie %q lacks %s", c.name, sc, want)
+			}
 		}
-	}
-	rec = httptest.NewRecorder()
-	setCookie(rec, httptest.NewRequest("GET", "http://x/ui/login", nil), sessionCookie, "v", 60)
-	if strings.Contains(rec.Header().Get("Set-Cookie"), "Secure") {
-		t.Error("Secure cookie over plain HTTP")
+		if got := strings.Contains(sc, "; Secure"); got != c.wantSecure {
+			t.Errorf("%s: Set-Cookie %q: Secure %v, want %v", c.name, sc, got, c.wantSecure)
+		}
 	}
 }
 

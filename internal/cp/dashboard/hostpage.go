@@ -128,7 +128,7 @@ func (u *UI) hostLivePage(w http.ResponseWriter, r *http.Request, s *session) {
 		switch st := apiStatus(err); st {
 		case http.StatusUnauthorized:
 			u.endSession(r)
-			setCookie(w, r, sessionCookie, "", -1)
+			u.setCookie(w, r, sessionCookie, "", -1)
 			w.Header().Set("HX-Redirect", "/ui/login?error=invalid")
 			w.WriteHeader(http.StatusOK)
 		case http.StatusNotFound, http.StatusForbidden:

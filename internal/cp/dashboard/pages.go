@@ -159,7 +159,7 @@ func (u *UI) revoked(w http.ResponseWriter, r *http.Request, err error) bool {
 		return false
 	}
 	u.endSession(r)
-	setCookie(w, r, sessionCookie, "", -1)
+	u.setCookie(w, r, sessionCookie, "", -1)
 	http.Redirect(w, r, "/ui/login?error=invalid", http.StatusSeeOther)
 	return true
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/audit"
@@ -32,7 +33,7 @@ func (s *Server) newDashboard() *dashboard.UI {
 	}
 	a := &httpapi.Auth{Tokens: s.store, Now: s.cfg.Now, Log: s.log}
 	return dashboard.New(dashboard.Config{API: httpapi.WithCorrelation(mux), Authenticate: a.Authenticate,
-		Now: s.cfg.Now, Log: s.log})
+		Now: s.cfg.Now, Log: s.log, SecureCookies: strings.HasPrefix(s.cfg.PublicURL, "https://")})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {

@@ -16,6 +16,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +56,12 @@ type Config struct {
 	// NodeURL is the URL agents use to reach NodeAddr, printed with bootstrap
 	// tokens (default https://127.0.0.1:<port of NodeAddr>).
 	NodeURL string
+	// PublicURL is the URL operators' browsers use for OperatorAddr when a
+	// proxy in front of it terminates TLS (e.g. https://drover.example):
+	// with https the dashboard's cookies are Secure on every request, and
+	// its origin may open browser terminals. "" means browsers come to
+	// OperatorAddr directly.
+	PublicURL string
 	// TLSHosts are extra DNS names or IPs for the node listener's certificate.
 	TLSHosts []string
 	// AllowUnknownHostRegistration lets an agent with an unknown host_id
@@ -120,6 +128,14 @@ type Config struct {
 type TerminalConfig = termgw.Config
 
 func (c *Config) setDefaults() error {
+	if c.PublicURL != "" {
+		origin, err := publicOrigin(c.PublicURL)
+		if err != nil {
+			return err
+		}
+		// A copy: the caller's slice is not appended to.
+		c.Terminal.AllowedOrigins = append(slices.Clip(c.Terminal.AllowedOrigins), origin)
+	}
 	if err := c.Terminal.SetDefaults(); err != nil {
 		return err
 	}
@@ -274,6 +290,17 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// publicOrigin checks a public URL (scheme http or https, a host, no path
+// beyond "/", no query) and returns its origin, scheme://host[:port].
+func publicOrigin(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") ||
+		u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", fmt.Errorf("public URL %q: must be http(s)://host[:port], the address browsers use for the operator listener", raw)
+	}
+	return u.Scheme + "://" + u.Host, nil
 }
 
 // CAHash is the pin agents use on first contact ("sha256:<hex>").
