@@ -23,6 +23,7 @@ type ServerFlags struct {
 	NodeListen        string        `name:"node-listen" env:"DROVER_NODE_LISTEN" help:"Node-facing mTLS address (default :8443 for server, 127.0.0.1:8443 for dev)."`
 	NodeURL           string        `name:"node-url" env:"DROVER_NODE_URL" help:"URL agents use to reach --node-listen (default https://127.0.0.1:<port>)."`
 	TLSSAN            []string      `name:"tls-san" env:"DROVER_TLS_SAN" help:"Extra DNS names or IPs for the node listener certificate."`
+	PublicURL         string        `name:"public-url" env:"DROVER_PUBLIC_URL" help:"URL browsers use for --listen when a proxy in front terminates TLS (https://... makes the dashboard's cookies Secure; its origin may open terminals)."`
 	CertTTL           time.Duration `name:"cert-ttl" default:"24h" help:"Node certificate lifetime."`
 	HeartbeatInterval time.Duration `name:"heartbeat-interval" default:"5s" help:"Heartbeat interval agents are told to use; stale after 3 missed."`
 	VCPURatio         float64       `name:"vcpu-allocation-ratio" env:"DROVER_VCPU_ALLOCATION_RATIO" default:"4" help:"Instance vCPUs placed per host CPU (memory, disk and GPUs are never overcommitted)."`
@@ -47,7 +48,7 @@ type ServerFlags struct {
 }
 
 func (f ServerFlags) config(allowUnknown bool, log *slog.Logger) server.Config {
-	return server.Config{OperatorAddr: f.Listen, NodeAddr: f.NodeListen, NodeURL: f.NodeURL, TLSHosts: f.TLSSAN,
+	return server.Config{OperatorAddr: f.Listen, NodeAddr: f.NodeListen, NodeURL: f.NodeURL, TLSHosts: f.TLSSAN, PublicURL: f.PublicURL,
 		CertTTL: f.CertTTL, HeartbeatInterval: f.HeartbeatInterval, VCPUAllocationRatio: f.VCPURatio, AllowUnknownHostRegistration: allowUnknown,
 		Logger: log, Terminal: server.TerminalConfig{AllowedOrigins: f.TerminalOrigins, IdleTimeout: f.TerminalIdle,
 			MaxLifetime: f.TerminalMaxLifetime, RecordingDir: f.RecordingDir, RecordInput: f.RecordInput,
