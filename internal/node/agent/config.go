@@ -17,8 +17,10 @@ import (
 )
 
 // Config is the agent's configuration. It comes from, in increasing order of
-// precedence: an env-style config file (-config), NODE_AGENT_* environment
-// variables (docs/contract.md lists the keys), and command-line flags.
+// precedence: defaults, the env file (-env-file, KEY=VALUE lines), the config
+// file (-config: TOML, YAML or JSON, or KEY=VALUE lines), NODE_AGENT_*
+// environment variables and command-line flags (LoadConfig; the keys:
+// docs/contract.md, the rules: docs/configuration.md).
 type Config struct {
 	ControlPlaneURL   string        // NODE_AGENT_CONTROL_PLANE_URL: node-facing mTLS URL, e.g. https://cp:8443
 	TerminalURL       string        // NODE_AGENT_TERMINAL_URL: the terminal gateway's node-facing mTLS URL (LoadConfig defaults it to ControlPlaneURL)
