@@ -2,17 +2,22 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -120,6 +125,38 @@ func (d *devProc) op(method, path string, in, out any) int {
 	return resp.StatusCode
 }
 
+// waitAllocationActive waits until the allocation is active (its user
+// provisioned on the node).
+func (d *devProc) waitAllocationActive(id string) {
+	d.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var a api.Allocation
+		d.op(http.MethodGet, "/api/v1/allocations/"+id, nil, &a)
+		if a.State == api.AllocationActive {
+			return
+		}
+		if a.State == api.AllocationFailed || time.Now().After(deadline) {
+			d.t.Fatalf("allocation %s: %s %s", id, a.State, a.StateReason)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitAllocationGone waits (up to 30 s) until a released allocation's
+// user is removed, so the test leaves no OS user behind.
+func (d *devProc) waitAllocationGone(id string) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var a api.Allocation
+		if st := d.op(http.MethodGet, "/api/v1/allocations/"+id, nil, &a); st == http.StatusNotFound || a.State == api.AllocationReleased {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	d.t.Errorf("allocation %s not released in 30s", id)
+}
+
 func (d *devProc) waitStatus(id string, want api.HostStatus, within time.Duration) api.Host {
 	d.t.Helper()
 	deadline := time.Now().Add(within)
@@ -163,7 +200,9 @@ func (d *devProc) startSecondAgent(id string) *agentProc {
 // real binaries: `drover dev` (control plane, SQLite, its local agent) and
 // a second drover-agent process, driven in headless Chromium. Both hosts
 // show healthy with os_family and accelerator as the API reports them; a
-// health probe run from the host page shows its phases on its task page;
+// health probe run from the host page shows its phases on its task page
+// and its evidence bundle downloads; a token rotation shows the new
+// token's env once; a terminal opened from the dashboard runs a command;
 // the second agent killed turns stale on the open fleet page without a
 // reload; a POST without the CSRF token and a viewer's forged POST get 403.
 func TestDashboardDevBrowser(t *testing.T) {
@@ -223,6 +262,55 @@ func TestDashboardDevBrowser(t *testing.T) {
 	p.do(10*time.Second, chromedp.Navigate(d.opURL+"/ui/tasks/"+taskID))
 	p.waitJS(`document.querySelectorAll('#phase-chart rect').length > 0`, 10*time.Second)
 	p.shot(shots, "dev-task")
+
+	// The probe's evidence bundle, downloaded through the dashboard.
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	var probe api.Task
+	d.op(http.MethodGet, "/api/v1/tasks/"+taskID, nil, &probe)
+	bundle, err := chromedp.Run(ctx, chromedp.Evaluate[string](`fetch('/ui/evidence/`+probe.CorrelationID+`')
+		.then(r => r.ok ? r.arrayBuffer() : Promise.reject('HTTP ' + r.status))
+		.then(b => { let s = ''; new Uint8Array(b).forEach(c => s += String.fromCharCode(c)); return btoa(s); })`, chromedp.EvalAwaitPromise))
+	cancel()
+	if err != nil {
+		t.Fatalf("download the evidence bundle: %v", err)
+	}
+	checkEvidenceBundle(t, bundle, probe.CorrelationID)
+
+	// Rotate the second host's bootstrap token: shown once, with the env.
+	p.do(10*time.Second, chromedp.Navigate(d.opURL+"/ui/hosts/dev-second"), chromedp.WaitVisible(chromedp.ID("act-rotate-token")))
+	p.do(10*time.Second, chromedp.Click(chromedp.ID("act-rotate-token")))
+	p.waitJS(`!!document.getElementById('agent-env')`, 10*time.Second)
+	if env := evalJS[string](p, `document.getElementById('agent-env').textContent`); !strings.Contains(env, "NODE_AGENT_BOOTSTRAP_TOKEN=") ||
+		!strings.Contains(env, "NODE_AGENT_HOST_ID=dev-second") {
+		t.Errorf("the rotated token's env: %q", env)
+	}
+
+	// A terminal on drover dev's own host: an allocation its agent
+	// provisions, opened from the dashboard, a command typed and answered.
+	if os.Geteuid() == 0 {
+		user := fmt.Sprintf("drvdev%05d", rand.IntN(100000))
+		var alloc api.Allocation
+		if st := d.op(http.MethodPost, "/api/v1/allocations", api.CreateAllocationRequest{Username: user, HostID: d.hostID}, &alloc); st != http.StatusCreated {
+			t.Fatalf("create allocation: HTTP %d", st)
+		}
+		t.Cleanup(func() {
+			d.op(http.MethodDelete, "/api/v1/allocations/"+alloc.ID, nil, nil)
+			d.waitAllocationGone(alloc.ID)
+		})
+		d.waitAllocationActive(alloc.ID)
+		p.do(10*time.Second, chromedp.Navigate(d.opURL+"/ui/allocations"))
+		p.waitJS(`document.querySelector('#alloc-`+alloc.ID+` a.open-terminal')`, 10*time.Second)
+		p.do(10*time.Second, chromedp.Click(chromedp.CSS(`#alloc-`+alloc.ID+` a.open-terminal`)))
+		p.waitJS(`document.getElementById('term-state').textContent === 'pty_ready'`, 30*time.Second)
+		p.do(5*time.Second, chromedp.Click(chromedp.CSS("#term-container .xterm")))
+		p.typeKeys("echo dev-$((6*7))" + kb.Enter)
+		p.waitLine(termJS, regexp.MustCompile(`^dev-42$`), 15*time.Second)
+		p.shot(shots, "dev-terminal")
+		p.typeKeys("exit" + kb.Enter)
+		p.waitJS(`document.getElementById('term-state').textContent === 'exited'`, 15*time.Second)
+	} else {
+		t.Log("not root: the terminal step is left out (the allocation user is created with useradd)")
+	}
 
 	// The second agent dies: its row turns stale on the open fleet page.
 	p.do(10*time.Second, chromedp.Navigate(d.opURL+"/ui/fleet"))

@@ -187,7 +187,9 @@ func startAgentProc(t *testing.T, bin string, env []string, logPath string) *age
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), env...)
+	// The agent reads /etc/drover-agent/env by default: a machine's own
+	// (or one a package test installed) must not change the test's agent.
+	cmd.Env = append(append(os.Environ(), "NODE_AGENT_ENV_FILE=/dev/null"), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
