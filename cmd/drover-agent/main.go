@@ -32,6 +32,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "drover-agent:", err)
 		os.Exit(2)
 	}
+	// Started by the Windows service control manager: run under it (the
+	// flags are those `drover-agent service install` recorded).
+	if code, ran := agent.RunAsWindowsService(os.Args[1:], getenv, runtimes); ran {
+		os.Exit(code)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "service" {
+		// service install|uninstall|start|stop|status (Windows).
+		os.Exit(agent.ServiceCommand(os.Args[2:], getenv, runtimes, os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "config" {
 		// config show: the effective configuration, each value's source.
 		os.Exit(agent.ConfigCommand(os.Args[2:], os.Getenv, runtimes, os.Stdout, os.Stderr))

@@ -75,6 +75,7 @@ type Agent struct {
 	runtime        runtime.Runtime // injected (tests); else built from cfg.Runtime
 	vms            *vmSide         // nil until Run built it, or with NODE_AGENT_RUNTIME=none
 	customHandlers bool
+	onReady        func() // WithReadyHook: called where systemd gets READY=1
 
 	// jwksMu serialises JWKS refreshes on unknown kids; jwksRefreshedAt is
 	// the last one's start (zero: none yet).

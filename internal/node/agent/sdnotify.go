@@ -16,7 +16,11 @@ import (
 // enrolled or loaded: READY=1 then, STATUS= lines from the status
 // document, WATCHDOG=1 only while the agent is alive (checkAlive), and
 // STOPPING=1 when the loops end.
+// The Windows service reports Running at the same point (WithReadyHook).
 func (a *Agent) notifyLoop(ctx context.Context) error {
+	if a.onReady != nil {
+		a.onReady()
+	}
 	n := sdnotify.New(a.log)
 	if !n.Enabled() {
 		return nil
