@@ -57,25 +57,6 @@ func (s serviceState) String() string {
 	return "unknown"
 }
 
-// serviceSpec is what `service install` creates.
-type serviceSpec struct {
-	Name, DisplayName, Description string
-	Exe                            string   // absolute path of this binary
-	Args                           []string // the agent flags the service runs with
-	AutoStart, DelayedAutoStart    bool
-	Restarts                       []time.Duration // recovery: restart after each delay, in order
-	ResetAfter                     time.Duration   // the failure count resets after this long without one
-}
-
-// newServiceSpec is the drover-agent service: automatic (delayed) start,
-// restarted 5s, 30s then 60s after a failure, the count reset after a day.
-func newServiceSpec(exe string, args []string) serviceSpec {
-	return serviceSpec{Name: ServiceName, DisplayName: serviceDisplayName, Description: serviceDescription,
-		Exe: exe, Args: args, AutoStart: true, DelayedAutoStart: true,
-		Restarts:   []time.Duration{5 * time.Second, 30 * time.Second, 60 * time.Second},
-		ResetAfter: 24 * time.Hour}
-}
-
 // serviceManager is the part of the service control manager the service
 // commands use: the SCM on Windows (winservice_windows.go), a fake in
 // tests. Install also registers the event log source, Remove removes it.
@@ -175,6 +156,9 @@ func (c serviceCLI) run(args []string) int {
 }
 
 func (c serviceCLI) install(m serviceManager, args []string) int {
+	if err := absoluteServicePaths(args); err != nil {
+		return c.fail(2, "%v", err)
+	}
 	if _, err := LoadConfig(args, c.getenv, c.runtimes); err != nil {
 		return c.fail(2, "the agent would not start with these flags: %v\n(check with: drover-agent config show %s)", err, strings.Join(args, " "))
 	}
