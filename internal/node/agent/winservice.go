@@ -13,8 +13,8 @@ import (
 
 // The Windows service: `drover-agent service install|uninstall|start|stop|
 // status` (this file, platform-neutral so its command handling is tested
-// on every platform), the agent's run under the service control manager
-// (winservice_exec.go), and the calls into the SCM and the event log
+// on every platform; what install creates: winservice_spec.go), the
+// agent's run under the service control manager (winservice_exec.go), and the calls into the SCM and the event log
 // (winservice_windows.go; winservice_other.go refuses, pointing at the
 // systemd unit and the rc.d script).
 
