@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/node/image"
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // Options is what the agent gives a Factory: the settings every adapter may
@@ -25,7 +26,11 @@ type Options struct {
 	// OnOrphanRemoved is called with the path of every file the runtime
 	// removed because no instance owned it (the agent counts them).
 	OnOrphanRemoved func(path string)
-	Log             *slog.Logger
+	// GPUs returns the host's discovered GPUs (the last host inventory);
+	// nil when the agent has none to give. A runtime that maps GPUs itself
+	// (containers) refuses one the host does not have.
+	GPUs func() []api.GPU
+	Log  *slog.Logger
 }
 
 // Factory builds one adapter. It may create the adapter's state

@@ -161,6 +161,9 @@ const (
 	EventStarted EventKind = "started"
 	EventReady   EventKind = "ready"
 	EventExited  EventKind = "exited" // see Status.State and ExitReason
+	// EventProgress is a step of Create (an image pull's layers), for
+	// logs and task phases; Detail says what.
+	EventProgress EventKind = "progress"
 )
 
 // Event is one thing that happened to an instance.

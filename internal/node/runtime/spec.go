@@ -46,6 +46,16 @@ type Spec struct {
 	// VM holds what only a virtual machine has; nil reads as the zero
 	// VMSpec. A container runtime refuses a spec that sets it.
 	VM *VMSpec `json:"vm,omitempty"`
+	// Container holds what only a container has; nil reads as the zero
+	// ContainerSpec (the runtime's defaults). A VM runtime ignores it.
+	Container *ContainerSpec `json:"container,omitempty"`
+}
+
+// ContainerSpec is what only a container has.
+type ContainerSpec struct {
+	// Ulimits are per-container resource limits by name (nofile, nproc),
+	// soft and hard alike; unset ones take the runtime's defaults.
+	Ulimits map[string]int64 `json:"ulimits,omitempty"`
 }
 
 // ImageKind says what Spec.Image names.
@@ -79,6 +89,9 @@ func DiskImage(a api.Artifact) Image { return Image{URL: a.URL, SHA256: a.SHA256
 
 // Artifact is a disk image's URL and digest.
 func (i Image) Artifact() api.Artifact { return api.Artifact{URL: i.URL, SHA256: i.SHA256} }
+
+// IsOCI reports whether the image is an OCI image (a container's).
+func (i Image) IsOCI() bool { return i.Kind == ImageOCI }
 
 // IsZero reports whether the spec names no image.
 func (i Image) IsZero() bool { return i == Image{} }
@@ -151,6 +164,15 @@ func (s Spec) VMOrZero() VMSpec {
 		return VMSpec{}
 	}
 	return *s.VM
+}
+
+// ContainerOrZero returns the container section, the zero ContainerSpec
+// when there is none.
+func (s Spec) ContainerOrZero() ContainerSpec {
+	if s.Container == nil {
+		return ContainerSpec{}
+	}
+	return *s.Container
 }
 
 // legacySpec is the flat, VM-only spec that agents before the VM section

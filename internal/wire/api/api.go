@@ -111,6 +111,14 @@ type Capabilities struct {
 	// schedulable.
 	AccelError   string `json:"accel_error,omitempty"`
 	AgentVersion string `json:"agent_version,omitempty"`
+	// Runtimes are the instance runtimes this agent runs ("qemu",
+	// "docker"); placement requires InstanceSpec.Runtime among them (an
+	// agent reporting none runs VMs only). ContainerEngine and
+	// ContainerEngineVersion name the engine behind "docker" ("docker",
+	// "podman") and its version, as detected at start.
+	Runtimes               []string `json:"runtimes,omitempty"`
+	ContainerEngine        string   `json:"container_engine,omitempty"`
+	ContainerEngineVersion string   `json:"container_engine_version,omitempty"`
 	// ControlPlaneURL and TerminalURL are the node-facing URLs the agent
 	// uses (NODE_AGENT_CONTROL_PLANE_URL, NODE_AGENT_TERMINAL_URL), compared
 	// with the host's environment profile.

@@ -2,6 +2,7 @@ package api
 
 import (
 	"regexp"
+	"slices"
 	"time"
 )
 
@@ -38,12 +39,14 @@ func ValidInstancePhase(p InstancePhase) bool {
 type ReasonCode string
 
 // Reason codes. VMStartFailed is the QEMU runtime's start failure
-// (firecracker_start_failed names the Firecracker one).
+// (firecracker_start_failed names the Firecracker one,
+// container_start_failed the container runtime's).
 const (
 	ReasonImagePullFailed        ReasonCode = "image_pull_failed"
 	ReasonRootfsBuildFailed      ReasonCode = "rootfs_build_failed"
 	ReasonFirecrackerStartFailed ReasonCode = "firecracker_start_failed"
 	ReasonVMStartFailed          ReasonCode = "vm_start_failed"
+	ReasonContainerStartFailed   ReasonCode = "container_start_failed"
 	ReasonNetworkSetupFailed     ReasonCode = "network_setup_failed"
 	ReasonVolumeAttachFailed     ReasonCode = "volume_attach_failed"
 	ReasonSecretsMissing         ReasonCode = "secrets_missing"
@@ -59,7 +62,7 @@ const (
 func ReasonCodes() []ReasonCode {
 	return []ReasonCode{
 		ReasonImagePullFailed, ReasonRootfsBuildFailed, ReasonFirecrackerStartFailed,
-		ReasonVMStartFailed, ReasonNetworkSetupFailed, ReasonVolumeAttachFailed,
+		ReasonVMStartFailed, ReasonContainerStartFailed, ReasonNetworkSetupFailed, ReasonVolumeAttachFailed,
 		ReasonSecretsMissing, ReasonSecretsInjectionFailed, ReasonHealthcheckFailed,
 		ReasonOOMKilled, ReasonCrashLoopBackoff, ReasonTerminatedByOperator, ReasonNodeDraining,
 	}
@@ -133,9 +136,13 @@ type CloudInit struct {
 // Readiness says when a booted instance is Ready: when SerialMarker appears
 // on its serial console, or when GuestPort accepts TCP connections (through
 // its forward), or both. With neither, Ready means "process running".
+//
+// HTTPPath (containers) makes readiness an HTTP GET of that path on TCPPort
+// answering 2xx or 3xx, instead of a bare TCP connect.
 type Readiness struct {
 	SerialMarker string   `json:"serial_marker,omitempty"`
 	TCPPort      int      `json:"tcp_port,omitempty"`
+	HTTPPath     string   `json:"http_path,omitempty"`
 	Timeout      Duration `json:"timeout,omitempty"` // default 5m
 }
 
@@ -146,19 +153,73 @@ type HealthCheck struct {
 	FailureThreshold int      `json:"failure_threshold,omitempty"` // default 3
 }
 
-// InstanceSpec is what an instance runs.
+// Instance runtimes (InstanceSpec.Runtime, Capabilities.Runtimes).
+const (
+	RuntimeQEMU   = "qemu"
+	RuntimeDocker = "docker" // containers through the Docker Engine API (Docker or Podman)
+)
+
+// GPUsAll in ContainerSpec.GPUs gives the container every GPU of the host.
+const GPUsAll = "all"
+
+// ContainerSpec is what a container instance runs (InstanceSpec.Runtime
+// "docker"). Its ports are InstanceSpec.Network.Forwards (GuestPort is the
+// container port; bound on the host's 127.0.0.1), its readiness
+// InstanceSpec.Readiness (TCPPort, with HTTPPath for an HTTP check), its
+// secrets InstanceSpec.Secrets (files under /run/drover/secrets), and a
+// stop sends the image's stop signal, then SIGKILL after GracefulTimeout.
+type ContainerSpec struct {
+	// Image is an OCI image reference (registry/repo:tag); Digest
+	// ("sha256:<64 hex>"), when set, is what the pulled image must be.
+	Image   string            `json:"image"`
+	Digest  string            `json:"digest,omitempty"`
+	Command []string          `json:"command,omitempty"` // replaces the image's entrypoint
+	Args    []string          `json:"args,omitempty"`    // replaces the image's command
+	Env     map[string]string `json:"env,omitempty"`
+	Volumes []VolumeMount     `json:"volumes,omitempty"`
+	// GPUs by index ("0") or UUID ("GPU-…") of the host's discovered GPUs,
+	// or ["all"].
+	GPUs    []string `json:"gpus,omitempty"`
+	Ulimits *Ulimits `json:"ulimits,omitempty"`
+	// RegistryAuth names a secret holding the registry credentials for the
+	// pull, as a Docker config ({"username":…,"password":…}).
+	RegistryAuth string `json:"registry_auth,omitempty"`
+}
+
+// VolumeMount mounts a named volume (kept when the instance is deleted) or
+// a host path (an absolute path under the agent's allowed volume
+// directories) at Target.
+type VolumeMount struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// Ulimits are a container's limits (soft = hard); 0 takes the agent's
+// default (NODE_AGENT_DOCKER_ULIMIT_NOFILE, ..._NPROC).
+type Ulimits struct {
+	NoFile int64 `json:"nofile,omitempty"`
+	NProc  int64 `json:"nproc,omitempty"`
+}
+
+// InstanceSpec is what an instance runs: a VM (Runtime "", the host's VM
+// runtime) from Image, or a container (Runtime "docker") from Container.
 type InstanceSpec struct {
-	Image       Artifact     `json:"image"`
-	Boot        *DirectBoot  `json:"boot,omitempty"`
-	VCPUs       int          `json:"vcpus"`
-	MemoryMiB   int          `json:"memory_mib"`
-	DiskGiB     int          `json:"disk_gib,omitempty"` // overlay size; 0 = the image's size
-	GPUs        int          `json:"gpus,omitempty"`
-	Slots       []string     `json:"slots,omitempty"` // approved slot ids on the host
-	Network     NetworkSpec  `json:"network,omitempty"`
-	CloudInit   *CloudInit   `json:"cloud_init,omitempty"`
-	Readiness   Readiness    `json:"readiness,omitempty"`
-	HealthCheck *HealthCheck `json:"health_check,omitempty"`
+	// Runtime picks the host's runtime: "" its VM runtime, "docker"
+	// containers. Placement considers only hosts reporting it.
+	Runtime     string         `json:"runtime,omitempty"`
+	Container   *ContainerSpec `json:"container,omitempty"`
+	Image       Artifact       `json:"image"`
+	Boot        *DirectBoot    `json:"boot,omitempty"`
+	VCPUs       int            `json:"vcpus"`
+	MemoryMiB   int            `json:"memory_mib"`
+	DiskGiB     int            `json:"disk_gib,omitempty"` // overlay size; 0 = the image's size
+	GPUs        int            `json:"gpus,omitempty"`
+	Slots       []string       `json:"slots,omitempty"` // approved slot ids on the host
+	Network     NetworkSpec    `json:"network,omitempty"`
+	CloudInit   *CloudInit     `json:"cloud_init,omitempty"`
+	Readiness   Readiness      `json:"readiness,omitempty"`
+	HealthCheck *HealthCheck   `json:"health_check,omitempty"`
 	// Secrets names secrets the instance needs; a missing one fails the
 	// instance with secrets_missing.
 	Secrets []string `json:"secrets,omitempty"`
@@ -167,9 +228,14 @@ type InstanceSpec struct {
 	GracefulTimeout Duration `json:"graceful_timeout,omitempty"`
 }
 
-// Resources is the capacity the spec takes on its host.
+// Resources is the capacity the spec takes on its host. A container's GPUs
+// count by the ones it names (["all"] counts GPUs).
 func (s InstanceSpec) Resources() Capacity {
-	return Capacity{VCPUs: s.VCPUs, MemoryMiB: s.MemoryMiB, DiskGiB: s.DiskGiB, GPUs: s.GPUs}
+	gpus := s.GPUs
+	if c := s.Container; c != nil && !slices.Contains(c.GPUs, GPUsAll) {
+		gpus = max(gpus, len(c.GPUs))
+	}
+	return Capacity{VCPUs: s.VCPUs, MemoryMiB: s.MemoryMiB, DiskGiB: s.DiskGiB, GPUs: gpus}
 }
 
 // InstanceRuntime is what the agent reports about a running instance.

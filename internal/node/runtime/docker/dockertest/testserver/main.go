@@ -1,0 +1,44 @@
+// Command testserver is the workload of the docker runtime's tests: a
+// static HTTP server answering the health routes of the inference presets
+// (/health as vLLM, /api/tags as Ollama) on $PORT (default 8080). It exits
+// 0 on SIGTERM unless $IGNORE_TERM is set (then only SIGKILL stops it),
+// and prints the names of the files in $LIST_DIR at start (the secrets
+// test). dockertest builds it with CGO_ENABLED=0 into the test image.
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	port := os.Getenv("PORT")
+	if port == "" {
+		port = "8080"
+	}
+	if dir := os.Getenv("LIST_DIR"); dir != "" {
+		entries, err := os.ReadDir(dir)
+		fmt.Println("list", dir, len(entries), err)
+	}
+	sig := make(chan os.Signal, 1)
+	if os.Getenv("IGNORE_TERM") != "" {
+		signal.Ignore(syscall.SIGTERM)
+	} else {
+		signal.Notify(sig, syscall.SIGTERM)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/api/tags", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, `{"models":[]}`) })
+	go func() {
+		if err := http.ListenAndServe(":"+port, mux); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}
+	}()
+	fmt.Println("listening on", port)
+	<-sig
+	fmt.Println("SIGTERM: exiting")
+}
