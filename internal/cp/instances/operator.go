@@ -142,6 +142,13 @@ func (s *Room) pickHost(ctx context.Context, f *fleet, req api.CreateInstanceReq
 	if req.HostID != "" && !slices.ContainsFunc(f.hosts, func(h store.Host) bool { return h.ID == req.HostID }) {
 		return "", httpapi.Invalid([]api.FieldError{{Field: "host_id", Message: "no host " + strconv.Quote(req.HostID)}})
 	}
+	if req.HostID != "" {
+		if h := f.host(req.HostID); h != nil {
+			if why := runtimeMissing(*h, req.Spec); why != "" {
+				return "", httpapi.Invalid([]api.FieldError{{Field: "spec.runtime", Message: why + " on host " + req.HostID}})
+			}
+		}
+	}
 	var check slotCheck
 	if len(req.Spec.Slots) > 0 {
 		approved := map[string]map[string]bool{}
@@ -166,6 +173,18 @@ func (s *Room) pickHost(ctx context.Context, f *fleet, req api.CreateInstanceReq
 				if holder := f.slots[h.ID][sl]; holder != "" {
 					return fmt.Sprintf("slot %s is held by instance %s", sl, holder)
 				}
+			}
+			return ""
+		}
+	}
+	if req.Spec.Runtime != "" {
+		slots := check
+		check = func(h store.Host) string {
+			if why := runtimeMissing(h, req.Spec); why != "" {
+				return why
+			}
+			if slots != nil {
+				return slots(h)
 			}
 			return ""
 		}

@@ -70,6 +70,16 @@ func (f *fleet) add(hostID, name string, desired api.DesiredState, spec api.Inst
 }
 
 // clone returns a copy that can be planned on without changing f.
+// host is the fleet's host id, nil when there is none.
+func (f *fleet) host(id string) *store.Host {
+	for i := range f.hosts {
+		if f.hosts[i].ID == id {
+			return &f.hosts[i]
+		}
+	}
+	return nil
+}
+
 func (f *fleet) clone() *fleet {
 	c := &fleet{hosts: f.hosts, used: maps.Clone(f.used), slots: map[string]map[string]string{}, names: maps.Clone(f.names),
 		cpuRatio: f.cpuRatio}

@@ -75,7 +75,9 @@ func validateLabels(f *fieldErrs, field string, l map[string]string) {
 // validateSpec checks an InstanceSpec; prefix names the enclosing field.
 func validateSpec(s api.InstanceSpec, prefix string) []api.FieldError {
 	f := &fieldErrs{prefix: prefix}
-	validateArtifact(f, "image", s.Image)
+	if !validateRuntime(f, s) {
+		validateArtifact(f, "image", s.Image)
+	}
 	if b := s.Boot; b != nil {
 		validateArtifact(f, "boot.kernel", b.Kernel)
 		if b.Initrd != nil {

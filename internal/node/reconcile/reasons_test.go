@@ -55,6 +55,7 @@ func TestReasonCodesReachTheReporter(t *testing.T) {
 		failCreate(api.ReasonVolumeAttachFailed),
 		failStart(api.ReasonFirecrackerStartFailed),
 		failStart(api.ReasonVMStartFailed),
+		failStart(api.ReasonContainerStartFailed),
 		failStart(api.ReasonNetworkSetupFailed),
 		{
 			name:   "secret not in the store",

@@ -361,6 +361,9 @@ func (r *Reconciler) Allocated() api.Capacity {
 // mapped here: passing devices through is the agent's business.
 func ToRuntimeSpec(d api.DesiredInstance, secrets map[string][]byte) runtime.Spec {
 	s := d.Spec
+	if s.Runtime == api.RuntimeDocker && s.Container != nil {
+		return containerSpec(d, secrets)
+	}
 	return runtime.Spec{
 		ID:        d.ID,
 		Owner:     Owner,
@@ -377,5 +380,43 @@ func ToRuntimeSpec(d api.DesiredInstance, secrets map[string][]byte) runtime.Spe
 			Network:   runtime.VMNetwork{Mode: s.Network.Mode, Bridge: s.Network.Bridge, MAC: s.Network.MAC},
 			CloudInit: s.CloudInit,
 		},
+	}
+}
+
+// containerSpec is ToRuntimeSpec for a container (spec.runtime "docker"):
+// an OCI image, no VM section.
+func containerSpec(d api.DesiredInstance, secrets map[string][]byte) runtime.Spec {
+	s, c := d.Spec, d.Spec.Container
+	var vols []runtime.Volume
+	for _, v := range c.Volumes {
+		vols = append(vols, runtime.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
+	}
+	var cs *runtime.ContainerSpec
+	if u := c.Ulimits; u != nil || c.RegistryAuth != "" {
+		cs = &runtime.ContainerSpec{RegistryAuth: c.RegistryAuth}
+		if u != nil && (u.NoFile > 0 || u.NProc > 0) {
+			cs.Ulimits = map[string]int64{}
+			if u.NoFile > 0 {
+				cs.Ulimits["nofile"] = u.NoFile
+			}
+			if u.NProc > 0 {
+				cs.Ulimits["nproc"] = u.NProc
+			}
+		}
+	}
+	return runtime.Spec{
+		ID:        d.ID,
+		Owner:     Owner,
+		Image:     runtime.Image{Kind: runtime.ImageOCI, Ref: c.Image, Digest: c.Digest},
+		Command:   c.Command,
+		Args:      c.Args,
+		Env:       c.Env,
+		Ports:     s.Network.Forwards,
+		Volumes:   vols,
+		Devices:   runtime.Devices{GPUs: c.GPUs},
+		Resources: runtime.Resources{VCPUs: s.VCPUs, MemoryMiB: s.MemoryMiB},
+		Readiness: runtime.Readiness{Readiness: s.Readiness, HealthCheck: s.HealthCheck},
+		Secrets:   secrets,
+		Container: cs,
 	}
 }

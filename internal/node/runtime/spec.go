@@ -56,6 +56,10 @@ type ContainerSpec struct {
 	// Ulimits are per-container resource limits by name (nofile, nproc),
 	// soft and hard alike; unset ones take the runtime's defaults.
 	Ulimits map[string]int64 `json:"ulimits,omitempty"`
+	// RegistryAuth names the secret (in Spec.Secrets) holding the
+	// registry credentials of the pull ({"username":…,"password":…}); it
+	// is not mounted into the container.
+	RegistryAuth string `json:"registry_auth,omitempty"`
 }
 
 // ImageKind says what Spec.Image names.

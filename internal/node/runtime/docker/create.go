@@ -2,8 +2,10 @@ package docker
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,8 +44,10 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Status
 		return runtime.Status{}, err
 	}
 	secretsDir := ""
-	if len(spec.Secrets) > 0 {
-		if secretsDir, err = writeSecrets(filepath.Join(r.opts.Root, "secrets", id), spec.Secrets); err != nil {
+	files := maps.Clone(spec.Secrets)
+	delete(files, spec.ContainerOrZero().RegistryAuth) // for the engine's pull only
+	if len(files) > 0 {
+		if secretsDir, err = writeSecrets(r.secretsDir(id), files); err != nil {
 			return runtime.Status{}, runtime.Errorf(api.ReasonSecretsInjectionFailed, "create", id, "%w", err)
 		}
 	}
@@ -95,7 +99,15 @@ func gpuHint(err error) error {
 func (r *Runtime) pull(ctx context.Context, spec runtime.Spec) (string, error) {
 	id, ref := spec.ID, spec.Image.Ref
 	start := time.Now()
-	resp, err := r.cli.ImagePull(ctx, ref, client.ImagePullOptions{})
+	var opts client.ImagePullOptions
+	if name := spec.ContainerOrZero().RegistryAuth; name != "" {
+		cred, ok := spec.Secrets[name]
+		if !ok {
+			return "", runtime.Errorf(api.ReasonSecretsMissing, "create", id, "registry auth secret %q not given", name)
+		}
+		opts.RegistryAuth = base64.URLEncoding.EncodeToString(cred)
+	}
+	resp, err := r.cli.ImagePull(ctx, ref, opts)
 	if err != nil {
 		return "", r.fail(api.ReasonImagePullFailed, "create", id, fmt.Errorf("pull %s: %w", ref, err))
 	}
