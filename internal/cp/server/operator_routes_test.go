@@ -47,6 +47,7 @@ var wantRoles = map[string]api.Role{
 	"GET /api/v1/instances":                         api.RoleViewer,
 	"POST /api/v1/instances":                        api.RoleOperator,
 	"GET /api/v1/instances/{id}":                    api.RoleViewer,
+	"GET /api/v1/instances/{id}/events":             api.RoleViewer,
 	"POST /api/v1/instances/{id}/stop":              api.RoleOperator,
 	"POST /api/v1/instances/{id}/start":             api.RoleOperator,
 	"DELETE /api/v1/instances/{id}":                 api.RoleOperator,
@@ -78,8 +79,11 @@ var wantRoles = map[string]api.Role{
 // (internal/cp/dashboard tests their CSRF and role refusals).
 var wantPublic = []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /api/v1/terminal", "GET /ui/", "GET /{$}",
 	"GET /ui/login", "POST /ui/login", "POST /ui/logout", "GET /ui/fleet", "GET /ui/fleet/events", "GET /ui/hosts/{id}",
-	"POST /ui/hosts/{id}/actions/{action}",
-	"GET /ui/evidence/{cid}", "GET /ui/tasks", "GET /ui/tasks/{id}", "GET /ui/audit", "GET /ui/audit/export"}
+	"GET /ui/hosts/{id}/live", "POST /ui/hosts/{id}/actions/{action}",
+	"GET /ui/evidence/{cid}", "GET /ui/tasks", "GET /ui/tasks/{id}", "GET /ui/audit", "GET /ui/audit/export",
+	"GET /ui/instances", "GET /ui/instances/{id}", "POST /ui/instances/{id}/actions/{action}",
+	"GET /ui/allocations", "GET /ui/allocations/{id}", "GET /ui/allocations/{id}/terminal", "POST /ui/allocations/{id}/terminal-token",
+	"GET /ui/sessions/{sid}/replay", "GET /ui/sessions/{sid}/recording"}
 
 // clock is a settable test clock.
 type clock struct {
