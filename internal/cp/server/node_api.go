@@ -37,5 +37,6 @@ func (s *Server) nodeRoutes() map[string]http.Handler {
 			s.instancePolls.Limit(httpapi.WaitRequested, s.inst.NodeDesired)),
 		nodeapi.InstanceStatus.MuxPattern(): s.hosts.NodeAuthID(s.inst.NodeStatus),
 		nodeapi.TerminalStream.MuxPattern(): s.term.NodeMTLS(s.hosts.NodeAuthID(s.term.NodeStream)),
+		nodeapi.LogsStream.MuxPattern():     s.hosts.NodeAuthID(s.logs.NodeStream),
 	}
 }

@@ -59,6 +59,7 @@ func (s *Server) operatorRoutes() []operatorRoute {
 		{post, "/api/v1/instances", operator, s.inst.Create},
 		{get, "/api/v1/instances/{id}", viewer, s.inst.Show},
 		{get, "/api/v1/instances/{id}/events", viewer, s.inst.Events},
+		{get, "/api/v1/instances/{id}/logs", viewer, s.logs.Stream},
 		{post, "/api/v1/instances/{id}/stop", operator, s.inst.SetDesired(api.DesiredStopped)},
 		{post, "/api/v1/instances/{id}/start", operator, s.inst.SetDesired(api.DesiredRunning)},
 		{del, "/api/v1/instances/{id}", operator, s.inst.Delete},

@@ -48,6 +48,7 @@ var wantRoles = map[string]api.Role{
 	"POST /api/v1/instances":                        api.RoleOperator,
 	"GET /api/v1/instances/{id}":                    api.RoleViewer,
 	"GET /api/v1/instances/{id}/events":             api.RoleViewer,
+	"GET /api/v1/instances/{id}/logs":               api.RoleViewer,
 	"POST /api/v1/instances/{id}/stop":              api.RoleOperator,
 	"POST /api/v1/instances/{id}/start":             api.RoleOperator,
 	"DELETE /api/v1/instances/{id}":                 api.RoleOperator,

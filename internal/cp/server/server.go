@@ -33,6 +33,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/instances"
 	"github.com/drover-dev/drover/internal/cp/kek"
 	"github.com/drover-dev/drover/internal/cp/keys"
+	"github.com/drover-dev/drover/internal/cp/logsgw"
 	"github.com/drover-dev/drover/internal/cp/operators"
 	"github.com/drover-dev/drover/internal/cp/preflight"
 	"github.com/drover-dev/drover/internal/cp/store"
@@ -115,6 +116,8 @@ type Config struct {
 	AuthFailBurst int
 	// Terminal configures the browser terminal gateway.
 	Terminal TerminalConfig
+	// Logs configures the workload logs gateway (see logsgw.Config).
+	Logs logsgw.Config
 	// Registry lists the task types this control plane accepts (default
 	// task.Builtin()).
 	Registry *task.Registry
@@ -220,6 +223,8 @@ type Server struct {
 	inst *instances.Room
 	// term is the terminal gateway.
 	term *termgw.Gateway
+	// logs is the workload logs gateway.
+	logs *logsgw.Gateway
 	// allocs is the allocations room.
 	allocs *allocations.Room
 	// tasks is the task queue (and its event bus, subscribed in
@@ -275,6 +280,7 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 		st, s.hosts, s.inst, s.keys, s.audit, tasks.NewMetrics(s.reg))
 	s.term = termgw.New(s.cfg.Terminal, st, s.hosts, s.tasks, s.audit, termgw.NewMetrics(s.reg, limitRefusals),
 		s.log, cfg.Now)
+	s.logs = logsgw.New(s.cfg.Logs, st, s.hosts, s.tasks, s.audit, s.log, cfg.Now)
 	s.allocs = allocations.New(st, s.inst, s.tasks, s.term, s.audit, s.cfg.Registry, s.log, cfg.Now)
 	s.ops = operators.New(st, s.audit, cfg.Now)
 	s.pre = preflight.New(preflight.Config{CollectWait: cfg.EvidenceCollectWait, Log: s.log, Now: cfg.Now}, st, s.hosts, s.tasks, s.keys, s.audit)

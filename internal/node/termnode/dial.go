@@ -55,11 +55,47 @@ func (m *Manager) dial(ctx context.Context, p task.TerminalOpenParams, cid strin
 	if m.cfg.TLSConfig != nil {
 		base = m.cfg.TLSConfig()
 	}
-	if base == nil {
+	hdr := http.Header{}
+	hdr.Set(terminal.HeaderNonce, p.Nonce)
+	conn, err := DialStream(ctx, StreamDial{URL: u, TLSConfig: base, Header: hdr, CorrelationID: cid,
+		Subprotocol: terminal.Subprotocol, Timeout: m.cfg.DialTimeout})
+	if err != nil {
+		return nil, err
+	}
+	conn.SetReadLimit(readLimit)
+	return conn, nil
+}
+
+// StreamDial says how to dial a node-facing stream of the control plane
+// (the terminal's, or a workload's logs).
+type StreamDial struct {
+	// URL is the stream's https:// URL.
+	URL string
+	// TLSConfig is the agent's mTLS client configuration (cloned); nil
+	// fails with CodeNodeStreamMTLSFailed.
+	TLSConfig *tls.Config
+	// Header holds the session's nonce header.
+	Header        http.Header
+	CorrelationID string
+	// Subprotocol is required of the answer.
+	Subprotocol string
+	// Timeout bounds the dial (TCP, TLS, upgrade).
+	Timeout time.Duration
+}
+
+// DialStream opens a node-facing stream: a WebSocket over HTTP/1.1 and
+// mTLS. A failure is an *Error whose code names the hop that failed
+// (CodeNodeStreamTimeout, CodeNodeStreamMTLSFailed, CodeSessionRejected,
+// CodeShuttingDown when ctx was cancelled).
+func DialStream(ctx context.Context, d StreamDial) (*websocket.Conn, error) {
+	if d.TLSConfig == nil {
 		return nil, &Error{api.CodedError{Code: CodeNodeStreamMTLSFailed, Message: "the agent has no node certificate to present"}}
 	}
+	if d.Timeout <= 0 {
+		d.Timeout = DefaultDialTimeout
+	}
 	var st dialStages
-	tlsCfg := base.Clone()
+	tlsCfg := d.TLSConfig.Clone()
 	tlsCfg.NextProtos = []string{"http/1.1"} // an HTTP/2 stream cannot be upgraded
 	verify := tlsCfg.VerifyConnection
 	tlsCfg.VerifyConnection = func(cs tls.ConnectionState) error {
@@ -71,7 +107,7 @@ func (m *Manager) dial(ctx context.Context, p task.TerminalOpenParams, cid strin
 		st.handshook.Store(true)
 		return nil
 	}
-	dialer := &net.Dialer{Timeout: m.cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	dialer := &net.Dialer{Timeout: d.Timeout, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -82,33 +118,34 @@ func (m *Manager) dial(ctx context.Context, p task.TerminalOpenParams, cid strin
 			return c, err
 		},
 		TLSClientConfig:     tlsCfg,
-		TLSHandshakeTimeout: m.cfg.DialTimeout,
+		TLSHandshakeTimeout: d.Timeout,
 	}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr,
 		// The nonce must reach the gateway named in the URL, nobody else.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	hdr := http.Header{}
-	hdr.Set(terminal.HeaderNonce, p.Nonce)
-	if cid != "" {
-		hdr.Set(api.HeaderCorrelationID, cid)
+	hdr := d.Header.Clone()
+	if hdr == nil {
+		hdr = http.Header{}
 	}
-	dctx, cancel := context.WithTimeout(ctx, m.cfg.DialTimeout)
+	if d.CorrelationID != "" {
+		hdr.Set(api.HeaderCorrelationID, d.CorrelationID)
+	}
+	dctx, cancel := context.WithTimeout(ctx, d.Timeout)
 	defer cancel()
-	conn, resp, err := websocket.Dial(dctx, u, &websocket.DialOptions{HTTPClient: hc, HTTPHeader: hdr,
-		Subprotocols: []string{terminal.Subprotocol}})
+	conn, resp, err := websocket.Dial(dctx, d.URL, &websocket.DialOptions{HTTPClient: hc, HTTPHeader: hdr,
+		Subprotocols: []string{d.Subprotocol}})
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {
-			return nil, &Error{api.CodedError{Code: CodeShuttingDown, Message: "the terminal open was cancelled", Err: err}}
+			return nil, &Error{api.CodedError{Code: CodeShuttingDown, Message: "the stream dial was cancelled", Err: err}}
 		}
-		return nil, classifyDial(err, resp, &st, dctx.Err() != nil, m.cfg.DialTimeout)
+		return nil, classifyDial(err, resp, &st, dctx.Err() != nil, d.Timeout)
 	}
-	if got := conn.Subprotocol(); got != terminal.Subprotocol {
-		_ = conn.Close(websocket.StatusPolicyViolation, "subprotocol "+terminal.Subprotocol+" required")
+	if got := conn.Subprotocol(); got != d.Subprotocol {
+		_ = conn.Close(websocket.StatusPolicyViolation, "subprotocol "+d.Subprotocol+" required")
 		return nil, &Error{api.CodedError{Code: CodeSessionRejected,
-			Message: fmt.Sprintf("the gateway selected subprotocol %q, want %q", got, terminal.Subprotocol)}}
+			Message: fmt.Sprintf("the gateway selected subprotocol %q, want %q", got, d.Subprotocol)}}
 	}
-	conn.SetReadLimit(readLimit)
 	return conn, nil
 }
 

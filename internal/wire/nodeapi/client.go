@@ -152,6 +152,12 @@ func TerminalURL(base *url.URL, nodeID, sessionID string) string {
 	return strings.TrimRight(base.String(), "/") + TerminalStream.Path(nodeID, sessionID)
 }
 
+// LogsURL is base (its path kept, without a trailing slash) followed by the
+// logs stream path of session sessionID of node nodeID.
+func LogsURL(base *url.URL, nodeID, sessionID string) string {
+	return strings.TrimRight(base.String(), "/") + LogsStream.Path(nodeID, sessionID)
+}
+
 // typed is a route whose bodies are Req and Resp.
 type typed[Req, Resp any] interface {
 	Method() string

@@ -76,6 +76,7 @@ const (
 	DesiredInstances NodeRoute[NoBody, api.NodeInstances]                  = "GET /internal/v1/nodes/{id}/instances"
 	InstanceStatus   NodeItemRoute[api.InstanceStatusReport, api.Instance] = "POST /internal/v1/nodes/{id}/instances/{iid}/status"
 	TerminalStream   NodeItemRoute[NoBody, NoBody]                         = "GET /internal/v1/nodes/{id}/terminal/{session_id}"
+	LogsStream       NodeItemRoute[NoBody, NoBody]                         = "GET /internal/v1/nodes/{id}/logs/{session_id}"
 )
 
 // Route is one entry of the table, for code that walks all routes.
@@ -107,6 +108,7 @@ func Routes() []Route {
 		DesiredInstances.entry("desired_instances"),
 		InstanceStatus.entry("instance_status"),
 		withStream(TerminalStream.entry("terminal_stream")),
+		withStream(LogsStream.entry("logs_stream")),
 	}
 }
 

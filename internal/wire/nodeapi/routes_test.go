@@ -37,12 +37,12 @@ func TestTable(t *testing.T) {
 		case !node || r.Auth != AuthNodeCert:
 			t.Errorf("%s: pattern %s auth %s, want a node route with node certificate auth", r.Name, r.Pattern, r.Auth)
 		}
-		if r.Stream != (r.Name == "terminal_stream") || (r.Stream && r.Response != nil) {
+		if r.Stream != (r.Name == "terminal_stream" || r.Name == "logs_stream") || (r.Stream && r.Response != nil) {
 			t.Errorf("%s: stream %v response %v", r.Name, r.Stream, r.Response)
 		}
 	}
-	if len(seen) != 11 {
-		t.Errorf("%d routes, want 11", len(seen))
+	if len(seen) != 12 {
+		t.Errorf("%d routes, want 12", len(seen))
 	}
 }
 
@@ -64,6 +64,7 @@ func TestPathBuilders(t *testing.T) {
 		{DesiredInstances.Pattern(), DesiredInstances.Path("n1"), "/internal/v1/nodes/n1/instances"},
 		{InstanceStatus.Pattern(), InstanceStatus.Path("n1", "i-1"), "/internal/v1/nodes/n1/instances/i-1/status"},
 		{TerminalStream.Pattern(), TerminalStream.Path("n1", "s-1"), "/internal/v1/nodes/n1/terminal/s-1"},
+		{LogsStream.Pattern(), LogsStream.Path("n1", "ls-1"), "/internal/v1/nodes/n1/logs/ls-1"},
 	} {
 		built[tc.pattern] = true
 		if tc.got != tc.want {

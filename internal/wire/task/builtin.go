@@ -58,6 +58,8 @@ func Builtin() []Spec {
 			Meaning: "remove the allocation's OS user", Params: AllocDeprovisionUserParams{}},
 		{Type: TypeTerminalOpen, Validate: validateTerminalOpen, Timeout: TerminalOpenTimeout, Internal: true,
 			Meaning: "open a terminal stream to the gateway (queued by the gateway)", Params: TerminalOpenParams{}},
+		{Type: TypeLogsOpen, Validate: validateLogsOpen, Timeout: LogsOpenTimeout, Internal: true,
+			Meaning: "stream an instance's logs to the control plane (queued by GET /api/v1/instances/{id}/logs)", Params: LogsOpenParams{}},
 		EchoSpec(),
 		CollectSpec(),
 		PreflightSpec(),

@@ -89,6 +89,7 @@ type host struct {
 	subs      map[*subscriber]struct{}
 	nextPID   int
 	nextPort  int
+	logs      logBook // each instance's log lines (logs.go)
 }
 
 type instance struct {
