@@ -11,6 +11,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/server"
 	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/runtime/docker"
 	"github.com/drover-dev/drover/internal/node/runtime/qemu"
 	"github.com/drover-dev/drover/internal/node/slicevm"
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -242,7 +243,7 @@ func agentConfigSection() string {
 	var rows [][]string
 	// drover-agent's registry (cmd/drover-agent): its runtimes' own keys
 	// are part of the agent's contract.
-	for _, k := range agent.ConfigKeys(runtime.Registry{qemu.Name: qemu.Entry()}) {
+	for _, k := range agent.ConfigKeys(runtime.Registry{qemu.Name: qemu.Entry(), docker.Name: docker.Entry()}) {
 		flagName := k.Flag
 		if flagName != "" {
 			flagName = code(flagName)

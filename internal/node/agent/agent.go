@@ -69,6 +69,7 @@ type Agent struct {
 	localAddr      net.Addr
 	localReady     chan struct{}
 	total          api.Capacity // host totals from the last inventory
+	gpus           []api.GPU    // the GPUs of the last inventory (container GPU requests are checked against them)
 	accel          accel.Result
 	accelErr       string
 	probe          func(context.Context) (accel.Result, error)
@@ -201,6 +202,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		term := a.newTerminalManager()
 		defer term.Close()
 		for typ, h := range TerminalHandlers(term) {
+			a.handlers[typ] = h
+		}
+		logs := a.newLogsManager()
+		defer logs.Close()
+		for typ, h := range LogsHandlers(logs) {
 			a.handlers[typ] = h
 		}
 	}

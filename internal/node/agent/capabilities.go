@@ -7,6 +7,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/node/diag"
 	"github.com/drover-dev/drover/internal/node/hostinfo"
+	noderuntime "github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -40,8 +41,33 @@ func (a *Agent) capabilities(ctx context.Context) api.Capabilities {
 	c.Inventory = &inv
 	a.mu.Lock()
 	a.total = api.Capacity{VCPUs: c.CPUCores, MemoryMiB: c.RAMTotalMB, DiskGiB: c.DiskTotalGB, GPUs: c.GPUCount}
+	a.gpus = inv.GPUs
+	vms := a.vms
 	a.mu.Unlock()
+	if vms != nil {
+		c.Runtimes, c.ContainerEngine, c.ContainerEngineVersion = describeRuntime(vms.rt)
+	}
 	return c
+}
+
+// describeRuntime names the runtimes behind rt and its container engine,
+// for placement (runtime.Multi, runtime.EngineReporter).
+func describeRuntime(rt noderuntime.Runtime) (names []string, engine, version string) {
+	names = []string{rt.Name()}
+	if m, ok := rt.(noderuntime.Multi); ok {
+		names = m.Names()
+	}
+	if e, ok := rt.(noderuntime.EngineReporter); ok {
+		engine, version = e.ContainerEngine()
+	}
+	return names, engine, version
+}
+
+// hostGPUs are the GPUs of the last inventory.
+func (a *Agent) hostGPUs() []api.GPU {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.gpus
 }
 
 // capacity is total, reserved, allocated (by the reconciler's instances)

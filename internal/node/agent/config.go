@@ -44,6 +44,7 @@ type Config struct {
 
 	// Instances (VMs).
 	Runtime           string        // NODE_AGENT_RUNTIME: a name in Runtimes (LoadConfig's default: qemu) | none (also "")
+	ContainerRuntime  string        // NODE_AGENT_CONTAINER_RUNTIME: a container runtime in Runtimes (docker) run beside Runtime | none (also "", the default)
 	RuntimeDir        string        // NODE_AGENT_RUNTIME_DIR: instances, overlays, image cache (default <state dir>/runtime)
 	ImageDirs         string        // NODE_AGENT_IMAGE_DIRS: comma-separated dirs local images and file:// URLs may come from (default /var/lib/drover/images)
 	SecretsDir        string        // NODE_AGENT_SECRETS_DIR: one file per secret an instance may name
@@ -98,6 +99,7 @@ func (c *Config) fields() map[string]*string {
 		"NODE_AGENT_HOSTNAME":          &c.Hostname,
 		"NODE_AGENT_ACCEL_FALLBACK":    &c.AccelFallback,
 		"NODE_AGENT_RUNTIME":           &c.Runtime,
+		"NODE_AGENT_CONTAINER_RUNTIME": &c.ContainerRuntime,
 		"NODE_AGENT_RUNTIME_DIR":       &c.RuntimeDir,
 		"NODE_AGENT_IMAGE_DIRS":        &c.ImageDirs,
 		"NODE_AGENT_SECRETS_DIR":       &c.SecretsDir,
@@ -153,6 +155,7 @@ func newFlagSet(f *Config, configDefault, envFileDefault string, runtimes noderu
 	fs.IntVar(&f.DiskPressurePercent, "disk-pressure-percent", 0, "state dir filesystem usage (percent) reported as disk pressure")
 	fs.StringVar(&f.AccelFallback, "accel-fallback", "", `"tcg": run VMs under TCG when the selected accelerator does not work`)
 	fs.StringVar(&f.Runtime, "runtime", "", "instance runtime: one this binary registers, or none")
+	fs.StringVar(&f.ContainerRuntime, "container-runtime", "", "container runtime run beside -runtime (docker), or none")
 	fs.StringVar(&f.RuntimeDir, "runtime-dir", "", "instances, overlays and image cache (default <state dir>/runtime)")
 	fs.StringVar(&f.ImageDirs, "image-dirs", "", "comma-separated dirs local images may come from")
 	fs.BoolVar(&f.ImageAllowLocalURLs, "image-allow-local-urls", false,
@@ -272,6 +275,14 @@ func (c Config) Validate() error {
 	if e, ok := c.Runtimes[c.Runtime]; ok {
 		if err := e.Check(c.runtimeValues(c.Runtime)); err != nil {
 			errs = append(errs, fmt.Errorf("NODE_AGENT_RUNTIME %s: %w", c.Runtime, err))
+		}
+	}
+	if cr := c.ContainerRuntime; cr != "" && cr != RuntimeNone {
+		if e, ok := c.Runtimes[cr]; !ok || cr == c.Runtime {
+			errs = append(errs, fmt.Errorf("NODE_AGENT_CONTAINER_RUNTIME %q: must be none or a runtime this binary has other than NODE_AGENT_RUNTIME (%s)",
+				cr, strings.Join(c.Runtimes.Names(), ", ")))
+		} else if err := e.Check(c.runtimeValues(cr)); err != nil {
+			errs = append(errs, fmt.Errorf("NODE_AGENT_CONTAINER_RUNTIME %s: %w", cr, err))
 		}
 	}
 	for _, d := range c.imageDirs() {

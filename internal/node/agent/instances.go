@@ -34,13 +34,22 @@ type vmSide struct {
 	slices *slicevm.Provisioner
 }
 
-// buildRuntime builds the configured runtime (from cfg.Runtimes), image
+// buildRuntime builds the configured runtimes (from cfg.Runtimes), image
 // cache, reconciler and slice provisioner. NODE_AGENT_RUNTIME=none (or an
 // empty Runtime in a Config built by hand; LoadConfig defaults to qemu)
-// gives nil.
+// and no NODE_AGENT_CONTAINER_RUNTIME give nil. With both, a
+// runtime.Router runs VMs on the one and containers on the other
+// (docs/adr/0008-container-runtime.md); when one of the two cannot be
+// built (no accelerator, no engine) the host runs the other alone.
 func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
-	kind := a.cfg.Runtime
-	if a.runtime == nil && (kind == RuntimeNone || kind == "") {
+	kind, ckind := a.cfg.Runtime, a.cfg.ContainerRuntime
+	if kind == RuntimeNone {
+		kind = ""
+	}
+	if ckind == RuntimeNone {
+		ckind = ""
+	}
+	if a.runtime == nil && kind == "" && ckind == "" {
 		return nil, nil
 	}
 	root := a.cfg.RuntimeDir
@@ -54,16 +63,36 @@ func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 	}
 	v := &vmSide{rt: a.runtime}
 	if v.rt == nil {
-		entry, ok := a.cfg.Runtimes[kind]
-		if !ok { // Validate saw to it; a Config changed since would land here
-			return nil, fmt.Errorf("runtime %q is not registered in this binary", kind)
-		}
 		a.mu.Lock()
 		acc := a.cfg.QEMUAccel // the probe's selection (or its fallback)
 		a.mu.Unlock()
-		if v.rt, err = entry.Build(ctx, runtime.Options{Root: root, Images: images, Accel: acc, Log: a.log,
-			OnOrphanRemoved: func(string) { a.metrics.orphanOverlays.Inc() }}, a.cfg.runtimeValues(kind)); err != nil {
-			return nil, fmt.Errorf("%s runtime: %w", kind, err)
+		opts := runtime.Options{Root: root, Images: images, Accel: acc, Log: a.log, GPUs: a.hostGPUs,
+			OnOrphanRemoved: func(string) { a.metrics.orphanOverlays.Inc() }}
+		var vm, ct runtime.Runtime
+		var vmErr, ctErr error
+		if kind != "" {
+			vm, vmErr = a.buildOne(ctx, kind, opts)
+		}
+		if ckind != "" {
+			co := opts
+			co.Root = filepath.Join(root, ckind)
+			ct, ctErr = a.buildOne(ctx, ckind, co)
+		}
+		switch {
+		case vm != nil && ct != nil:
+			v.rt = runtime.NewRouter(vm, ct)
+		case vm != nil:
+			if ctErr != nil {
+				a.log.Error("container runtime unavailable; this host runs VMs only", "runtime", ckind, "err", ctErr)
+			}
+			v.rt = vm
+		case ct != nil:
+			if vmErr != nil {
+				a.log.Error("VM runtime unavailable; this host runs containers only", "runtime", kind, "err", vmErr)
+			}
+			v.rt = ct
+		default:
+			return nil, errors.Join(vmErr, ctErr)
 		}
 	}
 	v.rec = reconcile.New(v.rt, statusReporter{a}, reconcile.Options{Interval: a.cfg.ReconcileInterval,
@@ -75,6 +104,19 @@ func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 		return nil, fmt.Errorf("slice provisioner: %w", err)
 	}
 	return v, nil
+}
+
+// buildOne builds the registered runtime name.
+func (a *Agent) buildOne(ctx context.Context, name string, o runtime.Options) (runtime.Runtime, error) {
+	entry, ok := a.cfg.Runtimes[name]
+	if !ok { // Validate saw to it; a Config changed since would land here
+		return nil, fmt.Errorf("runtime %q is not registered in this binary", name)
+	}
+	rt, err := entry.Build(ctx, o, a.cfg.runtimeValues(name))
+	if err != nil {
+		return nil, fmt.Errorf("%s runtime: %w", name, err)
+	}
+	return rt, nil
 }
 
 // checkAccel says whether an accelerator works here, from the probe run at

@@ -94,8 +94,9 @@ type Runtime struct {
 }
 
 var (
-	_ runtime.Runtime  = (*Runtime)(nil)
-	_ runtime.Releaser = (*Runtime)(nil)
+	_ runtime.Runtime        = (*Runtime)(nil)
+	_ runtime.Releaser       = (*Runtime)(nil)
+	_ runtime.EngineReporter = (*Runtime)(nil)
 )
 
 // New connects to the engine, detects which it is and its API version,
@@ -214,3 +215,7 @@ func notFound(op, id string) error {
 
 // isNotFound reports whether the engine said no such object.
 func isNotFound(err error) bool { return cerrdefs.IsNotFound(err) }
+
+// ContainerEngine is the detected engine's name and version
+// (runtime.EngineReporter, for the agent's capabilities).
+func (r *Runtime) ContainerEngine() (string, string) { return r.engine.Name, r.engine.Version }
