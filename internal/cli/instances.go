@@ -26,6 +26,7 @@ type InstancesCmd struct {
 	Start  InstanceRefCmd     `cmd:"" help:"Set an instance's desired state to running (retries a Failed one)."`
 	Delete InstancesDeleteCmd `cmd:"" help:"Stop and destroy an instance; the record goes once its agent reports it stopped."`
 	Scale  InstancesScaleCmd  `cmd:"" help:"Create or delete members <group>-<n> until --replicas are wanted."`
+	Logs   InstancesLogsCmd   `cmd:"" help:"Print an instance's logs (container stdout/stderr, a VM's serial log); --follow streams new lines."`
 }
 
 // InstancesCreateCmd creates an instance.

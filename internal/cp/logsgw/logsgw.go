@@ -70,6 +70,7 @@ func (c *Config) SetDefaults() {
 // Store is what the gateway reads: the instance, and the logs.open task.
 type Store interface {
 	GetInstance(ctx context.Context, id string) (store.Instance, error)
+	GetInstanceByName(ctx context.Context, name string) (store.Instance, error)
 	GetTask(ctx context.Context, id string) (store.Task, error)
 	CancelTask(ctx context.Context, id string, now time.Time) (store.Task, error)
 }

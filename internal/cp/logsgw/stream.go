@@ -104,9 +104,13 @@ func (g *Gateway) Stream(w http.ResponseWriter, r *http.Request) error {
 		return refuse(he)
 	}
 	in, err := g.store.GetInstance(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		in, err = g.store.GetInstanceByName(ctx, id)
+	}
 	if err != nil {
 		return httpapi.StoreError(err, "instance", id)
 	}
+	id = in.ID
 	if in.HostID == "" {
 		return refuse(httpapi.Errorf(http.StatusConflict, codeNotPlaced, "instance %q is not placed on a node yet", id))
 	}
