@@ -127,6 +127,10 @@ type Capabilities struct {
 	// Inventory is the full host inventory (CPU, NUMA, disks, NICs, GPUs,
 	// fabric, NVMe, IOMMU groups).
 	Inventory *HostInventory `json:"inventory,omitempty"`
+	// LocalWorkloads are the inference servers the agent's flags declare
+	// (-enable-vllm, -enable-ollama): the control plane keeps an instance
+	// pinned to this host for each (docs/adr/0009-local-workloads.md).
+	LocalWorkloads []PresetRequest `json:"local_workloads,omitempty"`
 }
 
 // RegisterRequest enrols a host: POST /internal/v1/register (no client

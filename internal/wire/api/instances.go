@@ -184,6 +184,9 @@ type ContainerSpec struct {
 	// RegistryAuth names a secret holding the registry credentials for the
 	// pull, as a Docker config ({"username":…,"password":…}).
 	RegistryAuth string `json:"registry_auth,omitempty"`
+	// ShmSizeMiB sizes /dev/shm (0: the engine's default, 64 MiB); vLLM's
+	// tensor-parallel workers share tensors through it.
+	ShmSizeMiB int `json:"shm_size_mib,omitempty"`
 }
 
 // VolumeMount mounts a named volume (kept when the instance is deleted) or
@@ -226,6 +229,9 @@ type InstanceSpec struct {
 	// GracefulTimeout bounds a graceful stop before the VM is killed
 	// (default 30s).
 	GracefulTimeout Duration `json:"graceful_timeout,omitempty"`
+	// Preset is the preset input this spec was expanded from (display;
+	// the agent pulls an Ollama preset's model after start).
+	Preset *PresetRequest `json:"preset,omitempty"`
 }
 
 // Resources is the capacity the spec takes on its host. A container's GPUs
@@ -273,6 +279,8 @@ type Instance struct {
 // CreateInstanceRequest is POST /api/v1/instances. HostID pins the
 // instance to a host; otherwise the control plane places it on a
 // schedulable host whose labels include HostLabels and that has room.
+// Exactly one of Spec and Preset is given: the control plane expands a
+// preset into the spec it stores.
 type CreateInstanceRequest struct {
 	Name       string            `json:"name"`
 	Group      string            `json:"group,omitempty"`
@@ -280,6 +288,7 @@ type CreateInstanceRequest struct {
 	HostLabels map[string]string `json:"host_labels,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	Spec       InstanceSpec      `json:"spec"`
+	Preset     *PresetRequest    `json:"preset,omitempty"`
 }
 
 // ScaleRequest is POST /api/v1/instance-groups/{group}/scale: create or
