@@ -420,3 +420,12 @@ func containerSpec(d api.DesiredInstance, secrets map[string][]byte) runtime.Spe
 		Container: cs,
 	}
 }
+
+// runtimeName names the runtime that runs spec: behind a runtime.Router
+// the one it routes spec to ("docker"), else the runtime's own name.
+func runtimeName(rt runtime.Runtime, spec runtime.Spec) string {
+	if r, ok := rt.(interface{ For(runtime.Spec) runtime.Runtime }); ok {
+		return r.For(spec).Name()
+	}
+	return rt.Name()
+}

@@ -57,7 +57,7 @@ func (w *worker) runtimeInfo() *api.InstanceRuntime {
 		return nil
 	}
 	info := &api.InstanceRuntime{
-		Runtime:  w.r.rt.Name(),
+		Runtime:  runtimeName(w.r.rt, w.st.Spec),
 		Accel:    w.st.Accel,
 		PID:      w.st.PID,
 		Ports:    maps.Clone(w.st.Ports),
