@@ -424,7 +424,7 @@ func containerSpec(d api.DesiredInstance, secrets map[string][]byte) runtime.Spe
 // runtimeName names the runtime that runs spec: behind a runtime.Router
 // the one it routes spec to ("docker"), else the runtime's own name.
 func runtimeName(rt runtime.Runtime, spec runtime.Spec) string {
-	if r, ok := rt.(interface{ For(runtime.Spec) runtime.Runtime }); ok {
+	if r, ok := rt.(runtime.Dispatcher); ok {
 		return r.For(spec).Name()
 	}
 	return rt.Name()

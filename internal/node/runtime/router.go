@@ -14,6 +14,11 @@ type (
 	Multi interface {
 		Names() []string
 	}
+	// Dispatcher is a runtime that hands each spec to another (a Router):
+	// For is the one that runs spec.
+	Dispatcher interface {
+		For(spec Spec) Runtime
+	}
 	// EngineReporter is a runtime backed by a container engine: its name
 	// ("docker", "podman") and version, as detected at start.
 	EngineReporter interface {
@@ -40,6 +45,7 @@ var (
 	_ Releaser       = (*Router)(nil)
 	_ OrphanSweeper  = (*Router)(nil)
 	_ Multi          = (*Router)(nil)
+	_ Dispatcher     = (*Router)(nil)
 	_ EngineReporter = (*Router)(nil)
 )
 
