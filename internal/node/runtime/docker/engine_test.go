@@ -80,4 +80,3 @@ func TestConformance(t *testing.T) {
 	runtimetest.Run(t, newRT, func(t *testing.T, id string) runtime.Spec { return r.serverSpec(t, id) },
 		runtimetest.Options{ReadyTimeout: 20 * time.Second, Graceful: 10 * time.Second, Reopen: reopen})
 }
-
