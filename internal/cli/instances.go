@@ -44,7 +44,7 @@ type InstancesCreateCmd struct {
 	VCPUs        int               `name:"vcpus"`
 	MemoryMiB    int               `name:"memory-mib"`
 	DiskGiB      int               `name:"disk-gib" help:"Overlay size (default: the image's size)."`
-	GPUs         int               `name:"gpus"`
+	GPUs         string            `name:"gpus" help:"A VM's GPU count; with --preset: all (default), none, or GPU indices or UUIDs (0,1)."`
 	Slot         []string          `name:"slot" help:"Approved slot id on the host (repeatable)."`
 	Host         string            `name:"host" xor:"placement" help:"Run on this host."`
 	HostLabel    map[string]string `name:"host-label" xor:"placement" help:"Place on a host with these labels, key=value (repeatable)."`
@@ -55,6 +55,11 @@ type InstancesCreateCmd struct {
 	ReadyPort    int               `name:"ready-port" help:"Ready when this guest TCP port accepts connections (needs a forward)."`
 	SSHKey       []string          `name:"ssh-key" type:"existingfile" sep:"none" help:"Authorized keys file for cloud-init (repeatable)."`
 	User         string            `name:"user" help:"cloud-init user."`
+	Preset       string            `name:"preset" enum:",vllm,ollama" default:"" help:"Run an inference server from a preset (vllm or ollama) instead of --spec and the VM flags; the control plane expands it (docs/runbooks/inference.md)."`
+	Model        string            `name:"model" help:"With --preset: the model (vllm: a Hugging Face id, default mistralai/Mistral-7B-Instruct-v0.1; ollama: default llama2)."`
+	Port         int               `name:"port" help:"With --preset: the server's port, forwarded on the host's 127.0.0.1 (vllm 8000, ollama 11434)."`
+	TensorPar    int               `name:"tensor-parallel" help:"With --preset vllm: tensor parallel size (default 1; at most the GPUs given)."`
+	MaxModelLen  int               `name:"max-model-len" help:"With --preset vllm: max model length (default 4096)."`
 }
 
 // Run implements the command.
@@ -77,6 +82,9 @@ func (c *InstancesCreateCmd) Run(ctx context.Context, env *Env) error {
 // request builds the create request from --spec and the flags.
 func (c *InstancesCreateCmd) request() (api.CreateInstanceRequest, error) {
 	req := api.CreateInstanceRequest{Name: c.Name, Group: c.Group, HostID: c.Host, HostLabels: c.HostLabel, Labels: c.Label}
+	if c.Preset != "" || c.Model != "" || c.Port != 0 || c.TensorPar != 0 || c.MaxModelLen != 0 {
+		return c.presetRequest(req)
+	}
 	s := &req.Spec
 	if c.Spec != "" {
 		b, err := os.ReadFile(c.Spec)
@@ -117,7 +125,13 @@ func (c *InstancesCreateCmd) request() (api.CreateInstanceRequest, error) {
 	setInt(&s.VCPUs, c.VCPUs)
 	setInt(&s.MemoryMiB, c.MemoryMiB)
 	setInt(&s.DiskGiB, c.DiskGiB)
-	setInt(&s.GPUs, c.GPUs)
+	if c.GPUs != "" {
+		n, err := strconv.Atoi(c.GPUs)
+		if err != nil {
+			return req, fmt.Errorf("--gpus %q: a VM takes a GPU count (GPU indices go with --preset)", c.GPUs)
+		}
+		s.GPUs = n
+	}
 	if len(c.Slot) > 0 {
 		s.Slots = c.Slot
 	}

@@ -53,6 +53,13 @@ type Instances interface {
 	Wake(nodeID string)
 }
 
+// LocalWorkloads, when the Instances given to New has it, keeps the
+// instance records of the local workloads a host's agent declares in its
+// capabilities (instances.Room.SyncLocalWorkloads).
+type LocalWorkloads interface {
+	SyncLocalWorkloads(ctx context.Context, hostID string, declared []api.PresetRequest)
+}
+
 // Metrics are the room's series, registered by the control plane.
 type Metrics struct {
 	Heartbeats                                   prometheus.Counter

@@ -181,6 +181,9 @@ func (s *Room) PutCapabilities(w http.ResponseWriter, r *http.Request, c Caller)
 	s.auditDrift(ctx, "node:"+c.ID, c.ID, drift, h)
 	s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.ID, Action: "host.capabilities", Target: c.ID, Result: "ok",
 		CID: httpapi.CorrelationID(ctx)})
+	if lw, ok := s.instances.(LocalWorkloads); ok {
+		lw.SyncLocalWorkloads(ctx, c.ID, caps.LocalWorkloads)
+	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

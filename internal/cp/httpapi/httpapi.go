@@ -73,6 +73,12 @@ func Actor(ctx context.Context) string {
 	return s
 }
 
+// WithActor returns ctx naming actor as the principal ("node:<id>" for
+// what the control plane does on a node's behalf).
+func WithActor(ctx context.Context, actor string) context.Context {
+	return context.WithValue(ctx, ctxActor, actor)
+}
+
 // Error is an api.CodedError (code, message, fields) with an HTTP status:
 // WriteError writes it as the JSON error envelope. Phase and the cause are
 // not part of the envelope.

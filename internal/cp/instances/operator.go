@@ -70,6 +70,9 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
+	if fields := expandPreset(&req); len(fields) > 0 {
+		return httpapi.Invalid(fields)
+	}
 	if fields := validateCreate(req, true); len(fields) > 0 {
 		return httpapi.Invalid(fields)
 	}
@@ -147,6 +150,9 @@ func (s *Room) pickHost(ctx context.Context, f *fleet, req api.CreateInstanceReq
 			if why := runtimeMissing(*h, req.Spec); why != "" {
 				return "", httpapi.Invalid([]api.FieldError{{Field: "spec.runtime", Message: why + " on host " + req.HostID}})
 			}
+			if why := presetGPUMissing(*h, req.Spec); why != "" {
+				return "", httpapi.Invalid([]api.FieldError{{Field: "preset.gpus", Message: why}})
+			}
 		}
 	}
 	var check slotCheck
@@ -185,6 +191,18 @@ func (s *Room) pickHost(ctx context.Context, f *fleet, req api.CreateInstanceReq
 			}
 			if slots != nil {
 				return slots(h)
+			}
+			return ""
+		}
+	}
+	if req.Spec.Preset != nil {
+		prev := check
+		check = func(h store.Host) string {
+			if why := presetGPUMissing(h, req.Spec); why != "" {
+				return why
+			}
+			if prev != nil {
+				return prev(h)
 			}
 			return ""
 		}

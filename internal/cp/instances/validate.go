@@ -142,6 +142,7 @@ func validateSpec(s api.InstanceSpec, prefix string) []api.FieldError {
 	if s.GracefulTimeout < 0 {
 		f.add("graceful_timeout", "must be >= 0")
 	}
+	validatePresetField(f, s)
 	return f.list
 }
 
