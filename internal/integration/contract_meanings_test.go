@@ -18,6 +18,7 @@ func nodeRouteMeaning() map[string]string {
 		"desired_instances": "the node's desired instance set; long-polls while the etag is current",
 		"instance_status":   "one instance status transition (phase, reason, generation)",
 		"terminal_stream":   "the node's terminal stream for a session (with the session's nonce in X-Drover-Terminal-Nonce)",
+		"logs_stream":       "the node's log stream for a logs.open session (with the session's nonce in X-Drover-Logs-Nonce; logstream frames)",
 	}
 }
 
@@ -45,6 +46,7 @@ func operatorRouteMeaning() map[string]string {
 		"POST /api/v1/instances":                        "create an instance",
 		"GET /api/v1/instances/{id}":                    "show an instance (by id or name)",
 		"GET /api/v1/instances/{id}/events":             "the instance's status transitions, oldest first (?limit=, default 100, at most 200)",
+		"GET /api/v1/instances/{id}/logs":               "the instance's logs from its node: text/plain (end in the X-Drover-Logs-End trailer) or text/event-stream (?follow=, since=RFC 3339|duration, tail=)",
 		"POST /api/v1/instances/{id}/stop":              "desired state stopped",
 		"POST /api/v1/instances/{id}/start":             "desired state running (retries a Failed instance)",
 		"DELETE /api/v1/instances/{id}":                 "delete an instance (force=true: forget the record at once)",
@@ -89,6 +91,7 @@ func operatorRouteMeaning() map[string]string {
 		"GET /ui/audit/export":                          "the filtered audit records as JSON lines, as an attachment (session cookie)",
 		"GET /ui/instances":                             "the dashboard's instance list: desired vs actual, generation, runtime, health check; filtered by host, phase, desired state and search (session cookie)",
 		"GET /ui/instances/{id}":                        "the dashboard's instance page: desired vs actual, spec, health, status transitions with a phase timeline, serial console and recordings (session cookie)",
+		"GET /ui/instances/{id}/logs":                   "the instance page's live log view as server-sent events (session cookie)",
 		"POST /ui/instances/{id}/actions/{action}":      "a dashboard instance action (start, stop, or delete with the name typed back) through the operator API (session cookie, CSRF token, role operator)",
 		"GET /ui/allocations":                           "the dashboard's allocation list, filtered by host, instance and state (session cookie)",
 		"GET /ui/allocations/{id}":                      "the dashboard's allocation page: its tasks and terminal sessions, each with its readiness chain, failure signal, close reason and replay link (session cookie)",

@@ -113,6 +113,7 @@ func (u *UI) Routes() []Route {
 		{"GET /ui/audit/export", u.withSession(u.auditExport)},
 		{"GET /ui/instances", u.withSession(u.instancesPage)}, // instancepages.go
 		{"GET /ui/instances/{id}", u.withSession(u.instancePage)},
+		{"GET /ui/instances/{id}/logs", u.withSession(u.instanceLogs)}, // instancelogs.go
 		{"POST /ui/instances/{id}/actions/{action}", u.withSession(u.instanceAction)},
 		{"GET /ui/allocations", u.withSession(u.allocationsPage)}, // allocpages.go
 		{"GET /ui/allocations/{id}", u.withSession(u.allocationPage)},

@@ -82,7 +82,7 @@ var wantPublic = []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /a
 	"GET /ui/login", "POST /ui/login", "POST /ui/logout", "GET /ui/fleet", "GET /ui/fleet/events", "GET /ui/hosts/{id}",
 	"GET /ui/hosts/{id}/live", "POST /ui/hosts/{id}/actions/{action}",
 	"GET /ui/evidence/{cid}", "GET /ui/tasks", "GET /ui/tasks/{id}", "GET /ui/audit", "GET /ui/audit/export",
-	"GET /ui/instances", "GET /ui/instances/{id}", "POST /ui/instances/{id}/actions/{action}",
+	"GET /ui/instances", "GET /ui/instances/{id}", "GET /ui/instances/{id}/logs", "POST /ui/instances/{id}/actions/{action}",
 	"GET /ui/allocations", "GET /ui/allocations/{id}", "GET /ui/allocations/{id}/terminal", "POST /ui/allocations/{id}/terminal-token",
 	"GET /ui/sessions/{sid}/replay", "GET /ui/sessions/{sid}/recording"}
 
