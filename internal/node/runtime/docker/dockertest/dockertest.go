@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -74,10 +75,12 @@ func Require(t testing.TB) {
 	}
 }
 
-// Engine is a dockerd of the test's own.
+// Engine is a dockerd (or a Podman API service) of the test's own.
 type Engine struct {
 	Host string // unix:///.../docker.sock
 	dir  string
+	bin  string
+	env  []string
 	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -94,7 +97,7 @@ func StartEngine(ctx context.Context, insecureRegistries ...string) (*Engine, er
 	if err := os.WriteFile(filepath.Join(dir, "daemon.json"), []byte("{}"), 0o600); err != nil {
 		return nil, err
 	}
-	e := &Engine{Host: "unix://" + filepath.Join(dir, "docker.sock"), dir: dir}
+	e := &Engine{Host: "unix://" + filepath.Join(dir, "docker.sock"), dir: dir, bin: "dockerd"}
 	e.args = []string{"--host", e.Host, "--data-root", filepath.Join(dir, "data"), "--exec-root", filepath.Join(dir, "x"),
 		"--pidfile", filepath.Join(dir, "docker.pid"), "--config-file", filepath.Join(dir, "daemon.json"),
 		"--iptables=false", "--ip-forward=false", "--ip-masq=false", "--bridge=none", "--storage-driver=vfs",
@@ -111,7 +114,8 @@ func StartEngine(ctx context.Context, insecureRegistries ...string) (*Engine, er
 
 func (e *Engine) start(ctx context.Context) error {
 	e.log = &bytes.Buffer{}
-	e.cmd = exec.Command("dockerd", e.args...)
+	e.cmd = exec.Command(e.bin, e.args...)
+	e.cmd.Env = append(os.Environ(), e.env...)
 	e.cmd.Stdout, e.cmd.Stderr = e.log, e.log
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := e.cmd.Start(); err != nil {
@@ -141,6 +145,49 @@ func (e *Engine) start(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("dockerd did not answer in 60s: %s", e.log.String())
+}
+
+// PodmanUnavailable says why no Podman API service can run here ("" when
+// one can).
+func PodmanUnavailable() string {
+	if os.Geteuid() != 0 {
+		return "the podman tests run a rootful service: need root"
+	}
+	for _, bin := range []string{"podman", "runc"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return bin + " not installed (apt-get install -y podman runc)"
+		}
+	}
+	return ""
+}
+
+// StartPodman starts `podman system service` on a private socket with its
+// own storage (vfs), runtime runc (crun refuses hybrid cgroups) and
+// cgroupfs, trusting insecureRegistries. Containers on it need nofile and
+// nproc ulimits of at most 1024 here.
+func StartPodman(ctx context.Context, insecureRegistries ...string) (*Engine, error) {
+	dir, err := os.MkdirTemp("", "pdk")
+	if err != nil {
+		return nil, err
+	}
+	var conf strings.Builder
+	for _, r := range insecureRegistries {
+		fmt.Fprintf(&conf, "[[registry]]\nlocation = %q\ninsecure = true\n", r)
+	}
+	regConf := filepath.Join(dir, "registries.conf")
+	if err := os.WriteFile(regConf, []byte(conf.String()), 0o600); err != nil {
+		return nil, err
+	}
+	e := &Engine{Host: "unix://" + filepath.Join(dir, "podman.sock"), dir: dir, bin: "podman",
+		env: []string{"CONTAINERS_REGISTRIES_CONF=" + regConf}}
+	e.args = []string{"--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "run"),
+		"--storage-driver", "vfs", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "--events-backend", "file",
+		"--tmpdir", filepath.Join(dir, "tmp"), "system", "service", "--time=0", e.Host}
+	if err := e.start(ctx); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
 }
 
 // Stop stops dockerd gracefully (its containers are stopped with it) and
@@ -177,6 +224,12 @@ func (e *Engine) Log() string {
 // Close stops dockerd and removes its directories (unmounting what it
 // left mounted).
 func (e *Engine) Close() {
+	if e.bin == "podman" && e.cmd != nil { // conmon keeps containers past the service: remove them first
+		n := len(e.args) - 4 // the global flags, without "system service --time=0 host"
+		rm := exec.Command("podman", append(slices.Clone(e.args[:n]), "rm", "--all", "--force", "--time", "0")...)
+		rm.Env = append(os.Environ(), e.env...)
+		_ = rm.Run()
+	}
 	e.Stop()
 	if b, err := os.ReadFile("/proc/self/mounts"); err == nil {
 		var mounts []string
