@@ -19,6 +19,7 @@ func (a *Agent) capabilities(ctx context.Context) api.Capabilities {
 		Hostname: a.cfg.Hostname, OSFamily: a.cfg.OSFamily, Arch: runtime.GOARCH,
 		CPUCores: runtime.NumCPU(), SelectedAccel: a.cfg.QEMUAccel, AgentVersion: Version,
 		Accelerators: a.accel.Working, AccelError: a.accelErr, ControlPlaneURL: a.cfg.ControlPlaneURL, TerminalURL: a.cfg.terminalURL(),
+		LocalWorkloads: a.cfg.Local.Requests(),
 	}
 	a.mu.Unlock()
 	if c.Hostname == "" {

@@ -63,6 +63,10 @@ type Config struct {
 	// (NODE_AGENT_QEMU_BINARY, ...: each entry's Settings); unset ones
 	// take the runtime's default.
 	RuntimeSettings map[string]string
+
+	// Local are the inference servers seed 003's flags declare
+	// (-enable-vllm, -enable-ollama and their settings).
+	Local LocalWorkloads
 }
 
 // DefaultRuntime is NODE_AGENT_RUNTIME when nothing sets it.
@@ -85,7 +89,7 @@ func defaultStateDir() string {
 
 // envKeys maps configuration keys to fields.
 func (c *Config) fields() map[string]*string {
-	return map[string]*string{
+	m := map[string]*string{
 		"NODE_AGENT_CONTROL_PLANE_URL": &c.ControlPlaneURL,
 		"NODE_AGENT_TERMINAL_URL":      &c.TerminalURL,
 		"NODE_AGENT_HOST_ID":           &c.HostID,
@@ -104,6 +108,10 @@ func (c *Config) fields() map[string]*string {
 		"NODE_AGENT_IMAGE_DIRS":        &c.ImageDirs,
 		"NODE_AGENT_SECRETS_DIR":       &c.SecretsDir,
 	}
+	for k, p := range c.presetStringKeys() {
+		m[k] = p
+	}
+	return m
 }
 
 // LoadConfig builds the configuration from args (without the program name),
@@ -162,6 +170,7 @@ func newFlagSet(f *Config, configDefault, envFileDefault string, runtimes noderu
 		"let http(s) image URLs point at loopback, link-local (cloud metadata) and unspecified addresses (default false)")
 	fs.StringVar(&f.SecretsDir, "secrets-dir", "", "directory with one file per instance secret")
 	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
+	definePresetFlags(fs, f)
 	for _, name := range runtimes.Names() {
 		for _, st := range runtimes[name].Settings {
 			fs.String(noderuntime.FlagName(name, st.Name), "", st.Usage)
@@ -182,13 +191,16 @@ func (c Config) terminalURL() string {
 // numericKeys are the configuration keys that are not plain strings
 // (durations, counts, booleans).
 func numericKeys() []string {
-	return []string{"NODE_AGENT_HEARTBEAT_INTERVAL", "NODE_AGENT_RESERVED_VCPUS",
+	return append([]string{"NODE_AGENT_HEARTBEAT_INTERVAL", "NODE_AGENT_RESERVED_VCPUS",
 		"NODE_AGENT_RESERVED_MEMORY_MIB", "NODE_AGENT_RECONCILE_INTERVAL", "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS",
-		"NODE_AGENT_DISK_PRESSURE_PERCENT"}
+		"NODE_AGENT_DISK_PRESSURE_PERCENT"}, presetNumericKeys()...)
 }
 
 // setNumeric sets one of the non-string keys.
 func (c *Config) setNumeric(key, val string) error {
+	if ok, err := c.setPresetKey(key, val); ok {
+		return err
+	}
 	if key == "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS" {
 		b, err := strconv.ParseBool(val)
 		if err != nil {
@@ -296,6 +308,7 @@ func (c Config) Validate() error {
 	if c.ReconcileInterval < 0 || (c.ReconcileInterval > 0 && c.ReconcileInterval < 100*time.Millisecond) {
 		errs = append(errs, fmt.Errorf("NODE_AGENT_RECONCILE_INTERVAL %s: must be at least 100ms", c.ReconcileInterval))
 	}
+	errs = append(errs, c.validateLocal()...)
 	return errors.Join(errs...)
 }
 

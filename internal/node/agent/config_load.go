@@ -68,7 +68,8 @@ func load(args []string, getenv func(string) string, runtimes noderuntime.Regist
 		opt(&o)
 	}
 	l := &loaded{src: map[string]string{}, cfg: Config{OSFamily: api.OSFamilyOf(runtime.GOOS), StateDir: defaultStateDir(),
-		ListenAddr: "127.0.0.1:9000", Runtime: DefaultRuntime, ImageDirs: DefaultImageDir, Runtimes: runtimes}}
+		ListenAddr: "127.0.0.1:9000", Runtime: DefaultRuntime, ImageDirs: DefaultImageDir, Runtimes: runtimes,
+		Local: DefaultLocalWorkloads()}}
 	envFileDefault, envFileExplicit := o.envFile, false
 	if v := getenv("NODE_AGENT_ENV_FILE"); v != "" {
 		envFileDefault, envFileExplicit = v, true
@@ -186,6 +187,9 @@ const (
 )
 
 func (c Config) kindOf(key string) string {
+	if k := c.presetKind(key); k != "" {
+		return k
+	}
 	switch key {
 	case "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS":
 		return kindBool

@@ -81,6 +81,9 @@ func (c Config) value(key string) string {
 		}
 		return rs.setting.Default
 	}
+	if v := c.presetValue(key); v != "" {
+		return v
+	}
 	switch key {
 	case "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS":
 		return fmt.Sprint(c.ImageAllowLocalURLs)

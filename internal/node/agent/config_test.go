@@ -165,7 +165,7 @@ NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS=true
 		HeartbeatInterval: 250 * time.Millisecond, Runtime: "mock", RuntimeDir: "/srv/rt",
 		ImageDirs: "/srv/images,/var/lib/libvirt/images", RuntimeSettings: map[string]string{"NODE_AGENT_QEMU_BINARY": "/opt/qemu/bin/qemu-system-x86_64"},
 		SecretsDir: "/etc/drover/secrets", ReconcileInterval: 2 * time.Second, TerminalURL: "https://term.example:9443",
-		ImageAllowLocalURLs: true}
+		ImageAllowLocalURLs: true, Local: agent.DefaultLocalWorkloads()}
 	if diff := cmp.Diff(c, want, cmpopts.IgnoreFields(agent.Config{}, "Runtimes")); diff != "" {
 		t.Errorf("config (-got +want):\n%s", diff)
 	}
