@@ -40,7 +40,9 @@ func (f fakeStore) GetInstanceByName(ctx context.Context, name string) (store.In
 	}
 	return store.Instance{}, store.ErrNotFound
 }
-func (fakeStore) GetTask(context.Context, string) (store.Task, error) { return store.Task{}, store.ErrNotFound }
+func (fakeStore) GetTask(context.Context, string) (store.Task, error) {
+	return store.Task{}, store.ErrNotFound
+}
 func (fakeStore) CancelTask(context.Context, string, time.Time) (store.Task, error) {
 	return store.Task{}, store.ErrNotFound
 }
