@@ -107,3 +107,33 @@ func TestPlaceByRuntime(t *testing.T) {
 		t.Fatalf("a VM: %q, %v", host, err)
 	}
 }
+
+// TestPlaceGPUs: a container's GPUs must be in the host's inventory (by
+// index or UUID; a pinned host without one is a field error) and not held
+// by another container, whichever name that one used.
+func TestPlaceGPUs(t *testing.T) {
+	i0, i1 := 0, 1
+	h := capHost("gpu-box", api.HostHealthy, api.Capacity{VCPUs: 16, MemoryMiB: 65536, GPUs: 2}, nil)
+	h.Capabilities, _ = json.Marshal(api.Capabilities{Runtimes: []string{"docker"}, Inventory: &api.HostInventory{
+		GPUs: []api.GPU{{Index: &i0, UUID: "GPU-aaaa"}, {Index: &i1, UUID: "GPU-bbbb"}}}})
+	f := testFleet(h)
+	s := &Room{}
+	req := validContainer()
+	req.Spec.Container.GPUs = []string{"0"}
+	if host, err := s.pickHost(t.Context(), f, req); err != nil || host != "gpu-box" {
+		t.Fatalf("GPU 0: %q, %v", host, err)
+	}
+	f.add("gpu-box", "first", api.DesiredRunning, req.Spec)
+	req.Spec.Container.GPUs = []string{"GPU-aaaa"} // GPU 0 by its UUID
+	if _, err := s.pickHost(t.Context(), f, req); err == nil || !strings.Contains(err.Error(), "GPU GPU-aaaa is held by instance first") {
+		t.Fatalf("held GPU: %v", err)
+	}
+	req.Spec.Container.GPUs = []string{"GPU-bbbb"}
+	if _, err := s.pickHost(t.Context(), f, req); err != nil {
+		t.Fatalf("free GPU: %v", err)
+	}
+	req.HostID, req.Spec.Container.GPUs = "gpu-box", []string{"7"}
+	if _, err := s.pickHost(t.Context(), f, req); err == nil || !strings.Contains(err.Error(), "spec.container.gpus[0]") {
+		t.Fatalf("absent GPU on a pinned host: %v", err)
+	}
+}

@@ -150,6 +150,9 @@ func (s *Room) pickHost(ctx context.Context, f *fleet, req api.CreateInstanceReq
 			if why := runtimeMissing(*h, req.Spec); why != "" {
 				return "", httpapi.Invalid([]api.FieldError{{Field: "spec.runtime", Message: why + " on host " + req.HostID}})
 			}
+			if why, field := gpuConflict(*h, req.Spec, nil); field != "" {
+				return "", httpapi.Invalid([]api.FieldError{{Field: field, Message: why + " (host " + req.HostID + ")"}})
+			}
 			if why := presetGPUMissing(*h, req.Spec); why != "" {
 				return "", httpapi.Invalid([]api.FieldError{{Field: "preset.gpus", Message: why}})
 			}
@@ -187,6 +190,9 @@ func (s *Room) pickHost(ctx context.Context, f *fleet, req api.CreateInstanceReq
 		slots := check
 		check = func(h store.Host) string {
 			if why := runtimeMissing(h, req.Spec); why != "" {
+				return why
+			}
+			if why, _ := gpuConflict(h, req.Spec, f.gpus[h.ID]); why != "" {
 				return why
 			}
 			if slots != nil {

@@ -28,6 +28,9 @@ type fleet struct {
 	// be passed to a new VM while the deleted one may still run).
 	slots map[string]map[string]string
 	names map[string]bool // every instance name in use
+	// gpus: host id → GPU as a container names it ("0", "GPU-…") → name
+	// of the instance holding it (containers not desired deleted).
+	gpus map[string]map[string]string
 	// cpuRatio is the vCPU allocation ratio (Config.VCPUAllocationRatio);
 	// 0 means 1.
 	cpuRatio float64
@@ -61,6 +64,17 @@ func (f *fleet) add(hostID, name string, desired api.DesiredState, spec api.Inst
 	if desired != api.DesiredDeleted {
 		f.used[hostID] = addCapacity(f.used[hostID], spec.Resources())
 	}
+	if c := spec.Container; c != nil && desired != api.DesiredDeleted {
+		for _, g := range c.GPUs {
+			if f.gpus == nil {
+				f.gpus = map[string]map[string]string{}
+			}
+			if f.gpus[hostID] == nil {
+				f.gpus[hostID] = map[string]string{}
+			}
+			f.gpus[hostID][g] = name
+		}
+	}
 	for _, sl := range spec.Slots {
 		if f.slots[hostID] == nil {
 			f.slots[hostID] = map[string]string{}
@@ -69,7 +83,6 @@ func (f *fleet) add(hostID, name string, desired api.DesiredState, spec api.Inst
 	}
 }
 
-// clone returns a copy that can be planned on without changing f.
 // host is the fleet's host id, nil when there is none.
 func (f *fleet) host(id string) *store.Host {
 	for i := range f.hosts {
@@ -80,11 +93,18 @@ func (f *fleet) host(id string) *store.Host {
 	return nil
 }
 
+// clone returns a copy that can be planned on without changing f.
 func (f *fleet) clone() *fleet {
 	c := &fleet{hosts: f.hosts, used: maps.Clone(f.used), slots: map[string]map[string]string{}, names: maps.Clone(f.names),
 		cpuRatio: f.cpuRatio}
 	for h, m := range f.slots {
 		c.slots[h] = maps.Clone(m)
+	}
+	for h, m := range f.gpus {
+		if c.gpus == nil {
+			c.gpus = map[string]map[string]string{}
+		}
+		c.gpus[h] = maps.Clone(m)
 	}
 	return c
 }

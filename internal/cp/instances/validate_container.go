@@ -6,6 +6,7 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/drover-dev/drover/internal/cp/store"
@@ -107,4 +108,55 @@ func runtimeMissing(h store.Host, spec api.InstanceSpec) string {
 		return fmt.Sprintf("runtime %s not available (host runs %s)", spec.Runtime, strings.Join(have, ", "))
 	}
 	return ""
+}
+
+// hostGPUNames maps every name a host's discovered GPU goes by (its index
+// and its UUID) to one key; nil when the host reported no inventory.
+func hostGPUNames(h store.Host) map[string]string {
+	var c api.Capabilities
+	if len(h.Capabilities) == 0 || json.Unmarshal(h.Capabilities, &c) != nil || c.Inventory == nil {
+		return nil
+	}
+	out := map[string]string{}
+	for i, g := range c.Inventory.GPUs {
+		key := fmt.Sprintf("#%d", i)
+		if g.UUID != "" {
+			key = g.UUID
+			out[g.UUID] = key
+		}
+		if g.Index != nil {
+			out[strconv.Itoa(*g.Index)] = key
+		}
+	}
+	return out
+}
+
+// gpuConflict says why host h cannot give the container the GPUs it names
+// ("" when it can): a GPU the host's inventory does not list (field is
+// then the spec field to blame), or one another container holds.
+func gpuConflict(h store.Host, spec api.InstanceSpec, held map[string]string) (why, field string) {
+	c := spec.Container
+	if c == nil || len(c.GPUs) == 0 || slices.Contains(c.GPUs, api.GPUsAll) {
+		return "", ""
+	}
+	names := hostGPUNames(h)
+	canon := func(g string) string {
+		if k, ok := names[g]; ok {
+			return k
+		}
+		return g
+	}
+	holders := map[string]string{}
+	for g, in := range held {
+		holders[canon(g)] = in
+	}
+	for i, g := range c.GPUs {
+		if _, ok := names[g]; names != nil && !ok {
+			return fmt.Sprintf("GPU %s not on the host (by index or UUID of its inventory)", g), fmt.Sprintf("spec.container.gpus[%d]", i)
+		}
+		if in := holders[canon(g)]; in != "" {
+			return fmt.Sprintf("GPU %s is held by instance %s", g, in), ""
+		}
+	}
+	return "", ""
 }
