@@ -38,9 +38,34 @@ func (p *page) dashLogin(e *env, tok string) {
 	p.waitJS(`location.pathname === '/ui/fleet' && document.getElementById('fleet').dataset.live === '1'`, 10*time.Second)
 }
 
+// jsClick clicks the element sel names (a link navigates, a submit
+// button submits its form) from JavaScript. Actions through chromedp's
+// DOM node ids can fail with "No node with given id found" right after a
+// navigation that a click started (chromedp may still hold the old
+// document's node ids); a script always runs in the current document.
+func (p *page) jsClick(sel string) {
+	p.t.Helper()
+	if !evalJS[bool](p, `(() => { const e = document.querySelector(`+strconv.Quote(sel)+`); if (!e) return false; e.click(); return true; })()`) {
+		p.fatalf("click %s: no such element", sel)
+	}
+}
+
+// jsSet sets the value of the input or select sel names, as typing or
+// choosing would (input and change events), from JavaScript (see jsClick).
+func (p *page) jsSet(sel, value string) {
+	p.t.Helper()
+	if !evalJS[bool](p, `(() => { const e = document.querySelector(`+strconv.Quote(sel)+`); if (!e) return false; e.value = `+strconv.Quote(value)+`;
+		e.dispatchEvent(new Event('input', {bubbles: true})); e.dispatchEvent(new Event('change', {bubbles: true})); return true; })()`) {
+		p.fatalf("set %s: no such element", sel)
+	}
+}
+
 // shot saves a screenshot of the page as dir/name.png.
 func (p *page) shot(dir, name string) {
 	p.t.Helper()
+	// A page still loading (after a click that navigated) can have no
+	// layout yet: "Cannot take screenshot with 0 width".
+	p.waitJS(`document.readyState === 'complete' && document.documentElement.getBoundingClientRect().width > 0`, 10*time.Second)
 	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
@@ -130,7 +155,7 @@ func TestDashboardBrowser(t *testing.T) {
 	if !evalJS[bool](p, `!!window.htmx && !!document.querySelector('#act-health-probe').form._htmx`) {
 		t.Error("htmx did not load or did not boost the action forms")
 	}
-	p.do(10*time.Second, chromedp.Click(chromedp.ID("act-health-probe")))
+	p.jsClick("#act-health-probe")
 	p.waitJS(`document.getElementById('action-done').textContent.startsWith('health probe queued: task ')`, 10*time.Second)
 	done := evalJS[string](p, `document.getElementById('action-done').textContent`)
 	task := e.waitTask(strings.TrimPrefix(done, "health probe queued: task "), 15*time.Second)
@@ -142,7 +167,7 @@ func TestDashboardBrowser(t *testing.T) {
 	// Rotate the bootstrap token: shown once with the agent's env, on that
 	// answer only; the host page does not show it again.
 	p.do(10*time.Second, chromedp.Navigate(e.opURL+"/ui/hosts/dash-a"), chromedp.WaitVisible(chromedp.ID("act-rotate-token")))
-	p.do(10*time.Second, chromedp.Click(chromedp.ID("act-rotate-token")))
+	p.jsClick("#act-rotate-token")
 	p.waitJS(`!!document.getElementById('agent-env')`, 10*time.Second)
 	envText := evalJS[string](p, `document.getElementById('agent-env').textContent`)
 	_, tok, _ := strings.Cut(envText, "NODE_AGENT_BOOTSTRAP_TOKEN=")
@@ -170,7 +195,7 @@ func TestDashboardBrowser(t *testing.T) {
 
 	// Logout, then a viewer: no action controls, and a forged POST with
 	// the viewer's valid CSRF token is refused.
-	p.do(10*time.Second, chromedp.Click(chromedp.CSS(`header form button`)))
+	p.jsClick(`header form button`)
 	p.waitJS(`location.pathname === '/ui/login'`, 10*time.Second)
 	p.dashLogin(e, viewer.Token)
 	p.do(10*time.Second, chromedp.Navigate(e.opURL+"/ui/hosts/dash-a"), chromedp.WaitVisible(chromedp.ID("host-status")))

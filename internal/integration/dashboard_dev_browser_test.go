@@ -244,7 +244,7 @@ func TestDashboardDevBrowser(t *testing.T) {
 	if st := p.postStatus("/ui/hosts/dev-second/actions/drain", nil); st != 403 {
 		t.Errorf("POST without CSRF token: %d, want 403", st)
 	}
-	p.do(10*time.Second, chromedp.Click(chromedp.ID("act-health-probe")))
+	p.jsClick("#act-health-probe")
 	p.waitJS(`(document.getElementById('action-done') || {textContent: ''}).textContent.startsWith('health probe queued: task ')`, 10*time.Second)
 	taskID := strings.TrimPrefix(evalJS[string](p, `document.getElementById('action-done').textContent`), "health probe queued: task ")
 	deadline := time.Now().Add(30 * time.Second)
@@ -278,7 +278,7 @@ func TestDashboardDevBrowser(t *testing.T) {
 
 	// Rotate the second host's bootstrap token: shown once, with the env.
 	p.do(10*time.Second, chromedp.Navigate(d.opURL+"/ui/hosts/dev-second"), chromedp.WaitVisible(chromedp.ID("act-rotate-token")))
-	p.do(10*time.Second, chromedp.Click(chromedp.ID("act-rotate-token")))
+	p.jsClick("#act-rotate-token")
 	p.waitJS(`!!document.getElementById('agent-env')`, 10*time.Second)
 	if env := evalJS[string](p, `document.getElementById('agent-env').textContent`); !strings.Contains(env, "NODE_AGENT_BOOTSTRAP_TOKEN=") ||
 		!strings.Contains(env, "NODE_AGENT_HOST_ID=dev-second") {
@@ -300,7 +300,7 @@ func TestDashboardDevBrowser(t *testing.T) {
 		d.waitAllocationActive(alloc.ID)
 		p.do(10*time.Second, chromedp.Navigate(d.opURL+"/ui/allocations"))
 		p.waitJS(`document.querySelector('#alloc-`+alloc.ID+` a.open-terminal')`, 10*time.Second)
-		p.do(10*time.Second, chromedp.Click(chromedp.CSS(`#alloc-`+alloc.ID+` a.open-terminal`)))
+		p.jsClick(`#alloc-` + alloc.ID + ` a.open-terminal`)
 		p.waitJS(`document.getElementById('term-state').textContent === 'pty_ready'`, 30*time.Second)
 		p.do(5*time.Second, chromedp.Click(chromedp.CSS("#term-container .xterm")))
 		p.typeKeys("echo dev-$((6*7))" + kb.Enter)
@@ -328,7 +328,7 @@ func TestDashboardDevBrowser(t *testing.T) {
 
 	// A viewer: no action controls, and a forged POST with its own valid
 	// CSRF token is refused.
-	p.do(10*time.Second, chromedp.Click(chromedp.CSS(`header form button`)))
+	p.jsClick(`header form button`)
 	p.waitJS(`location.pathname === '/ui/login'`, 10*time.Second)
 	p.dashLogin(e, viewer.Token)
 	p.do(10*time.Second, chromedp.Navigate(d.opURL+"/ui/hosts/"+d.hostID), chromedp.WaitVisible(chromedp.ID("host-status")))

@@ -58,7 +58,7 @@ func TestDashboardHostBrowser(t *testing.T) {
 
 	// Run preflight: queued as a task, its report arrives on the page by
 	// itself (the live block polls).
-	p.do(10*time.Second, chromedp.Click(chromedp.ID("act-preflight")))
+	p.jsClick("#act-preflight")
 	p.waitJS(`(document.getElementById('action-done') || {}).textContent?.startsWith('preflight queued: task ')`, 10*time.Second)
 	done := evalJS[string](p, `document.getElementById('action-done').textContent`)
 	taskID := strings.TrimPrefix(done, "preflight queued: task ")

@@ -44,11 +44,12 @@ func TestDashboardInstancesBrowser(t *testing.T) {
 
 	p := startBrowser(t)
 	p.dashLogin(e, e.opToken)
-	p.do(10*time.Second, chromedp.Click(chromedp.CSS(`header nav a[href="/ui/instances"]`)))
+	p.jsClick(`header nav a[href="/ui/instances"]`)
 	p.waitJS(`location.pathname === '/ui/instances' && document.querySelectorAll('#instance-list tbody tr[data-phase]').length === 2`, 10*time.Second)
 	// Search with the form: only web-ui is left, converged and Ready.
-	p.do(10*time.Second, chromedp.SetValue(chromedp.ID("f-q"), "web"), chromedp.SetValue(chromedp.ID("f-phase"), "Ready"),
-		chromedp.Click(chromedp.ID("instance-filter")))
+	p.jsSet("#f-q", "web")
+	p.jsSet("#f-phase", "Ready")
+	p.jsClick("#instance-filter")
 	p.waitJS(`location.search.includes('q=web') && document.querySelectorAll('#instance-list tbody tr[data-phase]').length === 1`, 10*time.Second)
 	p.do(10*time.Second, chromedp.WaitVisible(chromedp.ID("instance-list")))
 	row := evalJS[string](p, fmt.Sprintf(`document.getElementById('instance-%s').textContent`, in.ID))
@@ -62,7 +63,7 @@ func TestDashboardInstancesBrowser(t *testing.T) {
 	}
 	p.shot(shots, "instances")
 
-	p.do(10*time.Second, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#instance-list a[href="/ui/instances/%s"]`, in.ID))))
+	p.jsClick(fmt.Sprintf(`#instance-list a[href="/ui/instances/%s"]`, in.ID))
 	p.waitJS(`document.getElementById('phase-timeline') !== null`, 10*time.Second)
 	got := evalJS[string](p, transitionsJS)
 	if want := "Pending/ by operator:test\nBooting/ by node:dash-i\nReady/ by node:dash-i"; got != want {
@@ -117,13 +118,15 @@ func TestDashboardInstancesBrowser(t *testing.T) {
 	p.shot(shots, "instance-stopped")
 
 	// Delete: the wrong name deletes nothing; the right one asks the agent.
-	p.do(10*time.Second, chromedp.SendKeys(chromedp.ID("confirm"), "web"), chromedp.Click(chromedp.ID("act-delete")))
+	p.jsSet("#confirm", "web")
+	p.jsClick("#act-delete")
 	p.waitJS(`document.getElementById('confirm-error') !== null`, 10*time.Second)
 	var still api.Instance
 	if st := e.op(http.MethodGet, "/api/v1/instances/"+in.ID, nil, &still); st != http.StatusOK || still.DesiredState != api.DesiredStopped {
 		t.Fatalf("after a refused delete: HTTP %d desired %s", st, still.DesiredState)
 	}
-	p.do(10*time.Second, chromedp.SendKeys(chromedp.ID("confirm"), "web-ui"), chromedp.Click(chromedp.ID("act-delete")))
+	p.jsSet("#confirm", "web-ui")
+	p.jsClick("#act-delete")
 	p.waitJS(`document.getElementById('action-done') !== null || document.querySelector('.error') !== null`, 10*time.Second)
 	e.waitGone(in.ID, 15*time.Second)
 

@@ -42,10 +42,11 @@ func TestDashboardTasksAuditBrowser(t *testing.T) {
 
 	p := startBrowser(t)
 	p.dashLogin(e, e.opToken)
-	p.do(10*time.Second, chromedp.Click(chromedp.CSS(`header nav a[href="/ui/tasks"]`)))
+	p.jsClick(`header nav a[href="/ui/tasks"]`)
 	p.waitJS(`location.pathname === '/ui/tasks' && document.querySelectorAll('#task-list tbody tr[data-type]').length >= 2`, 10*time.Second)
 	// Filter by type with the form (keyboard-reachable select and button).
-	p.do(10*time.Second, chromedp.SetValue(chromedp.ID("f-type"), "diag.health_probe"), chromedp.Click(chromedp.ID("task-filter")))
+	p.jsSet("#f-type", "diag.health_probe")
+	p.jsClick("#task-filter")
 	p.waitJS(`location.search.includes('type=diag.health_probe') && document.querySelectorAll('#task-list tbody tr[data-type]').length >= 1`, 10*time.Second)
 	if n := evalJS[int](p, `[...document.querySelectorAll('#task-list tbody tr[data-type]')].filter(r => r.dataset.type !== 'diag.health_probe').length`); n != 0 {
 		t.Errorf("type filter shows %d other tasks", n)
@@ -55,7 +56,7 @@ func TestDashboardTasksAuditBrowser(t *testing.T) {
 	}
 	p.shot(shots, "tasks")
 
-	p.do(10*time.Second, chromedp.Click(chromedp.CSS(fmt.Sprintf(`a[href="/ui/tasks/%s"]`, probe.ID))))
+	p.jsClick(fmt.Sprintf(`a[href="/ui/tasks/%s"]`, probe.ID))
 	p.waitJS(`document.getElementById('phase-chart') !== null`, 10*time.Second)
 	if n := evalJS[int](p, `document.querySelectorAll('#phase-chart rect.bar').length`); n < 1 {
 		t.Errorf("phase chart has %d bars", n)
@@ -81,9 +82,10 @@ func TestDashboardTasksAuditBrowser(t *testing.T) {
 		t.Error("task params rendered as markup")
 	}
 
-	p.do(10*time.Second, chromedp.Click(chromedp.CSS(`header nav a[href="/ui/audit"]`)))
+	p.jsClick(`header nav a[href="/ui/audit"]`)
 	p.waitJS(`location.pathname === '/ui/audit' && document.querySelectorAll('#audit-list tbody tr').length >= 1`, 10*time.Second)
-	p.do(10*time.Second, chromedp.SetValue(chromedp.ID("a-action"), "task.enqueue"), chromedp.Click(chromedp.ID("audit-filter")))
+	p.jsSet("#a-action", "task.enqueue")
+	p.jsClick("#audit-filter")
 	p.waitJS(`location.search.includes('action=task.enqueue')`, 10*time.Second)
 	p.shot(shots, "audit")
 	evalJS[bool](p, `(() => { window.__exp = null; fetch(document.getElementById('audit-export').href).then(async r =>

@@ -66,7 +66,7 @@ func TestDashboardTerminal(t *testing.T) {
 	}
 
 	p.dashLogin(e, e.opToken)
-	p.do(10*time.Second, chromedp.Click(chromedp.CSS(`nav a[href="/ui/allocations"]`)))
+	p.jsClick(`nav a[href="/ui/allocations"]`)
 	p.waitJS(`location.pathname === '/ui/allocations' && document.getElementById('alloc-`+alloc.ID+`') !== null`, 10*time.Second)
 	if st := p.text("alloc-" + alloc.ID); !strings.Contains(st, "active") || !strings.Contains(st, user) {
 		t.Errorf("allocation row %q", st)
@@ -75,7 +75,7 @@ func TestDashboardTerminal(t *testing.T) {
 	p.auditA11y("allocations")
 
 	// Open the terminal from the dashboard and run a command.
-	p.do(10*time.Second, chromedp.Click(chromedp.CSS(`#alloc-`+alloc.ID+` a.open-terminal`)))
+	p.jsClick(`#alloc-` + alloc.ID + ` a.open-terminal`)
 	p.waitJS(`location.pathname === '/ui/allocations/`+alloc.ID+`/terminal' && window.droverTerm !== undefined`, 10*time.Second)
 	p.waitJS(`document.getElementById('term-state').textContent === 'pty_ready'`, 30*time.Second)
 	if hops := p.timeline(); !isSubsequence([]string{"token_ready", "browser_ws_ready", "pty_ready"}, hops) {
@@ -109,10 +109,10 @@ func TestDashboardTerminal(t *testing.T) {
 	}
 	p.shot(shots, "allocation")
 	p.auditA11y("allocation")
-	p.do(10*time.Second, chromedp.Click(chromedp.CSS(`#session-`+sid+` a.replay`)))
+	p.jsClick(`#session-` + sid + ` a.replay`)
 	p.waitJS(`location.pathname === '/ui/sessions/`+sid+`/replay' && ['playing', 'done', 'failed'].includes(document.getElementById('replay-state').textContent)`, 10*time.Second)
 	if p.text("replay-state") == "playing" {
-		p.do(5*time.Second, chromedp.Click(chromedp.ID("replay-skip")))
+		p.jsClick("#replay-skip")
 	}
 	p.waitJS(`document.getElementById('replay-state').textContent === 'done'`, 10*time.Second)
 	p.waitLine(replayJS, regexp.MustCompile(`^dash-42$`), 5*time.Second)
