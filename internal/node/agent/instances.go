@@ -32,6 +32,7 @@ type vmSide struct {
 	rt     runtime.Runtime
 	rec    *reconcile.Reconciler
 	slices *slicevm.Provisioner
+	pulls  *ollamaPulls // Ollama presets' model pulls after Ready
 }
 
 // buildRuntime builds the configured runtimes (from cfg.Runtimes), image
@@ -97,6 +98,7 @@ func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 	}
 	v.rec = reconcile.New(v.rt, statusReporter{a}, reconcile.Options{Interval: a.cfg.ReconcileInterval,
 		Secrets: a.readSecret, Log: a.log})
+	v.pulls = newOllamaPulls(ctx, a.postStatus, a.log)
 	v.slices, err = slicevm.New(slicevm.Options{Runtime: v.rt, Images: images, SysfsRoot: "/",
 		StateDir: filepath.Join(root, "slices"), CloudInitDir: filepath.Join(root, "cloud-init"), Log: a.log,
 		CheckAccel: a.checkAccel})
@@ -206,7 +208,10 @@ type statusReporter struct{ a *Agent }
 // ReportStatus posts one transition. An instance the control plane no longer
 // knows (404: deleted with --force) needs no report.
 func (r statusReporter) ReportStatus(ctx context.Context, id string, rep api.InstanceStatusReport) error {
-	_, err := r.a.node.InstanceStatus(ctx, r.a.node.node(), id, rep)
+	err := r.a.postStatus(ctx, id, rep)
+	if err == nil {
+		r.a.afterStatus(id, rep)
+	}
 	if IsStatus(err, http.StatusNotFound) {
 		r.a.log.Info("instance unknown to the control plane; status not reported", "instance_id", id, "phase", rep.Phase)
 		return nil

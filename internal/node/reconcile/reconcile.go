@@ -336,6 +336,14 @@ func (r *Reconciler) Instances() []Observed {
 	return out
 }
 
+// Desired is instance id's entry in the desired set, if it has one.
+func (r *Reconciler) Desired(id string) (api.DesiredInstance, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, ok := r.desired[id]
+	return d, ok
+}
+
 // Allocated sums the resources of instances that hold capacity: desired
 // running and not Stopped (Failed ones waiting to restart included).
 func (r *Reconciler) Allocated() api.Capacity {
