@@ -46,7 +46,7 @@ type InstancesCreateCmd struct {
 	DiskGiB      int               `name:"disk-gib" help:"Overlay size (default: the image's size)."`
 	GPUs         string            `name:"gpus" help:"A VM's GPU count; with --preset: all (default), none, or GPU indices or UUIDs (0,1)."`
 	Slot         []string          `name:"slot" help:"Approved slot id on the host (repeatable)."`
-	Host         string            `name:"host" xor:"placement" help:"Run on this host."`
+	Host         string            `name:"host" aliases:"node" xor:"placement" help:"Run on this host (--node is the same)."`
 	HostLabel    map[string]string `name:"host-label" xor:"placement" help:"Place on a host with these labels, key=value (repeatable)."`
 	Group        string            `name:"group" help:"Instance group."`
 	Label        map[string]string `name:"label" help:"Instance labels, key=value (repeatable)."`

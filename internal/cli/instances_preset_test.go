@@ -33,7 +33,7 @@ func TestInstancesCreatePreset(t *testing.T) {
 		return code, out.String(), errb.String()
 	}
 	code, out, errOut := run("instances", "create", "llm", "--preset", "vllm", "--model", "org/model", "--gpus", "0,1",
-		"--tensor-parallel", "2", "--host", "g1", "--json")
+		"--tensor-parallel", "2", "--node", "g1", "--json")
 	if code != 0 {
 		t.Fatalf("create: %d %s", code, errOut)
 	}
