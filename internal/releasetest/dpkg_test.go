@@ -136,12 +136,18 @@ func TestDebControlPlane(t *testing.T) {
 		t.Fatal("a drover user exists on this machine already; the test creates and removes its own")
 	}
 	contents := run(t, "dpkg-deb", "-c", deb)
-	for _, f := range []string{"./usr/bin/drover", "./lib/systemd/system/drover.service"} {
+	for _, f := range []string{"./usr/bin/drover", "./lib/systemd/system/drover.service", "./etc/drover/env"} {
 		if !strings.Contains(contents, " "+f+"\n") {
 			t.Errorf("dpkg-deb -c lacks %s:\n%s", f, contents)
 		}
 	}
+	if got := strings.TrimSpace(run(t, "dpkg-deb", "-I", deb, "conffiles")); got != "/etc/drover/env" {
+		t.Errorf("conffiles %q, want /etc/drover/env", got)
+	}
 	installDeb(t, "drover", deb)
+	if got := strings.TrimSpace(run(t, "stat", "-c", "%U:%G %a", "/etc/drover/env")); got != "root:drover 640" {
+		t.Errorf("/etc/drover/env is %s, want root:drover 640", got)
+	}
 	checkVersionOutput(t, "drover", run(t, "/usr/bin/drover", "version"))
 	pw := strings.Split(strings.TrimSpace(run(t, "getent", "passwd", "drover")), ":")
 	if len(pw) != 7 || pw[5] != "/var/lib/drover" || !strings.HasSuffix(pw[6], "nologin") {
