@@ -400,8 +400,8 @@ func containerSpec(d api.DesiredInstance, secrets map[string][]byte) runtime.Spe
 		vols = append(vols, runtime.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
 	var cs *runtime.ContainerSpec
-	if u := c.Ulimits; u != nil || c.RegistryAuth != "" {
-		cs = &runtime.ContainerSpec{RegistryAuth: c.RegistryAuth}
+	if u := c.Ulimits; u != nil || c.RegistryAuth != "" || c.ShmSizeMiB > 0 {
+		cs = &runtime.ContainerSpec{RegistryAuth: c.RegistryAuth, ShmSizeMiB: c.ShmSizeMiB}
 		if u != nil && (u.NoFile > 0 || u.NProc > 0) {
 			cs.Ulimits = map[string]int64{}
 			if u.NoFile > 0 {

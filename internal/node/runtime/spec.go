@@ -60,6 +60,8 @@ type ContainerSpec struct {
 	// registry credentials of the pull ({"username":…,"password":…}); it
 	// is not mounted into the container.
 	RegistryAuth string `json:"registry_auth,omitempty"`
+	// ShmSizeMiB sizes the container's /dev/shm (0: the engine's default).
+	ShmSizeMiB int `json:"shm_size_mib,omitempty"`
 }
 
 // ImageKind says what Spec.Image names.

@@ -244,6 +244,9 @@ func (r *Runtime) toEngine(s runtime.Spec, image, secretsDir string, specBytes [
 			hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: name, Soft: v, Hard: v})
 		}
 	}
+	if n := s.ContainerOrZero().ShmSizeMiB; n > 0 {
+		hc.ShmSize = int64(n) << 20
+	}
 	r.gpuRequest(s.Devices.GPUs, hc)
 	return engineSpec{config: cfg, host: hc}, nil
 }
