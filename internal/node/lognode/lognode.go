@@ -62,8 +62,10 @@ const (
 // Source opens an instance's log (the agent's runtime, checked).
 type Source func(ctx context.Context, instanceID string, opts runtime.LogOptions) (io.ReadCloser, error)
 
-// ErrUnsupported is wrapped by a Source whose runtime has no LogReader.
-var ErrUnsupported = errors.New("the runtime cannot read logs")
+// ErrUnsupported is wrapped by a Source whose runtime has no LogReader
+// (it is the Router's runtime.ErrLogsUnsupported, for a routed runtime
+// without one).
+var ErrUnsupported = runtime.ErrLogsUnsupported
 
 // Config configures a Manager.
 type Config struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 )
@@ -47,7 +48,13 @@ var (
 	_ Multi          = (*Router)(nil)
 	_ Dispatcher     = (*Router)(nil)
 	_ EngineReporter = (*Router)(nil)
+	_ LogReader      = (*Router)(nil)
 )
+
+// ErrLogsUnsupported is wrapped by the error of Logs on a Router whose
+// runtime holding the instance has no LogReader (the agent answers
+// logs.open with logs_unsupported, as for a runtime without one).
+var ErrLogsUnsupported = errors.New("the runtime cannot read logs")
 
 // NewRouter routes between a VM runtime and a container runtime.
 func NewRouter(vm, containers Runtime) *Router {
@@ -171,6 +178,21 @@ func (r *Router) Probe(ctx context.Context, id string) error {
 		return errors.Join(err, notFound("probe", id))
 	}
 	return rt.Probe(ctx, id)
+}
+
+// Logs reads id's log from its runtime when that runtime is a LogReader;
+// otherwise the error wraps ErrLogsUnsupported. An id neither runtime has
+// wraps ErrNotFound.
+func (r *Router) Logs(ctx context.Context, id string, opts LogOptions) (io.ReadCloser, error) {
+	rt, err := r.find(ctx, id)
+	if err != nil || rt == nil {
+		return nil, errors.Join(err, notFound("logs", id))
+	}
+	lr, ok := rt.(LogReader)
+	if !ok {
+		return nil, fmt.Errorf("logs %s: runtime %s: %w", id, rt.Name(), ErrLogsUnsupported)
+	}
+	return lr.Logs(ctx, id, opts)
 }
 
 // List lists both runtimes' instances.

@@ -3,6 +3,8 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -94,5 +96,48 @@ func TestRouterDispatch(t *testing.T) {
 	}
 	if got := r.Names(); len(got) != 2 || got[0] != "mock" {
 		t.Errorf("names %v", got)
+	}
+}
+
+// noLogs hides a runtime's LogReader (a runtime that cannot read logs).
+type noLogs struct{ runtime.Runtime }
+
+// TestRouterLogs: Logs reads from the runtime that holds the id; a runtime
+// without a LogReader is ErrLogsUnsupported, an unknown id ErrNotFound.
+func TestRouterLogs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	vm, ct := mock.New(mock.Options{}), mock.New(mock.Options{})
+	r := runtime.NewRouter(noLogs{vm}, ct)
+	if _, err := r.Create(ctx, vmSpec("v")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Create(ctx, ociSpec("c")); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := r.Logs(ctx, "c", runtime.LogOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !strings.HasPrefix(string(b), "stdout mock: instance c started\n") {
+		t.Errorf("logs of c: %q, %v", b, err)
+	}
+	// A fresh router finds c without having created it.
+	rc, err = runtime.NewRouter(noLogs{vm}, ct).Logs(ctx, "c", runtime.LogOptions{Tail: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "stderr mock: no workload runs in the mock runtime\n" {
+		t.Errorf("tail 1 of c: %q", b)
+	}
+	if _, err := r.Logs(ctx, "v", runtime.LogOptions{}); !errors.Is(err, runtime.ErrLogsUnsupported) || errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("logs of v on a runtime without logs: %v", err)
+	}
+	if _, err := r.Logs(ctx, "nope", runtime.LogOptions{}); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("logs of an unknown id: %v", err)
 	}
 }
