@@ -3,12 +3,15 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/logsgw"
 	"github.com/drover-dev/drover/internal/node/accel"
 	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/node/runtime"
@@ -23,8 +26,10 @@ import (
 // (NODE_AGENT_CONTAINER_RUNTIME). Its capabilities say so; an instance with
 // runtime docker created through POST /api/v1/instances, from an image in
 // an in-test registry, is placed on it, pulled, started and Ready by its
-// HTTP path; its transitions are in the events API; stop → Stopped;
-// delete → gone, container and all.
+// HTTP path; its stdout and stderr come through GET
+// /api/v1/instances/{id}/logs (the Router's logs from the docker runtime);
+// its transitions are in the events API; stop → Stopped; delete → gone,
+// container and all.
 func TestContainerInstanceThroughControlPlane(t *testing.T) {
 	dockertest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -78,7 +83,8 @@ func TestContainerInstanceThroughControlPlane(t *testing.T) {
 
 	port := freeLoopbackPort(t)
 	spec := api.InstanceSpec{Runtime: api.RuntimeDocker, VCPUs: 1, MemoryMiB: 64,
-		Container: &api.ContainerSpec{Image: img.Ref, Digest: img.Digest, Env: map[string]string{"PORT": fmt.Sprint(port)}},
+		Container: &api.ContainerSpec{Image: img.Ref, Digest: img.Digest, Env: map[string]string{"PORT": fmt.Sprint(port)},
+			Command: []string{"/bin/sh", "-c", "echo starting >&2; sleep 0.3; exec /testserver"}},
 		Network:   api.NetworkSpec{Forwards: []api.PortForward{{Name: "http", GuestPort: port}}},
 		Readiness: api.Readiness{TCPPort: port, HTTPPath: "/api/tags"}, GracefulTimeout: api.Duration(5 * time.Second)}
 	in := e.createInstance(api.CreateInstanceRequest{Name: "llm", Spec: spec}) // placed: the only docker host
@@ -94,6 +100,36 @@ func TestContainerInstanceThroughControlPlane(t *testing.T) {
 		t.Fatalf("the container's server: %v %v", resp, err)
 	}
 	resp.Body.Close()
+
+	// Its log through the control plane: both streams, named in SSE.
+	listening := fmt.Sprintf("listening on %d", port)
+	lresp := e.logsRequest(ctx, in.ID, "")
+	body, _ := io.ReadAll(lresp.Body)
+	lresp.Body.Close()
+	if lresp.StatusCode != http.StatusOK || string(body) != "starting\n"+listening+"\n" {
+		t.Fatalf("logs = HTTP %d %q", lresp.StatusCode, body)
+	}
+	if got := lresp.Trailer.Get(logsgw.TrailerEnd); got != "eof" {
+		t.Errorf("logs end trailer = %q, want eof", got)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.opURL+"/api/v1/instances/"+in.ID+"/logs?tail=2", nil)
+	req.Header.Set("Authorization", "Bearer "+e.opToken)
+	req.Header.Set("Accept", "text/event-stream")
+	lresp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(lresp.Body)
+	lresp.Body.Close()
+	if want := "event: stderr\ndata: starting\n\nevent: stdout\ndata: " + listening + "\n\n"; !strings.HasPrefix(string(body), want) {
+		t.Errorf("logs as SSE = %q, want it to start %q", body, want)
+	}
+	lresp = e.logsRequest(ctx, in.ID, "tail=1")
+	body, _ = io.ReadAll(lresp.Body)
+	lresp.Body.Close()
+	if string(body) != listening+"\n" {
+		t.Errorf("logs tail=1 = %q", body)
+	}
 
 	// A pinned VM-only host is a field error naming spec.runtime.
 	e.createHost("vm-only")
