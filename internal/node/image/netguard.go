@@ -196,3 +196,17 @@ func httpClient(c *http.Client, allowLocal bool) (*http.Client, error) {
 	}
 	return &cp, nil
 }
+
+// GuardedClient is the http client the cache fetches with, for other
+// fetchers of the node (the OCI puller) that must keep the same rules: a
+// copy of c (nil: the cache's default client) that stops after 5
+// redirects and, unless allowLocal, refuses loopback, link-local and
+// unspecified addresses on every redirect and every dial (ErrLocalURL).
+func GuardedClient(c *http.Client, allowLocal bool) (*http.Client, error) {
+	return httpClient(c, allowLocal)
+}
+
+// CheckHost refuses (ErrLocalURL) a host that is, or resolves to, a
+// loopback, link-local or unspecified address: the pre-check GuardedClient's
+// users make before the first request, so the error names the host.
+func CheckHost(ctx context.Context, host string) error { return checkHost(ctx, host) }

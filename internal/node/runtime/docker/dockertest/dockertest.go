@@ -6,22 +6,16 @@
 // in-memory registry) that the engine trusts as insecure; and test images
 // built here from /bin/busybox (Debian's busybox-static) and a static Go
 // HTTP server (testserver), pushed to that registry, so pulls use the real
-// registry protocol without a network. It must not be imported outside
-// tests.
+// registry protocol without a network (the registry and images are
+// ocitest's). It must not be imported outside tests.
 package dockertest
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,17 +26,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/drover-dev/drover/internal/node/ocitest"
 )
 
 // Busybox is the static busybox the images are built from.
-const Busybox = "/bin/busybox"
+const Busybox = ocitest.Busybox
 
 // Unavailable says why no engine can run here ("" when one can). Under
 // CI=true tests must fail instead of skipping (see Require).
@@ -245,114 +233,16 @@ func (e *Engine) Close() {
 	_ = os.RemoveAll(e.dir)
 }
 
-// Registry is an in-memory OCI registry on 127.0.0.1.
-type Registry struct {
-	Host string // 127.0.0.1:port
-	srv  *httptest.Server
-}
+// Registry is ocitest's in-memory OCI registry on 127.0.0.1.
+type Registry = ocitest.Registry
 
 // StartRegistry serves an empty registry; Close stops it.
-func StartRegistry() *Registry {
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	u, _ := url.Parse(srv.URL)
-	return &Registry{Host: u.Host, srv: srv}
-}
-
-// Close stops the registry.
-func (r *Registry) Close() { r.srv.Close() }
+func StartRegistry() *Registry { return ocitest.StartRegistry() }
 
 // Image is a test image pushed to the registry.
-type Image struct {
-	Ref    string // 127.0.0.1:port/drover/test:tag
-	Digest string // sha256:… of its manifest
-}
+type Image = ocitest.Image
 
-// BuildTestServer builds testserver for the host's architecture,
-// statically (CGO_ENABLED=0), into dir and returns its path.
+// BuildTestServer builds testserver (ocitest.BuildTestServer).
 func BuildTestServer(ctx context.Context, dir string) (string, error) {
-	out := filepath.Join(dir, "testserver")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/drover-dev/drover/internal/node/runtime/docker/dockertest/testserver")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build testserver: %w: %s", err, b)
-	}
-	return out, nil
-}
-
-// Push builds an image of busybox (at /bin/busybox with sh, head, tail,
-// sleep, cat and ls linked to it) plus, when server is set, that binary at
-// /testserver (the image's command), and pushes it as repo:tag.
-func (r *Registry) Push(repo, tag, server string, env ...string) (Image, error) {
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		b, err := layerTar(server)
-		return io.NopCloser(bytes.NewReader(b)), err
-	})
-	if err != nil {
-		return Image{}, err
-	}
-	cfg := v1.Config{Cmd: []string{"/bin/sh"}, Env: append([]string{"PATH=/bin"}, env...), StopSignal: "SIGTERM"}
-	if server != "" {
-		cfg.Cmd = []string{"/testserver"}
-	}
-	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{Architecture: goruntime.GOARCH, OS: "linux", Config: cfg})
-	if err != nil {
-		return Image{}, err
-	}
-	if img, err = mutate.AppendLayers(img, layer); err != nil {
-		return Image{}, err
-	}
-	ref, err := name.ParseReference(r.Host+"/"+repo+":"+tag, name.Insecure)
-	if err != nil {
-		return Image{}, err
-	}
-	if err := remote.Write(ref, img); err != nil {
-		return Image{}, fmt.Errorf("push %s: %w", ref, err)
-	}
-	d, err := img.Digest()
-	if err != nil {
-		return Image{}, err
-	}
-	return Image{Ref: ref.String(), Digest: d.String()}, nil
-}
-
-// layerTar is the image's one layer.
-func layerTar(server string) ([]byte, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	add := func(hdr *tar.Header, body []byte) error {
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		_, err := tw.Write(body)
-		return err
-	}
-	bb, err := os.ReadFile(Busybox)
-	if err != nil {
-		return nil, err
-	}
-	if err := errors.Join(
-		add(&tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755}, nil),
-		add(&tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777}, nil),
-		add(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bb))}, bb),
-	); err != nil {
-		return nil, err
-	}
-	for _, l := range []string{"sh", "head", "tail", "sleep", "cat", "ls", "echo", "env"} {
-		if err := add(&tar.Header{Name: "bin/" + l, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777}, nil); err != nil {
-			return nil, err
-		}
-	}
-	if server != "" {
-		b, err := os.ReadFile(server)
-		if err != nil {
-			return nil, err
-		}
-		if err := add(&tar.Header{Name: "testserver", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(b))}, b); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return ocitest.BuildTestServer(ctx, dir)
 }

@@ -1,9 +1,9 @@
-// Command testserver is the workload of the docker runtime's tests: a
+// Command testserver is the workload of the container and microVM tests: a
 // static HTTP server answering the health routes of the inference presets
 // (/health as vLLM, /api/tags as Ollama) on $PORT (default 8080). It exits
 // 0 on SIGTERM unless $IGNORE_TERM is set (then only SIGKILL stops it),
 // and prints the names of the files in $LIST_DIR at start (the secrets
-// test). dockertest builds it with CGO_ENABLED=0 into the test image.
+// test). ocitest builds it with CGO_ENABLED=0 into the test image.
 package main
 
 import (
