@@ -54,6 +54,11 @@ type Config struct {
 	// loopback, link-local (cloud metadata) and unspecified addresses
 	// (default false: refused; for rigs serving images on 127.0.0.1).
 	ImageAllowLocalURLs bool
+	// NODE_AGENT_OCI_CACHE_MAX_GIB: the OCI image cache's bound (layer
+	// blobs plus root filesystems under <runtime dir>/oci), past which the
+	// least recently used images no instance holds are evicted (0 means
+	// DefaultOCICacheMaxGiB).
+	OCICacheMaxGiB int
 
 	// Runtimes are the runtimes this binary links in, by name; Runtime
 	// must be one of them or none. The binary builds it (drover-agent:
@@ -168,6 +173,7 @@ func newFlagSet(f *Config, configDefault, envFileDefault string, runtimes noderu
 	fs.StringVar(&f.ImageDirs, "image-dirs", "", "comma-separated dirs local images may come from")
 	fs.BoolVar(&f.ImageAllowLocalURLs, "image-allow-local-urls", false,
 		"let http(s) image URLs point at loopback, link-local (cloud metadata) and unspecified addresses (default false)")
+	fs.IntVar(&f.OCICacheMaxGiB, "oci-cache-max-gib", 0, "OCI image cache bound (layers and root filesystems), GiB; least recently used images no instance holds are evicted past it")
 	fs.StringVar(&f.SecretsDir, "secrets-dir", "", "directory with one file per instance secret")
 	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
 	definePresetFlags(fs, f)
@@ -193,7 +199,7 @@ func (c Config) terminalURL() string {
 func numericKeys() []string {
 	return append([]string{"NODE_AGENT_HEARTBEAT_INTERVAL", "NODE_AGENT_RESERVED_VCPUS",
 		"NODE_AGENT_RESERVED_MEMORY_MIB", "NODE_AGENT_RECONCILE_INTERVAL", "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS",
-		"NODE_AGENT_DISK_PRESSURE_PERCENT"}, presetNumericKeys()...)
+		"NODE_AGENT_DISK_PRESSURE_PERCENT", "NODE_AGENT_OCI_CACHE_MAX_GIB"}, presetNumericKeys()...)
 }
 
 // setNumeric sets one of the non-string keys.
@@ -233,10 +239,23 @@ func (c *Config) setNumeric(key, val string) error {
 		c.DiskPressurePercent = n
 	case "NODE_AGENT_RESERVED_VCPUS":
 		c.ReservedVCPUs = n
+	case "NODE_AGENT_OCI_CACHE_MAX_GIB":
+		c.OCICacheMaxGiB = n
 	default:
 		c.ReservedMemoryMiB = n
 	}
 	return nil
+}
+
+// DefaultOCICacheMaxGiB is NODE_AGENT_OCI_CACHE_MAX_GIB's default.
+const DefaultOCICacheMaxGiB = 20
+
+// OCICacheMaxBytes is the OCI image cache's bound, with its default.
+func (c Config) OCICacheMaxBytes() int64 {
+	if c.OCICacheMaxGiB <= 0 {
+		return DefaultOCICacheMaxGiB << 30
+	}
+	return int64(c.OCICacheMaxGiB) << 30
 }
 
 // DefaultDiskPressurePercent is NODE_AGENT_DISK_PRESSURE_PERCENT's default.

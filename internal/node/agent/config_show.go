@@ -97,6 +97,8 @@ func (c Config) value(key string) string {
 		return fmt.Sprint(c.ReservedMemoryMiB)
 	case "NODE_AGENT_DISK_PRESSURE_PERCENT":
 		return fmt.Sprint(c.diskPressurePercent())
+	case "NODE_AGENT_OCI_CACHE_MAX_GIB":
+		return fmt.Sprint(c.OCICacheMaxBytes() >> 30)
 	}
 	return ""
 }

@@ -79,6 +79,8 @@ func flagDefault(name string, d Config) string {
 		return "0"
 	case "disk-pressure-percent":
 		return "90"
+	case "oci-cache-max-gib":
+		return "20"
 	}
 	return ""
 }
