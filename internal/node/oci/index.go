@@ -247,10 +247,15 @@ func (s *Store) blobSharedLocked(digest, blob string) bool {
 // func is called: Prune keeps them.
 func (s *Store) hold(digests ...string) func() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holdLocked(digests...)
+}
+
+// holdLocked is hold with s.mu held; the returned func takes s.mu.
+func (s *Store) holdLocked(digests ...string) func() {
 	for _, d := range digests {
 		s.busy[d]++
 	}
-	s.mu.Unlock()
 	return func() {
 		s.mu.Lock()
 		for _, d := range digests {

@@ -4,6 +4,7 @@ package oci_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -22,7 +23,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/compression"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/drover-dev/drover/internal/node/image"
 	"github.com/drover-dev/drover/internal/node/oci"
@@ -127,9 +131,19 @@ func pushApp(t *testing.T, reg *ocitest.Registry, repo, tag string) ocitest.Imag
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A zstd layer (OCI's other compression) on top.
+	zb, err := ocitest.LayerTar(ocitest.File{Hdr: hdr("etc/zstd", tar.TypeReg, 0o600, owner(7, 8)), Body: []byte("zstd\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(zb)), nil },
+		tarball.WithCompression(compression.ZStd), tarball.WithMediaType(types.OCILayerZStd))
+	if err != nil {
+		t.Fatal(err)
+	}
 	img, err := ocitest.NewImage(v1.Config{Entrypoint: []string{"/bin/tool"}, Cmd: []string{"serve"},
 		Env: []string{"PATH=/bin", "MODE=test"}, User: "1000:1000", WorkingDir: "/srv",
-		ExposedPorts: map[string]struct{}{"8080/tcp": {}}}, lower, upper)
+		ExposedPorts: map[string]struct{}{"8080/tcp": {}}}, lower, upper, top)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,8 +238,8 @@ func TestPullAndRootfs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if img.Digest != app.Digest || len(img.Layers) != 2 || img.Cached {
-		t.Fatalf("pulled %+v, want digest %s, 2 layers, downloaded", img, app.Digest)
+	if img.Digest != app.Digest || len(img.Layers) != 3 || img.Cached || img.Layers[2].MediaType != string(types.OCILayerZStd) {
+		t.Fatalf("pulled %+v, want digest %s, 3 layers (the last zstd), downloaded", img, app.Digest)
 	}
 	want := oci.ImageConfig{Entrypoint: []string{"/bin/tool"}, Cmd: []string{"serve"}, Env: []string{"PATH=/bin", "MODE=test"},
 		User: "1000:1000", WorkingDir: "/srv", ExposedPorts: []string{"8080/tcp"}}
@@ -245,8 +259,8 @@ func TestPullAndRootfs(t *testing.T) {
 	if rfs.Cached || rfs.Path != filepath.Join(dir, "rootfs", strings.TrimPrefix(img.Digest, "sha256:")+".ext4") {
 		t.Fatalf("rootfs %+v", rfs)
 	}
-	if done[oci.PhasePull] != 2 || done[oci.PhaseExtract] != 2 || done[oci.PhaseRootfs] != 1 {
-		t.Errorf("progress done per phase %v, want pull 2, extract 2, rootfs 1", done)
+	if done[oci.PhasePull] != 3 || done[oci.PhaseExtract] != 3 || done[oci.PhaseRootfs] != 1 {
+		t.Errorf("progress done per phase %v, want pull 3, extract 3, rootfs 1", done)
 	}
 	if out, err := exec.Command("e2fsck", "-fn", rfs.Path).CombinedOutput(); err != nil {
 		t.Errorf("e2fsck -fn: %v: %s", err, out)
@@ -270,6 +284,7 @@ func TestPullAndRootfs(t *testing.T) {
 		{"/opq/upper", "regular", 0o600, 33, 33},
 		{"/srv", "directory", 0o1777, 0, 0},
 		{"/tmp/inside", "regular", 0o644, 0, 0},
+		{"/etc/zstd", "regular", 0o600, 7, 8},
 	} {
 		in := stat(t, rfs.Path, c.path)
 		if !in.found || in.typ != c.typ || in.mode != c.mode || in.uid != c.uid || in.gid != c.gid {
@@ -510,5 +525,37 @@ func TestRootfsRefusesTraversal(t *testing.T) {
 				t.Error("/etc/x written on the host")
 			}
 		})
+	}
+}
+
+func TestPrepareLeases(t *testing.T) {
+	requireTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	reg := ocitest.StartRegistry()
+	defer reg.Close()
+	app := pushApp(t, reg, "drover/app", "v1")
+	s := newStore(t, t.TempDir(), 1, nil) // a bound nothing fits: only the lease keeps the image
+	img, rfs, err := s.Prepare(ctx, "inst-1", app.Ref, app.Digest, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Leases()["inst-1"] != img.Digest {
+		t.Errorf("leases %v", s.Leases())
+	}
+	if _, err := s.Prune(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(rfs.Path); err != nil {
+		t.Fatalf("leased rootfs evicted: %v", err)
+	}
+	if err := s.Release("inst-1"); err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := s.Prune(); err != nil || len(ev) != 1 || ev[0] != img.Digest {
+		t.Fatalf("prune after release: %v, %v", ev, err)
+	}
+	if _, err := os.Stat(rfs.Path); err == nil {
+		t.Error("released rootfs kept past the bound")
 	}
 }

@@ -50,18 +50,18 @@ func (s *Store) Rootfs(ctx context.Context, digest string, progress ProgressFunc
 	rec := s.idx.Images[d]
 	var layers []Layer
 	var cfg ImageConfig
-	if rec != nil {
+	if rec != nil { // held in the same critical section, so Prune cannot slip in between
 		layers, cfg = append([]Layer(nil), rec.Layers...), rec.Config
+		held := []string{d}
+		for _, l := range layers {
+			held = append(held, l.Digest)
+		}
+		defer s.holdLocked(held...)()
 	}
 	s.mu.Unlock()
 	if rec == nil {
 		return Rootfs{}, buildError(d, ErrNotPulled)
 	}
-	held := []string{d}
-	for _, l := range layers {
-		held = append(held, l.Digest)
-	}
-	defer s.hold(held...)()
 
 	out := Rootfs{Path: s.RootfsPath(d), ConfigPath: s.ConfigPath(d), Digest: d}
 	if fi, err := os.Stat(out.Path); err == nil && fi.Mode().IsRegular() {
@@ -144,7 +144,14 @@ func (s *Store) Prepare(ctx context.Context, holder, ref, digest string, auth []
 	if err != nil {
 		return nil, Rootfs{}, err
 	}
-	if err := s.Acquire(holder, img.Digest); err != nil {
+	err = s.Acquire(holder, img.Digest)
+	if errors.Is(err, ErrNotPulled) { // evicted between the two: once more, now pinned
+		if img, err = s.Pull(ctx, ref, img.Digest, auth, progress); err != nil {
+			return nil, Rootfs{}, err
+		}
+		err = s.Acquire(holder, img.Digest)
+	}
+	if err != nil {
 		return img, Rootfs{}, buildError(img.Digest, err)
 	}
 	rfs, err := s.Rootfs(ctx, img.Digest, progress)
