@@ -13,6 +13,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/node/runtime/docker"
+	"github.com/drover-dev/drover/internal/node/runtime/firecracker"
 	"github.com/drover-dev/drover/internal/node/runtime/qemu"
 	"github.com/drover-dev/drover/internal/wire/version"
 )
@@ -25,7 +26,7 @@ func main() {
 	}
 	// The instance runtimes this binary links in (NODE_AGENT_RUNTIME; none
 	// is built in). A new runtime is one package and one entry here.
-	runtimes := runtime.Registry{qemu.Name: qemu.Entry(), docker.Name: docker.Entry()}
+	runtimes := runtime.Registry{qemu.Name: qemu.Entry(), docker.Name: docker.Entry(), firecracker.Name: firecracker.Entry()}
 	// NODE_AGENT_BOOTSTRAP_TOKEN may come from the systemd credential
 	// drover-agent-bootstrap-token (LoadCredential=).
 	getenv, err := agent.WithCredentials(os.Getenv)

@@ -117,7 +117,7 @@ func reasonCodeMeaning() map[string]string {
 	return map[string]string{
 		"image_pull_failed":        "the image could not be fetched, verified or was unsafe",
 		"rootfs_build_failed":      "the instance's disk or cloud-init seed could not be built, or the disk spec is invalid",
-		"firecracker_start_failed": "a Firecracker VM failed to start (no Drover runtime reports it; QEMU reports vm_start_failed)",
+		"firecracker_start_failed": "a Firecracker microVM failed to start: spawning firecracker or the jailer, its API socket, a configuration request or InstanceStart, with the step and Firecracker's fault_message (the firecracker runtime; QEMU reports vm_start_failed)",
 		"vm_start_failed":          "QEMU failed to start the VM",
 		"container_start_failed":   "the container engine could not create, start or stop the container, or the container spec is invalid (docker runtime)",
 		"network_setup_failed":     "the network (forwards, tap on a bridge) could not be set up",

@@ -12,6 +12,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/node/runtime/docker"
+	"github.com/drover-dev/drover/internal/node/runtime/firecracker"
 	"github.com/drover-dev/drover/internal/node/runtime/qemu"
 	"github.com/drover-dev/drover/internal/node/slicevm"
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -243,7 +244,7 @@ func agentConfigSection() string {
 	var rows [][]string
 	// drover-agent's registry (cmd/drover-agent): its runtimes' own keys
 	// are part of the agent's contract.
-	for _, k := range agent.ConfigKeys(runtime.Registry{qemu.Name: qemu.Entry(), docker.Name: docker.Entry()}) {
+	for _, k := range agent.ConfigKeys(runtime.Registry{qemu.Name: qemu.Entry(), docker.Name: docker.Entry(), firecracker.Name: firecracker.Entry()}) {
 		flagName := k.Flag
 		if flagName != "" {
 			flagName = code(flagName)

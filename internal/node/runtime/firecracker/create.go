@@ -231,18 +231,49 @@ func copyRootfs(base, dst string, size int64) error {
 		return err
 	}
 	if !cloneFile(out, src) {
-		if _, err := io.Copy(out, src); err != nil {
+		if err := sparseCopy(out, src); err != nil {
 			_ = out.Close()
 			return err
 		}
 	}
-	if size > fi.Size() {
-		if err := out.Truncate(size); err != nil {
-			_ = out.Close()
-			return err
-		}
+	if err := out.Truncate(max(size, fi.Size())); err != nil {
+		_ = out.Close()
+		return err
 	}
 	return out.Close()
+}
+
+// sparseCopy copies src to dst, seeking over all-zero blocks so the copy of
+// a sparse ext4 image stays sparse (the caller truncates dst to its size).
+func sparseCopy(dst, src *os.File) error {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := io.ReadFull(src, buf)
+		if n > 0 {
+			if allZero(buf[:n]) {
+				if _, serr := dst.Seek(int64(n), io.SeekCurrent); serr != nil {
+					return serr
+				}
+			} else if _, werr := dst.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // jailID is the jailer's --id for an instance: the jailer takes

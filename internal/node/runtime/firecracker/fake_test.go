@@ -25,12 +25,12 @@ import (
 
 // Environment of the fake.
 const (
-	fakeEnv       = "DROVER_FAKE_FC"         // "1": be the fake
-	fakeSpecEnv   = "DROVER_FAKE_FC_SPEC"    // the spec's absolute path
-	fakeLogEnv    = "DROVER_FAKE_FC_LOG"     // where requests are recorded (JSON lines)
-	fakeFailEnv   = "DROVER_FAKE_FC_FAIL"    // an action_type answered 400 with DROVER_FAKE_FC_FAULT
-	fakeFaultEnv  = "DROVER_FAKE_FC_FAULT"   // that fault_message
-	fakeNoCADEnv  = "DROVER_FAKE_FC_NO_CAD"  // "1": ignore SendCtrlAltDel (a guest that never shuts down)
+	fakeEnv       = "DROVER_FAKE_FC"        // "1": be the fake
+	fakeSpecEnv   = "DROVER_FAKE_FC_SPEC"   // the spec's absolute path
+	fakeLogEnv    = "DROVER_FAKE_FC_LOG"    // where requests are recorded (JSON lines)
+	fakeFailEnv   = "DROVER_FAKE_FC_FAIL"   // an action_type answered 400 with DROVER_FAKE_FC_FAULT
+	fakeFaultEnv  = "DROVER_FAKE_FC_FAULT"  // that fault_message
+	fakeNoCADEnv  = "DROVER_FAKE_FC_NO_CAD" // "1": ignore SendCtrlAltDel (a guest that never shuts down)
 	fakeBootedMsg = "fake-firecracker: guest booted"
 )
 
