@@ -44,6 +44,7 @@ func Run(t *testing.T, open Opener) {
 	cases = append(cases, terminalCases...)
 	cases = append(cases, keyCases...)
 	cases = append(cases, preflightCases...)
+	cases = append(cases, workloadSecretCases...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
