@@ -35,8 +35,9 @@ func (s *Server) nodeRoutes() map[string]http.Handler {
 		nodeapi.PostResult.MuxPattern():      s.hosts.NodeAuthID(s.tasks.Result),
 		nodeapi.DesiredInstances.MuxPattern(): s.hosts.NodeAuthID(
 			s.instancePolls.Limit(httpapi.WaitRequested, s.inst.NodeDesired)),
-		nodeapi.InstanceStatus.MuxPattern(): s.hosts.NodeAuthID(s.inst.NodeStatus),
-		nodeapi.TerminalStream.MuxPattern(): s.term.NodeMTLS(s.hosts.NodeAuthID(s.term.NodeStream)),
-		nodeapi.LogsStream.MuxPattern():     s.hosts.NodeAuthID(s.logs.NodeStream),
+		nodeapi.InstanceStatus.MuxPattern():  s.hosts.NodeAuthID(s.inst.NodeStatus),
+		nodeapi.InstanceSecrets.MuxPattern(): s.hosts.NodeAuthID(s.secrets.NodeFetch),
+		nodeapi.TerminalStream.MuxPattern():  s.term.NodeMTLS(s.hosts.NodeAuthID(s.term.NodeStream)),
+		nodeapi.LogsStream.MuxPattern():      s.hosts.NodeAuthID(s.logs.NodeStream),
 	}
 }

@@ -25,15 +25,17 @@ type operatorRoute struct {
 
 func (rt operatorRoute) key() string { return rt.method + " " + rt.pattern }
 
-// operatorRoutes is the operator API. viewer: reads; operator: everything
-// that changes hosts, tasks, instances, allocations, terminals, slots and
-// placements; admin: tokens, signing keys and host revoke. Three reads are
+// operatorRoutes is the operator API. viewer: reads (secrets: names and
+// versions only, never values); operator: everything that changes hosts,
+// tasks, instances, allocations, terminals, slots, placements and workload
+// secrets (an operator can read a secret through an instance it runs
+// anyway); admin: tokens, signing keys and host revoke. Three reads are
 // above viewer: the token list (admin), terminal recordings (operator:
 // they hold everything typed and shown in a shell) and evidence bundles
 // (operator: they queue a diag.collect and hold the agent's log lines).
 func (s *Server) operatorRoutes() []operatorRoute {
 	const (
-		get, post, del          = http.MethodGet, http.MethodPost, http.MethodDelete
+		get, post, put, del     = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete
 		viewer, operator, admin = api.RoleViewer, api.RoleOperator, api.RoleAdmin
 	)
 	return []operatorRoute{
@@ -80,6 +82,10 @@ func (s *Server) operatorRoutes() []operatorRoute {
 		{get, "/api/v1/tokens", admin, s.ops.List},
 		{post, "/api/v1/tokens", admin, s.ops.Create},
 		{post, "/api/v1/tokens/{id}/revoke", admin, s.ops.Revoke},
+		{get, "/api/v1/secrets", viewer, s.secrets.List},
+		{get, "/api/v1/secrets/{name}", viewer, s.secrets.Show},
+		{put, "/api/v1/secrets/{name}", operator, s.secrets.Set},
+		{del, "/api/v1/secrets/{name}", operator, s.secrets.Delete},
 		{get, "/api/v1/audit", viewer, s.audit.List},
 		{post, "/api/v1/signing-keys/rotate", admin, s.rotateSigningKey},
 		{get, "/api/v1/ca", viewer, s.showCA},

@@ -36,6 +36,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/logsgw"
 	"github.com/drover-dev/drover/internal/cp/operators"
 	"github.com/drover-dev/drover/internal/cp/preflight"
+	"github.com/drover-dev/drover/internal/cp/secrets"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/cp/tasks"
 	"github.com/drover-dev/drover/internal/cp/termgw"
@@ -234,6 +235,8 @@ type Server struct {
 	ops *operators.Room
 	// pre is the preflight runs and evidence bundles room.
 	pre *preflight.Room
+	// secrets is the workload secrets room (operator routes, node fetch).
+	secrets *secrets.Room
 	// dash is the server-rendered dashboard; it calls apiMux in-process.
 	dash *dashboard.UI
 	// taskPolls and instancePolls cap each node's concurrent long-polls of
@@ -284,6 +287,7 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	s.allocs = allocations.New(st, s.inst, s.tasks, s.term, s.audit, s.cfg.Registry, s.log, cfg.Now)
 	s.ops = operators.New(st, s.audit, cfg.Now)
 	s.pre = preflight.New(preflight.Config{CollectWait: cfg.EvidenceCollectWait, Log: s.log, Now: cfg.Now}, st, s.hosts, s.tasks, s.keys, s.audit)
+	s.secrets = secrets.New(st, s.keys, s.audit, s.log, cfg.Now)
 	s.subscribeTaskEvents()
 	s.dash = s.newDashboard()
 	s.taskPolls = httpapi.NewLongPolls("tasks", s.cfg.NodeLongPollLimit, s.reg, limitRefusals)

@@ -141,6 +141,15 @@ func (c *Client) InstanceStatus(ctx context.Context, nodeID, instanceID string, 
 	return in, err
 }
 
+// InstanceSecrets fetches the values of the secrets instance instanceID's
+// spec names (only an instance placed on nodeID). The answer holds secret
+// values: keep it in memory only, and never log it.
+func (c *Client) InstanceSecrets(ctx context.Context, nodeID, instanceID, cid string) (api.InstanceSecrets, error) {
+	var out api.InstanceSecrets
+	_, err := call(ctx, c, InstanceSecrets, InstanceSecrets.Path(nodeID, instanceID), "", cid, nil, &out)
+	return out, err
+}
+
 // TerminalURL is the URL of the node leg of terminal session sessionID.
 func (c *Client) TerminalURL(nodeID, sessionID string) string {
 	return TerminalURL(c.base, nodeID, sessionID)

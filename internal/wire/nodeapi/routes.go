@@ -75,6 +75,7 @@ const (
 	PostResult       NodeItemRoute[api.TaskResult, ResultAck]              = "POST /internal/v1/nodes/{id}/tasks/{task_id}/result"
 	DesiredInstances NodeRoute[NoBody, api.NodeInstances]                  = "GET /internal/v1/nodes/{id}/instances"
 	InstanceStatus   NodeItemRoute[api.InstanceStatusReport, api.Instance] = "POST /internal/v1/nodes/{id}/instances/{iid}/status"
+	InstanceSecrets  NodeItemRoute[NoBody, api.InstanceSecrets]            = "GET /internal/v1/nodes/{id}/instances/{iid}/secrets"
 	TerminalStream   NodeItemRoute[NoBody, NoBody]                         = "GET /internal/v1/nodes/{id}/terminal/{session_id}"
 	LogsStream       NodeItemRoute[NoBody, NoBody]                         = "GET /internal/v1/nodes/{id}/logs/{session_id}"
 )
@@ -107,6 +108,7 @@ func Routes() []Route {
 		PostResult.entry("post_result"),
 		DesiredInstances.entry("desired_instances"),
 		InstanceStatus.entry("instance_status"),
+		InstanceSecrets.entry("instance_secrets"),
 		withStream(TerminalStream.entry("terminal_stream")),
 		withStream(LogsStream.entry("logs_stream")),
 	}

@@ -41,8 +41,8 @@ func TestTable(t *testing.T) {
 			t.Errorf("%s: stream %v response %v", r.Name, r.Stream, r.Response)
 		}
 	}
-	if len(seen) != 12 {
-		t.Errorf("%d routes, want 12", len(seen))
+	if len(seen) != 13 {
+		t.Errorf("%d routes, want 13", len(seen))
 	}
 }
 
@@ -63,6 +63,7 @@ func TestPathBuilders(t *testing.T) {
 		{PostResult.Pattern(), PostResult.Path("n1", "t/1"), "/internal/v1/nodes/n1/tasks/t%2F1/result"},
 		{DesiredInstances.Pattern(), DesiredInstances.Path("n1"), "/internal/v1/nodes/n1/instances"},
 		{InstanceStatus.Pattern(), InstanceStatus.Path("n1", "i-1"), "/internal/v1/nodes/n1/instances/i-1/status"},
+		{InstanceSecrets.Pattern(), InstanceSecrets.Path("n1", "i-1"), "/internal/v1/nodes/n1/instances/i-1/secrets"},
 		{TerminalStream.Pattern(), TerminalStream.Path("n1", "s-1"), "/internal/v1/nodes/n1/terminal/s-1"},
 		{LogsStream.Pattern(), LogsStream.Path("n1", "ls-1"), "/internal/v1/nodes/n1/logs/ls-1"},
 	} {
