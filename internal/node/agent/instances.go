@@ -97,7 +97,7 @@ func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 		}
 	}
 	v.rec = reconcile.New(v.rt, statusReporter{a}, reconcile.Options{Interval: a.cfg.ReconcileInterval,
-		Secrets: a.readSecret, Log: a.log})
+		Secrets: a.instanceSecrets, Log: a.log})
 	v.pulls = newOllamaPulls(ctx, a.postStatus, a.log)
 	v.slices, err = slicevm.New(slicevm.Options{Runtime: v.rt, Images: images, SysfsRoot: "/",
 		StateDir: filepath.Join(root, "slices"), CloudInitDir: filepath.Join(root, "cloud-init"), Log: a.log,

@@ -62,7 +62,9 @@ func TestReasonCodesReachTheReporter(t *testing.T) {
 			reason: api.ReasonSecretsMissing,
 			setup:  func(h *harness, d *api.DesiredInstance) { d.Spec.Secrets = []string{"db-password"} },
 			opts: func(o *Options) {
-				o.Secrets = func(name string) ([]byte, error) { return nil, fmt.Errorf("read %s: %w", name, fs.ErrNotExist) }
+				o.Secrets = func(_ context.Context, _ string, names []string) (map[string][]byte, error) {
+					return nil, fmt.Errorf("read %s: %w", names[0], fs.ErrNotExist)
+				}
 			},
 			want: []string{"Pending", "Failed/secrets_missing"},
 		},
@@ -77,7 +79,9 @@ func TestReasonCodesReachTheReporter(t *testing.T) {
 			reason: api.ReasonSecretsInjectionFailed,
 			setup:  func(h *harness, d *api.DesiredInstance) { d.Spec.Secrets = []string{"db-password"} },
 			opts: func(o *Options) {
-				o.Secrets = func(string) ([]byte, error) { return nil, errors.New("decrypt: bad key") }
+				o.Secrets = func(context.Context, string, []string) (map[string][]byte, error) {
+					return nil, errors.New("decrypt: bad key")
+				}
 			},
 			want: []string{"Pending", "Failed/secrets_injection_failed"},
 		},

@@ -97,10 +97,12 @@ type Options struct {
 	BackoffMax         time.Duration // default 5m
 	CrashLoopThreshold int           // restarts within CrashLoopWindow that make it crash_loop_backoff (default 5)
 	CrashLoopWindow    time.Duration // default 10m
-	// Secrets reads one secret by name. Nil: no secrets are available. An
-	// error wrapping fs.ErrNotExist means missing (secrets_missing); any
-	// other error is secrets_injection_failed.
-	Secrets func(name string) ([]byte, error)
+	// Secrets reads the secrets instance instanceID names, all at once,
+	// right before its Create: the values are held in memory for that call
+	// only. Nil: no secrets are available. An error wrapping
+	// fs.ErrNotExist means missing (secrets_missing); any other error is
+	// secrets_injection_failed; a name absent from the answer is missing.
+	Secrets func(ctx context.Context, instanceID string, names []string) (map[string][]byte, error)
 	Log     *slog.Logger
 	// Now is the clock for deadlines (backoff, readiness, probes) and
 	// report times. Waits are real timers computed from it, so a test clock

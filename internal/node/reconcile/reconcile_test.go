@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -260,7 +261,16 @@ func TestSlowStopDoesNotBlockOthers(t *testing.T) {
 func TestSecretsReachTheRuntime(t *testing.T) {
 	rt := &captureRT{Runtime: mock.New(mock.Options{Log: quiet})}
 	opts := fastOpts()
-	opts.Secrets = func(name string) ([]byte, error) { return []byte("value-of-" + name), nil }
+	opts.Secrets = func(_ context.Context, id string, names []string) (map[string][]byte, error) {
+		if id != "a" {
+			return nil, fmt.Errorf("secrets asked for instance %q", id)
+		}
+		out := map[string][]byte{}
+		for _, name := range names {
+			out[name] = []byte("value-of-" + name)
+		}
+		return out, nil
+	}
 	rep := newRecorder()
 	rec := New(rt, rep, opts)
 	ctx, cancel := context.WithCancel(context.Background())

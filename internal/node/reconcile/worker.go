@@ -193,7 +193,7 @@ func (w *worker) create(ctx context.Context, d api.DesiredInstance) bool {
 	if w.cur.phase != api.InstanceFailed || w.cur.gen != d.Generation {
 		w.set(ctx, d.Generation, api.InstancePending, "", "")
 	}
-	secrets, reason, err := w.readSecrets(d.Spec.Secrets)
+	secrets, reason, err := w.readSecrets(ctx, d.Spec.Secrets)
 	if err != nil {
 		w.startFailed(ctx, d, reason, err)
 		return false
@@ -214,23 +214,24 @@ func (w *worker) create(ctx context.Context, d api.DesiredInstance) bool {
 	return true
 }
 
-func (w *worker) readSecrets(names []string) (map[string][]byte, api.ReasonCode, error) {
+func (w *worker) readSecrets(ctx context.Context, names []string) (map[string][]byte, api.ReasonCode, error) {
 	if len(names) == 0 {
 		return nil, "", nil
 	}
-	out := make(map[string][]byte, len(names))
+	if w.r.opts.Secrets == nil {
+		return nil, api.ReasonSecretsMissing, fmt.Errorf("secrets %q: no secrets are available on this host", names)
+	}
+	out, err := w.r.opts.Secrets(ctx, w.id, names)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, api.ReasonSecretsMissing, fmt.Errorf("secrets: %w", err)
+	}
+	if err != nil {
+		return nil, api.ReasonSecretsInjectionFailed, fmt.Errorf("secrets: %w", err)
+	}
 	for _, name := range names {
-		if w.r.opts.Secrets == nil {
-			return nil, api.ReasonSecretsMissing, fmt.Errorf("secret %q: no secrets are available on this host", name)
+		if _, ok := out[name]; !ok {
+			return nil, api.ReasonSecretsMissing, fmt.Errorf("secret %q: %w", name, fs.ErrNotExist)
 		}
-		b, err := w.r.opts.Secrets(name)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, api.ReasonSecretsMissing, fmt.Errorf("secret %q: %w", name, err)
-		}
-		if err != nil {
-			return nil, api.ReasonSecretsInjectionFailed, fmt.Errorf("secret %q: %w", name, err)
-		}
-		out[name] = b
 	}
 	return out, "", nil
 }
