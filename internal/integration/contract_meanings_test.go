@@ -17,6 +17,7 @@ func nodeRouteMeaning() map[string]string {
 		"post_result":       "the task's result",
 		"desired_instances": "the node's desired instance set; long-polls while the etag is current",
 		"instance_status":   "one instance status transition (phase, reason, generation)",
+		"instance_secrets":  "the values of the secrets an instance placed on this node names (Cache-Control: no-store); 404 for another node's instance or a name its spec does not list",
 		"terminal_stream":   "the node's terminal stream for a session (with the session's nonce in X-Drover-Terminal-Nonce)",
 		"logs_stream":       "the node's log stream for a logs.open session (with the session's nonce in X-Drover-Logs-Nonce; logstream frames)",
 	}
@@ -67,6 +68,10 @@ func operatorRouteMeaning() map[string]string {
 		"GET /api/v1/tokens":                            "list operator tokens",
 		"POST /api/v1/tokens":                           "create an operator token",
 		"POST /api/v1/tokens/{id}/revoke":               "revoke an operator token",
+		"GET /api/v1/secrets":                           "workload secrets: names, versions and timestamps, never values",
+		"GET /api/v1/secrets/{name}":                    "one workload secret's metadata (never its value)",
+		"PUT /api/v1/secrets/{name}":                    "set or replace a workload secret's value (sealed with the KEK; version + 1)",
+		"DELETE /api/v1/secrets/{name}":                 "delete a workload secret",
 		"GET /api/v1/audit":                             "the audit log",
 		"POST /api/v1/signing-keys/rotate":              "rotate the task-signing key",
 		"GET /api/v1/ca":                                "the CA certificate, its pin hash and the node URL",
