@@ -33,6 +33,7 @@ type CLI struct {
 	Tasks       TasksCmd       `cmd:"" help:"Queue and inspect signed tasks."`
 	Instances   InstancesCmd   `cmd:"" help:"Declare, inspect and scale VM instances."`
 	Allocations AllocationsCmd `cmd:"" help:"Bind users to hosts or instances; terminal tokens, sessions and recordings."`
+	Secrets     SecretsCmd     `cmd:"" help:"Workload secrets instances name in spec.secrets (values go in, never out)."`
 	Token       TokenCmd       `cmd:"" help:"Manage operator tokens."`
 	Keys        KeysCmd        `cmd:"" help:"Manage task-signing keys."`
 	Audit       AuditCmd       `cmd:"" help:"Read the audit log."`
