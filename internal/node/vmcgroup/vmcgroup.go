@@ -39,6 +39,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // DefaultParent is the cgroup under which VM cgroups are made.
@@ -216,14 +218,25 @@ func (g *Group) OOMKilled() (bool, error) {
 	return n > 0, err
 }
 
-// Remove deletes the cgroup; a missing one is fine. It fails while
-// processes remain (EBUSY).
+// Remove deletes the cgroup; a missing one is fine. A process that just
+// exited can keep it busy until it is reaped, so EBUSY is retried for up to
+// removeWait; past that (processes remain) it fails.
 func (g *Group) Remove() error {
-	if err := os.Remove(g.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove cgroup %s: %w", g.Path, err)
+	deadline := time.Now().Add(removeWait)
+	for {
+		err := os.Remove(g.Path)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("remove cgroup %s: %w", g.Path, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return nil
 }
+
+// removeWait bounds Remove's retries of a busy cgroup.
+const removeWait = 3 * time.Second
 
 // Reconcile removes the cgroups of ids not in live that hold no process
 // (a process still in one is left for its runtime's recovery to kill),

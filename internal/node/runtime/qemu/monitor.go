@@ -188,6 +188,9 @@ func (r *Runtime) monitor(in *instance, p *vmProc) {
 // exited records the end of a process and tells subscribers.
 func (r *Runtime) exited(in *instance, p *vmProc) {
 	state, reason, detail := p.verdict()
+	if r.cgroupVerdict(in.id, p.stopRequested.Load()) {
+		state, reason, detail = runtime.StateCrashed, api.ReasonOOMKilled, oomDetail
+	}
 	if c := p.client(); c != nil {
 		_ = c.Close()
 	}

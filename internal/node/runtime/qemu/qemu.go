@@ -32,6 +32,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/accel"
 	"github.com/drover-dev/drover/internal/node/image"
 	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/vmcgroup"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -61,8 +62,14 @@ type Options struct {
 	// OnOrphanRemoved is called with the path of every removed orphan
 	// overlay (the agent counts them).
 	OnOrphanRemoved func(path string)
-	Log             *slog.Logger
-	Now             func() time.Time
+	// Cgroups, when set, puts every QEMU process in a memory cgroup of its
+	// own (limit: the guest's memory plus CgroupOverheadMiB, default
+	// DefaultCgroupOverheadMiB); an exit after a kernel OOM kill in it is
+	// crashed with reason oom_killed.
+	Cgroups           *vmcgroup.Manager
+	CgroupOverheadMiB int
+	Log               *slog.Logger
+	Now               func() time.Time
 }
 
 // File names inside an instance directory.

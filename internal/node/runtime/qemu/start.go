@@ -198,6 +198,10 @@ func (r *Runtime) launch(ctx context.Context, in *instance) error {
 		cleanup()
 		return fail(api.ReasonVMStartFailed, "qemu exited right after start (pid file: %v)", err)
 	}
+	if err := r.placeInCgroup(id, spec, pid); err != nil {
+		cleanup()
+		return fail(api.ReasonVMStartFailed, "cgroup: %w", err)
+	}
 
 	p := newProc(pid, l.QMPSocket, r.log.With("id", id, "pid", pid))
 	c, err := dialQMP(ctx, l.QMPSocket, qmpDialTimeout, p.onEvent)

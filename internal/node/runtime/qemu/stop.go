@@ -150,6 +150,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 			return fmt.Errorf("destroy %s: pid %d still alive after SIGKILL", id, pid)
 		}
 	}
+	r.removeCgroup(id)
 	st, _ := readState(dir)
 	if st.Tap != "" {
 		if err := removeTap(ctx, st.Tap); err != nil {
