@@ -290,7 +290,7 @@ func TestRPMPackages(t *testing.T) {
 	}{
 		{"drover-agent", []string{"/usr/bin/drover-agent", "/lib/systemd/system/drover-agent.service",
 			"/etc/drover-agent/env", "/var/lib/drover-agent"}, "/etc/drover-agent/env"},
-		{"drover", []string{"/usr/bin/drover", "/lib/systemd/system/drover.service", "/etc/drover"}, ""},
+		{"drover", []string{"/usr/bin/drover", "/lib/systemd/system/drover.service", "/etc/drover", "/etc/drover/env"}, "/etc/drover/env"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rpm := packageFile(t, dir, tc.name+"-0.9.0*.x86_64.rpm")
