@@ -43,11 +43,16 @@ type Config struct {
 	DiskPressurePercent int
 
 	// Instances (VMs).
-	Runtime           string        // NODE_AGENT_RUNTIME: a name in Runtimes (LoadConfig's default: qemu) | none (also "")
-	ContainerRuntime  string        // NODE_AGENT_CONTAINER_RUNTIME: a container runtime in Runtimes (docker) run beside Runtime | none (also "", the default)
-	RuntimeDir        string        // NODE_AGENT_RUNTIME_DIR: instances, overlays, image cache (default <state dir>/runtime)
-	ImageDirs         string        // NODE_AGENT_IMAGE_DIRS: comma-separated dirs local images and file:// URLs may come from (default /var/lib/drover/images)
-	SecretsDir        string        // NODE_AGENT_SECRETS_DIR: one file per secret an instance may name
+	Runtime          string // NODE_AGENT_RUNTIME: a name in Runtimes (LoadConfig's default: qemu) | none (also "")
+	ContainerRuntime string // NODE_AGENT_CONTAINER_RUNTIME: a container runtime in Runtimes (docker) run beside Runtime | none (also "", the default)
+	RuntimeDir       string // NODE_AGENT_RUNTIME_DIR: instances, overlays, image cache (default <state dir>/runtime)
+	ImageDirs        string // NODE_AGENT_IMAGE_DIRS: comma-separated dirs local images and file:// URLs may come from (default /var/lib/drover/images)
+	SecretsDir       string // NODE_AGENT_SECRETS_DIR: one file per secret an instance may name
+	// NODE_AGENT_MICROVM_BRIDGE and NODE_AGENT_MICROVM_CIDR: the bridge and
+	// the per-host IPv4 CIDR microVM taps get their addresses from
+	// (package netsetup; empty means netsetup.DefaultBridge/DefaultCIDR).
+	MicroVMBridge     string
+	MicroVMCIDR       string
 	ReconcileInterval time.Duration // NODE_AGENT_RECONCILE_INTERVAL: resync period (default 5s)
 
 	// NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS: let http(s) image URLs point at
@@ -112,6 +117,8 @@ func (c *Config) fields() map[string]*string {
 		"NODE_AGENT_RUNTIME_DIR":       &c.RuntimeDir,
 		"NODE_AGENT_IMAGE_DIRS":        &c.ImageDirs,
 		"NODE_AGENT_SECRETS_DIR":       &c.SecretsDir,
+		"NODE_AGENT_MICROVM_BRIDGE":    &c.MicroVMBridge,
+		"NODE_AGENT_MICROVM_CIDR":      &c.MicroVMCIDR,
 	}
 	for k, p := range c.presetStringKeys() {
 		m[k] = p
@@ -175,6 +182,8 @@ func newFlagSet(f *Config, configDefault, envFileDefault string, runtimes noderu
 		"let http(s) image URLs point at loopback, link-local (cloud metadata) and unspecified addresses (default false)")
 	fs.IntVar(&f.OCICacheMaxGiB, "oci-cache-max-gib", 0, "OCI image cache bound (layers and root filesystems), GiB; least recently used images no instance holds are evicted past it")
 	fs.StringVar(&f.SecretsDir, "secrets-dir", "", "directory with one file per instance secret")
+	fs.StringVar(&f.MicroVMBridge, "microvm-bridge", "", "bridge microVM taps are enslaved to, created if missing (default drbr0)")
+	fs.StringVar(&f.MicroVMCIDR, "microvm-cidr", "", "per-host IPv4 CIDR microVMs get addresses from; its first address is the gateway on the bridge (default 10.88.0.0/24)")
 	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
 	definePresetFlags(fs, f)
 	for _, name := range runtimes.Names() {
