@@ -3,9 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -101,28 +99,11 @@ func startDev(t *testing.T, heartbeat time.Duration) *devProc {
 	return d
 }
 
-// op calls the operator API with the dev operator token.
+// op calls the operator API with the dev operator token (env.op does the
+// work; only its URL, token and client are set).
 func (d *devProc) op(method, path string, in, out any) int {
 	d.t.Helper()
-	var body io.Reader
-	if in != nil {
-		b, _ := json.Marshal(in)
-		body = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, d.opURL+path, body)
-	req.Header.Set("Authorization", "Bearer "+d.token)
-	resp, err := d.opHTTP.Do(req)
-	if err != nil {
-		d.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if out != nil && len(raw) > 0 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			d.t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
-		}
-	}
-	return resp.StatusCode
+	return (&env{t: d.t, opURL: d.opURL, opToken: d.token, opHTTP: d.opHTTP}).op(method, path, in, out)
 }
 
 // waitAllocationActive waits until the allocation is active (its user
