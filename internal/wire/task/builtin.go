@@ -63,6 +63,7 @@ func Builtin() []Spec {
 		EchoSpec(),
 		CollectSpec(),
 		PreflightSpec(),
+		ImagePullSpec(),
 	}
 }
 
