@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"maps"
@@ -93,54 +92,34 @@ func gpuHint(err error) error {
 	return err
 }
 
-// pull fetches spec.Image and returns the image id to run. Progress goes
-// out as EventProgress; an image whose digest is not the spec's is
+// pull fetches spec.Image (Pull) and returns the image id to run. Progress
+// goes out as EventProgress; an image whose digest is not the spec's is
 // refused (image_pull_failed, "digest mismatch").
 func (r *Runtime) pull(ctx context.Context, spec runtime.Spec) (string, error) {
 	id, ref := spec.ID, spec.Image.Ref
 	start := time.Now()
-	var opts client.ImagePullOptions
+	var auth []byte
 	if name := spec.ContainerOrZero().RegistryAuth; name != "" {
 		cred, ok := spec.Secrets[name]
 		if !ok {
 			return "", runtime.Errorf(api.ReasonSecretsMissing, "create", id, "registry auth secret %q not given", name)
 		}
-		opts.RegistryAuth = base64.URLEncoding.EncodeToString(cred)
+		auth = cred
 	}
-	resp, err := r.cli.ImagePull(ctx, ref, opts)
-	if err != nil {
-		return "", r.fail(api.ReasonImagePullFailed, "create", id, fmt.Errorf("pull %s: %w", ref, err))
-	}
-	last := map[string]string{} // layer → last status sent
-	for m, err := range resp.JSONMessages(ctx) {
-		if err != nil {
-			return "", r.fail(api.ReasonImagePullFailed, "create", id, fmt.Errorf("pull %s: %w", ref, err))
-		}
-		if m.Error != nil {
-			return "", runtime.Errorf(api.ReasonImagePullFailed, "create", id, "pull %s: %s", ref, m.Error.Message)
-		}
-		if m.Status == "" || last[m.ID] == m.Status {
-			continue
-		}
-		last[m.ID] = m.Status
-		line := "pull " + ref + ": " + m.Status
-		if m.ID != "" {
-			line = "pull " + ref + ": " + m.ID + ": " + m.Status
+	imageID, err := r.pullImage(ctx, "create", id, ref, spec.Image.Digest, auth, func(layer, status string) {
+		line := "pull " + ref + ": " + status
+		if layer != "" {
+			line = "pull " + ref + ": " + layer + ": " + status
 		}
 		r.log.Debug("image pull", "instance", id, "progress", line)
 		r.emit(runtime.Event{ID: id, Kind: runtime.EventProgress, At: time.Now(), Detail: line})
-	}
-	img, err := r.cli.ImageInspect(ctx, ref)
+	})
 	if err != nil {
-		return "", r.fail(api.ReasonImagePullFailed, "create", id, fmt.Errorf("inspect pulled image %s: %w", ref, err))
-	}
-	if want := spec.Image.Digest; want != "" && !hasDigest(img.RepoDigests, want) {
-		return "", runtime.Errorf(api.ReasonImagePullFailed, "create", id,
-			"pull %s: digest mismatch: the registry served %s, the spec pins %s", ref, strings.Join(img.RepoDigests, ", "), want)
+		return "", err
 	}
 	r.emit(runtime.Event{ID: id, Kind: runtime.EventProgress, At: time.Now(),
-		Detail: fmt.Sprintf("pull %s: done in %s (%s)", ref, time.Since(start).Round(time.Millisecond), img.ID)})
-	return img.ID, nil
+		Detail: fmt.Sprintf("pull %s: done in %s (%s)", ref, time.Since(start).Round(time.Millisecond), imageID)})
+	return imageID, nil
 }
 
 // hasDigest reports whether one of an image's repo digests (repo@sha256:…)
