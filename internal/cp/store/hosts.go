@@ -42,6 +42,16 @@ type Host struct {
 	LastSuccessfulPreflightAt time.Time
 	// Profile is the environment the host's agent should use.
 	Profile Profile
+	// Health is what the last finished diag.health_probe said.
+	Health Health
+}
+
+// Health is a host's last health probe result: State is "" before any.
+type Health struct {
+	State     api.HostHealth
+	Summary   string
+	CheckedAt time.Time
+	TaskID    string
 }
 
 // Failure is a host's last failure.
@@ -95,4 +105,10 @@ type HostStore interface {
 	// reason starts with PreflightStatusReasonPrefix (a preflight run named
 	// why it is not heartbeating), are left alone.
 	MarkStale(ctx context.Context, cutoff time.Time) ([]string, error)
+	// ClaimHealthProbe claims the health probe scheduling slot starting at
+	// slot for host id: it records slot as the host's last claimed slot
+	// when the one recorded is earlier, and reports whether it did. Of
+	// several replicas claiming the same slot exactly one gets true. An
+	// unknown id is false. No event is published.
+	ClaimHealthProbe(ctx context.Context, id string, slot time.Time) (bool, error)
 }

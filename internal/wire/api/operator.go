@@ -65,6 +65,14 @@ type Host struct {
 	// Profile is the environment the host's agent should use, and what it
 	// reports it uses.
 	Profile HostProfile `json:"profile"`
+	// Health is what the last finished diag.health_probe said (scheduled
+	// every health probe interval, or run by an operator): healthy,
+	// unhealthy or unknown, its summary (the failed checks), when it
+	// finished and the task; absent before the first probe.
+	Health          HostHealth `json:"health,omitempty"`
+	HealthSummary   string     `json:"health_summary,omitempty"`
+	HealthCheckedAt *time.Time `json:"health_checked_at,omitempty"`
+	HealthTaskID    string     `json:"health_task_id,omitempty"`
 }
 
 // EnqueueTaskRequest is POST /api/v1/tasks. Either TTL or ExpiresAt may be

@@ -40,7 +40,8 @@ const hostCols = `id, os_family, labels, enabled, revoked, status, status_reason
 	token_hash, token_expires_at, token_used, cert_serial, cert_not_after,
 	enrolled_at, last_seen_at, created_at, updated_at, draining,
 	last_failure_signal, last_failure_detail, last_failure_correlation_id, last_failure_at,
-	last_successful_preflight_at, profile_api_url, profile_terminal_url`
+	last_successful_preflight_at, profile_api_url, profile_terminal_url,
+	health, health_summary, health_checked_at, health_task_id`
 
 func scanHost(r Row) (store.Host, error) {
 	var (
@@ -48,14 +49,16 @@ func scanHost(r Row) (store.Host, error) {
 		labels, status, caps, capacity                      string
 		enabled, revoked, tokenUsed, draining               int64
 		tokenExp, certNotAfter, enrolled, seen, created, up int64
-		failedAt, preflightAt                               int64
+		failedAt, preflightAt, healthAt                     int64
+		health                                              string
 	)
 	err := r.Scan(&h.ID, &h.OSFamily, &labels, &enabled, &revoked, &status, &h.StatusReason,
 		&h.Hostname, &h.SelectedAccel, &h.AgentVersion, &caps, &capacity,
 		&h.TokenHash, &tokenExp, &tokenUsed, &h.CertSerial, &certNotAfter,
 		&enrolled, &seen, &created, &up, &draining,
 		&h.LastFailure.Signal, &h.LastFailure.Detail, &h.LastFailure.CorrelationID, &failedAt,
-		&preflightAt, &h.Profile.APIURL, &h.Profile.TerminalURL)
+		&preflightAt, &h.Profile.APIURL, &h.Profile.TerminalURL,
+		&health, &h.Health.Summary, &healthAt, &h.Health.TaskID)
 	if err != nil {
 		return store.Host{}, err
 	}
@@ -68,6 +71,7 @@ func scanHost(r Row) (store.Host, error) {
 	h.TokenExpiresAt, h.CertNotAfter, h.EnrolledAt = tm(tokenExp), tm(certNotAfter), tm(enrolled)
 	h.LastSeenAt, h.CreatedAt, h.UpdatedAt = tm(seen), tm(created), tm(up)
 	h.LastFailure.At, h.LastSuccessfulPreflightAt = tm(failedAt), tm(preflightAt)
+	h.Health.State, h.Health.CheckedAt = api.HostHealth(health), tm(healthAt)
 	return h, nil
 }
 
@@ -82,7 +86,8 @@ func hostArgs(h store.Host) ([]any, error) {
 		h.TokenHash, ms(h.TokenExpiresAt), boolInt(h.TokenUsed), h.CertSerial, ms(h.CertNotAfter),
 		ms(h.EnrolledAt), ms(h.LastSeenAt), ms(h.CreatedAt), ms(h.UpdatedAt), boolInt(h.Draining),
 		h.LastFailure.Signal, h.LastFailure.Detail, h.LastFailure.CorrelationID, ms(h.LastFailure.At),
-		ms(h.LastSuccessfulPreflightAt), h.Profile.APIURL, h.Profile.TerminalURL}, nil
+		ms(h.LastSuccessfulPreflightAt), h.Profile.APIURL, h.Profile.TerminalURL,
+		string(h.Health.State), h.Health.Summary, ms(h.Health.CheckedAt), h.Health.TaskID}, nil
 }
 
 // CreateHost implements store.Store. An empty Status is stored as unknown, a
@@ -106,7 +111,7 @@ func (s *Store) CreateHost(ctx context.Context, h store.Host) error {
 	}
 	_, err = s.db.Exec(ctx, `INSERT INTO hosts (`+hostCols+`) VALUES
 		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
-		$23, $24, $25, $26, $27, $28, $29)`, args...)
+		$23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33)`, args...)
 	if err != nil {
 		if s.d.IsUniqueViolation(err) {
 			return fmt.Errorf("create host %q: %w", h.ID, store.ErrConflict)
@@ -162,7 +167,8 @@ func (s *Store) UpdateHost(ctx context.Context, id string, fn func(*store.Host) 
 			cert_serial = $16, cert_not_after = $17, enrolled_at = $18, last_seen_at = $19, created_at = $20,
 			updated_at = $21, draining = $22, last_failure_signal = $23, last_failure_detail = $24,
 			last_failure_correlation_id = $25, last_failure_at = $26, last_successful_preflight_at = $27,
-			profile_api_url = $28, profile_terminal_url = $29 WHERE id = $1`, args...); err != nil {
+			profile_api_url = $28, profile_terminal_url = $29, health = $30, health_summary = $31,
+			health_checked_at = $32, health_task_id = $33 WHERE id = $1`, args...); err != nil {
 			return fmt.Errorf("update host %q: %w", id, err)
 		}
 		if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventHost, ID: id}); err != nil {

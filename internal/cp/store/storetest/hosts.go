@@ -60,6 +60,8 @@ func fullHost(id string) store.Host {
 			CorrelationID: "cid-1", At: at(4 * time.Minute)},
 		LastSuccessfulPreflightAt: at(5 * time.Minute),
 		Profile:                   store.Profile{APIURL: "https://cp:8443", TerminalURL: "https://term:8443"},
+		Health: store.Health{State: api.HealthUnhealthy, Summary: "kvm: kvm_missing", CheckedAt: at(6 * time.Minute),
+			TaskID: "tsk_probe"},
 	}
 }
 

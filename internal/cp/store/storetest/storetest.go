@@ -45,6 +45,7 @@ func Run(t *testing.T, open Opener) {
 	cases = append(cases, keyCases...)
 	cases = append(cases, preflightCases...)
 	cases = append(cases, workloadSecretCases...)
+	cases = append(cases, healthCases...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
