@@ -44,6 +44,13 @@ type TaskFilter struct {
 	Limit         int // default 100
 }
 
+// ClaimLeases are the leases a claim may set: ByType[type] for a task of a
+// type listed there, Default for any other.
+type ClaimLeases struct {
+	Default time.Time
+	ByType  map[string]time.Time
+}
+
 // TaskStore is the task queue and its progress events: the tasks room
 // (cp/tasks: enqueue, claim, results, the reaper) embeds it whole; the
 // hosts and termgw rooms read or cancel tasks through narrower interfaces
@@ -52,6 +59,10 @@ type TaskStore interface {
 	// EnqueueTask inserts a queued task and publishes EventTask for its node
 	// (in the same transaction where the database supports it).
 	EnqueueTask(ctx context.Context, t Task) error
+	// InsertTasks enqueues tasks as EnqueueTask does, all in one
+	// transaction: either every task is stored (and EventTask published once
+	// per node) or none is (a duplicate id is ErrConflict).
+	InsertTasks(ctx context.Context, ts []Task) error
 	// GetTask returns a task or ErrNotFound.
 	GetTask(ctx context.Context, id string) (Task, error)
 	// ListTasks returns tasks newest first.
@@ -62,6 +73,9 @@ type TaskStore interface {
 	// (its tasks stay queued). Safe against concurrent claimers on other
 	// replicas.
 	ClaimTask(ctx context.Context, nodeID string, now, leaseUntil time.Time) (t Task, ok bool, err error)
+	// ClaimTaskLeases is ClaimTask with the lease chosen by the claimed
+	// task's type (in the same statement).
+	ClaimTaskLeases(ctx context.Context, nodeID string, now time.Time, leases ClaimLeases) (t Task, ok bool, err error)
 	// StartTask moves a dispatched task of nodeID to running and extends its
 	// lease. Running tasks only extend the lease. ErrNotFound if the task does
 	// not belong to nodeID; ErrConflict if it is terminal.

@@ -36,7 +36,7 @@ func (s *Room) Wait(w http.ResponseWriter, r *http.Request, nodeID string) error
 	defer timer.Stop()
 	for {
 		now := s.cfg.Now().UTC()
-		t, ok, err := s.store.ClaimTask(ctx, nodeID, now, now.Add(s.lease("")))
+		t, ok, err := s.store.ClaimTaskLeases(ctx, nodeID, now, s.claimLeases(now))
 		if err != nil {
 			return err
 		}
@@ -75,6 +75,20 @@ func (s *Room) lease(typ string) time.Duration {
 		}
 	}
 	return longest + leaseSlack
+}
+
+// claimLeases are the leases of a claim at now: each registered type's own
+// (its handler timeout plus slack), the longest for any other. A claim whose
+// delivery never reaches the agent (the control plane or the agent killed
+// in between) is requeued after its type's lease, not the longest one.
+func (s *Room) claimLeases(now time.Time) store.ClaimLeases {
+	l := store.ClaimLeases{Default: now.Add(s.lease("")), ByType: map[string]time.Time{}}
+	for _, typ := range s.cfg.Registry.Types() {
+		if spec, _ := s.cfg.Registry.Lookup(typ); spec.Timeout > 0 {
+			l.ByType[typ] = now.Add(spec.Timeout + leaseSlack)
+		}
+	}
+	return l
 }
 
 // deliver signs a claimed task and writes it to the agent.

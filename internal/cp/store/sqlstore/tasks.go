@@ -42,30 +42,50 @@ func collectTasks(rows Rows, err error) ([]store.Task, error) { return collect(s
 // CreatedAt is now. ExpiresAt is required: a task without one could never be
 // claimed (claims need expires_at > now).
 func (s *Store) EnqueueTask(ctx context.Context, t store.Task) error {
-	switch {
-	case t.ID == "":
-		return errors.New("enqueue task: empty id")
-	case t.NodeID == "":
-		return fmt.Errorf("enqueue task %q: empty node id", t.ID)
-	case t.ExpiresAt.IsZero():
-		return fmt.Errorf("enqueue task %q: zero expires_at", t.ID)
-	}
-	if t.CreatedAt.IsZero() {
-		t.CreatedAt = s.now()
+	return s.InsertTasks(ctx, []store.Task{t})
+}
+
+// InsertTasks implements store.Store: one transaction, one prepared INSERT
+// per task, then one EventTask per node. Each task is checked as
+// EnqueueTask checks it before anything is written.
+func (s *Store) InsertTasks(ctx context.Context, ts []store.Task) error {
+	now := s.now()
+	for i := range ts {
+		t := &ts[i]
+		switch {
+		case t.ID == "":
+			return errors.New("enqueue task: empty id")
+		case t.NodeID == "":
+			return fmt.Errorf("enqueue task %q: empty node id", t.ID)
+		case t.ExpiresAt.IsZero():
+			return fmt.Errorf("enqueue task %q: zero expires_at", t.ID)
+		}
 	}
 	return s.db.InTx(ctx, func(tx DB) error {
-		_, err := tx.Exec(ctx, `INSERT INTO tasks (id, node_id, type, params, state, correlation_id, created_by,
+		var nodes []string
+		for _, t := range ts {
+			created := t.CreatedAt
+			if created.IsZero() {
+				created = now
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO tasks (id, node_id, type, params, state, correlation_id, created_by,
 			attempts, created_at, expires_at, dispatched_at, lease_expires_at, finished_at, result, result_hash)
 			VALUES ($1, $2, $3, $4, 'queued', $5, $6, 0, $7, $8, 0, 0, 0, '', '')`,
-			t.ID, t.NodeID, t.Type, rawText(t.Params), t.CorrelationID, t.CreatedBy, ms(t.CreatedAt), ms(t.ExpiresAt))
-		if err != nil {
-			if s.d.IsUniqueViolation(err) {
-				return fmt.Errorf("enqueue task %q: %w", t.ID, store.ErrConflict)
+				t.ID, t.NodeID, t.Type, rawText(t.Params), t.CorrelationID, t.CreatedBy, ms(created), ms(t.ExpiresAt))
+			if err != nil {
+				if s.d.IsUniqueViolation(err) {
+					return fmt.Errorf("enqueue task %q: %w", t.ID, store.ErrConflict)
+				}
+				return fmt.Errorf("enqueue task %q: %w", t.ID, err)
 			}
-			return fmt.Errorf("enqueue task %q: %w", t.ID, err)
+			if !slices.Contains(nodes, t.NodeID) {
+				nodes = append(nodes, t.NodeID)
+			}
 		}
-		if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventTask, ID: t.NodeID}); err != nil {
-			return fmt.Errorf("enqueue task %q: notify: %w", t.ID, err)
+		for _, n := range nodes {
+			if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventTask, ID: n}); err != nil {
+				return fmt.Errorf("enqueue tasks for %q: notify: %w", n, err)
+			}
 		}
 		return nil
 	})
@@ -122,13 +142,36 @@ func (s *Store) ListTasks(ctx context.Context, f store.TaskFilter) ([]store.Task
 // enabled and revoked flags are read in the same statement, so a claim
 // never follows a committed disable.
 func (s *Store) ClaimTask(ctx context.Context, nodeID string, now, leaseUntil time.Time) (store.Task, bool, error) {
+	return s.ClaimTaskLeases(ctx, nodeID, now, store.ClaimLeases{Default: leaseUntil})
+}
+
+// ClaimTaskLeases implements store.Store: ClaimTask's statement with the
+// lease a CASE on the claimed row's type.
+func (s *Store) ClaimTaskLeases(ctx context.Context, nodeID string, now time.Time, leases store.ClaimLeases) (store.Task, bool, error) {
+	args := []any{nodeID, ms(now), ms(leases.Default)}
+	lease := "$3"
+	if len(leases.ByType) > 0 {
+		types := make([]string, 0, len(leases.ByType))
+		for typ := range leases.ByType {
+			types = append(types, typ)
+		}
+		slices.Sort(types)
+		var b strings.Builder
+		b.WriteString("CASE type")
+		for _, typ := range types {
+			args = append(args, typ, ms(leases.ByType[typ]))
+			fmt.Fprintf(&b, " WHEN $%d THEN CAST($%d AS BIGINT)", len(args)-1, len(args))
+		}
+		b.WriteString(" ELSE CAST($3 AS BIGINT) END")
+		lease = b.String()
+	}
 	t, err := scanTask(s.db.QueryRow(ctx, `UPDATE tasks
-		SET state = 'dispatched', dispatched_at = $2, lease_expires_at = $3, attempts = attempts + 1
+		SET state = 'dispatched', dispatched_at = $2, lease_expires_at = `+lease+`, attempts = attempts + 1
 		WHERE id = (SELECT id FROM tasks WHERE node_id = $1 AND state = 'queued' AND expires_at > $2
 			ORDER BY created_at, id LIMIT 1`+s.d.SkipLocked+`)
 		AND state = 'queued'
 		AND NOT EXISTS (SELECT 1 FROM hosts WHERE hosts.id = $1 AND (hosts.enabled = 0 OR hosts.revoked = 1))
-		RETURNING `+taskCols, nodeID, ms(now), ms(leaseUntil)))
+		RETURNING `+taskCols, args...))
 	if errors.Is(err, ErrNoRows) {
 		return store.Task{}, false, nil
 	}
