@@ -140,6 +140,7 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 	if a.handlers == nil {
 		a.handlers = DefaultHandlers(a.cfg)
 		a.handlers[task.TypeCollect] = a.CollectHandler()
+		a.handlers[task.TypeImagePull] = ImagePullHandler(a.imagePullRuntime, a.readSecret, time.Now)
 	}
 	if a.probe == nil {
 		p := accel.New(accel.Config{CacheDir: cfg.StateDir})

@@ -1,0 +1,224 @@
+package agent_test
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/drover-dev/drover/internal/node/agent"
+	"github.com/drover-dev/drover/internal/node/ocitest"
+	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/runtime/docker"
+	"github.com/drover-dev/drover/internal/node/runtime/docker/dockertest"
+	"github.com/drover-dev/drover/internal/node/runtime/mock"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
+)
+
+// phaseRec records the phases a handler reports.
+type phaseRec struct {
+	name string
+	d    time.Duration
+	err  error
+}
+
+func runPull(t *testing.T, h agent.Handler, params string) ([]phaseRec, agent.Outcome, error) {
+	t.Helper()
+	var phases []phaseRec
+	out, err := h.Run(context.Background(), agent.Task{ID: "t1", Type: task.TypeImagePull, Params: json.RawMessage(params),
+		Progress: func(phase string, d time.Duration, err error) { phases = append(phases, phaseRec{phase, d, err}) }})
+	return phases, out, err
+}
+
+func handlerCode(err error) string {
+	var he *agent.HandlerError
+	if errors.As(err, &he) {
+		return he.Code
+	}
+	return ""
+}
+
+// TestImagePullHandlerNoRuntime: a node without a container runtime (none
+// at all, or a VM runtime only) answers image.pull with
+// container_runtime_unavailable; bad params are invalid_params; a
+// registry_auth secret the node lacks is secrets_missing.
+func TestImagePullHandlerNoRuntime(t *testing.T) {
+	noSecret := func(name string) ([]byte, error) { return nil, fmt.Errorf("secret %q: %w", name, fs.ErrNotExist) }
+	for _, rt := range []runtime.Runtime{nil, mock.New(mock.Options{})} {
+		h := agent.ImagePullHandler(func() runtime.Runtime { return rt }, noSecret, time.Now)
+		if _, _, err := runPull(t, h, `{"ref":"busybox"}`); handlerCode(err) != agent.CodeContainerRuntimeUnavailable {
+			t.Errorf("runtime %v: %v, want %s", rt, err, agent.CodeContainerRuntimeUnavailable)
+		}
+	}
+	h := agent.ImagePullHandler(func() runtime.Runtime { return nil }, noSecret, time.Now)
+	if _, _, err := runPull(t, h, `{"ref":"https://x/y"}`); handlerCode(err) != "invalid_params" {
+		t.Errorf("bad ref: %v", err)
+	}
+	dk := fakePuller{}
+	h = agent.ImagePullHandler(func() runtime.Runtime { return dk }, noSecret, time.Now)
+	if _, _, err := runPull(t, h, `{"ref":"busybox","registry_auth":"reg"}`); handlerCode(err) != string(api.ReasonSecretsMissing) {
+		t.Errorf("missing secret: %v", err)
+	}
+}
+
+// fakePuller is a runtime that pulls with a fixed script (no engine).
+type fakePuller struct{ runtime.Runtime }
+
+func (fakePuller) Pull(_ context.Context, ref, digest string, auth []byte, progress func(layer, status string)) (string, error) {
+	return "sha256:feed", nil
+}
+
+// TestImagePullPhasesCoalesced: the engine's many lines per layer become
+// one download and one extract phase per layer (from its first line to
+// "Download complete", from its first "Extracting" to "Pull complete"),
+// after resolve and before verify; a layer the engine has is "cached".
+func TestImagePullPhasesCoalesced(t *testing.T) {
+	clock := time.Unix(0, 0)
+	now := func() time.Time { clock = clock.Add(10 * time.Millisecond); return clock }
+	script := [][2]string{{"", "Pulling from drover/app"},
+		{"aaaaaaaaaaaa", "Pulling fs layer"}, {"bbbbbbbbbbbb", "Already exists"},
+		{"aaaaaaaaaaaa", "Waiting"}, {"aaaaaaaaaaaa", "Downloading"}, {"aaaaaaaaaaaa", "Verifying Checksum"},
+		{"aaaaaaaaaaaa", "Download complete"}, {"aaaaaaaaaaaa", "Extracting"}, {"aaaaaaaaaaaa", "Pull complete"},
+		{"", "Digest: sha256:x"}, {"", "Status: Downloaded newer image for drover/app:v1"}}
+	rt := scriptPuller{script: script}
+	h := agent.ImagePullHandler(func() runtime.Runtime { return rt }, nil, now)
+	phases, out, err := runPull(t, h, `{"ref":"drover/app:v1"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range phases {
+		names = append(names, fmt.Sprintf("%s=%s", p.name, p.d))
+	}
+	want := []string{"resolve=20ms", "layer bbbbbbbbbbbb cached=0s", "layer aaaaaaaaaaaa download=50ms",
+		"layer aaaaaaaaaaaa extract=10ms", "verify=10ms"}
+	if strings.Join(names, " ") != strings.Join(want, " ") {
+		t.Errorf("phases %q, want %q", names, want)
+	}
+	o := out.Output.(task.ImagePullOutput)
+	if o.ImageID != "sha256:feed" || len(o.Layers) != 2 || o.Layers[0].DownloadMS != 50 || o.Layers[0].ExtractMS != 10 ||
+		o.Layers[1].Status != "Already exists" {
+		t.Errorf("output %+v", o)
+	}
+	if out.Timings["resolve_ms"] != 20 || out.Timings["verify_ms"] != 10 || out.Timings["layers_ms"] != 90 {
+		t.Errorf("timings %v", out.Timings)
+	}
+}
+
+type scriptPuller struct {
+	runtime.Runtime
+	script [][2]string
+}
+
+func (s scriptPuller) Pull(_ context.Context, ref, digest string, auth []byte, progress func(layer, status string)) (string, error) {
+	for _, l := range s.script {
+		progress(l[0], l[1])
+	}
+	return "sha256:feed", nil
+}
+
+// TestImagePullHandlerEngine: against a real engine and an in-test
+// registry, image.pull of a two-layer image reports resolve, each layer's
+// download then extract, and verify, in that order, each with a duration;
+// the output names the image id and the layers. Pulled again it downloads
+// nothing. A pinned digest the registry does not serve fails the task with
+// image_pull_failed naming both digests, and verify failed.
+func TestImagePullHandlerEngine(t *testing.T) {
+	dockertest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	reg := dockertest.StartRegistry()
+	defer reg.Close()
+	bb, err := ocitest.BusyboxLayer("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, err := ocitest.Layer(ocitest.File{Hdr: tar.Header{Name: "etc/drover-pull", Mode: 0o644, Size: 3, Typeflag: tar.TypeReg}, Body: []byte("hi\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := ocitest.NewImage(v1.Config{Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}}, bb, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := reg.PushImage("drover/pull", "v1", im)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := dockertest.StartEngine(ctx, reg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	rt, err := docker.New(ctx, docker.Options{Host: eng.Host, Root: t.TempDir(), Network: "host"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	h := agent.ImagePullHandler(func() runtime.Runtime { return rt }, nil, time.Now)
+
+	phases, out, err := runPull(t, h, fmt.Sprintf(`{"ref":%q,"digest":%q}`, img.Ref, img.Digest))
+	if err != nil {
+		t.Fatalf("pull: %v (phases %+v)", err, phases)
+	}
+	t.Logf("phases: %+v", phases)
+	if len(phases) < 2+2*2 || phases[0].name != "resolve" || phases[len(phases)-1].name != "verify" {
+		t.Fatalf("phases %+v", phases)
+	}
+	seen := map[string]bool{}
+	for _, p := range phases {
+		if p.err != nil || p.d <= 0 {
+			t.Errorf("phase %s: %s %v", p.name, p.d, p.err)
+		}
+		if id, ok := strings.CutSuffix(strings.TrimPrefix(p.name, "layer "), " extract"); ok && !seen["layer "+id+" download"] {
+			t.Errorf("%s before its download: %+v", p.name, phases)
+		}
+		seen[p.name] = true
+	}
+	o := out.Output.(task.ImagePullOutput)
+	if !strings.HasPrefix(o.ImageID, "sha256:") || len(o.Layers) != 2 || o.Engine == "" {
+		t.Errorf("output %+v", o)
+	}
+	for _, l := range o.Layers {
+		if !seen["layer "+l.ID+" download"] || !seen["layer "+l.ID+" extract"] || l.Status != "Pull complete" {
+			t.Errorf("layer %+v: phases %+v", l, phases)
+		}
+	}
+	if _, ok := out.Timings["resolve_ms"]; !ok {
+		t.Errorf("timings %v", out.Timings)
+	}
+
+	phases, _, err = runPull(t, h, fmt.Sprintf(`{"ref":%q}`, img.Ref))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range phases {
+		if strings.HasSuffix(p.name, " download") {
+			t.Errorf("cached image downloaded again: %+v", phases)
+		}
+	}
+
+	wrong := "sha256:" + strings.Repeat("0", 64)
+	phases, _, err = runPull(t, h, fmt.Sprintf(`{"ref":%q,"digest":%q}`, img.Ref, wrong))
+	var he *agent.HandlerError
+	if !errors.As(err, &he) || he.Code != string(api.ReasonImagePullFailed) || !strings.Contains(he.Message, img.Digest) ||
+		!strings.Contains(he.Message, wrong) {
+		t.Fatalf("digest mismatch: %v", err)
+	}
+	if last := phases[len(phases)-1]; last.name != "verify" || last.err == nil {
+		t.Errorf("phases %+v: want verify failed last", phases)
+	}
+
+	_, _, err = runPull(t, h, fmt.Sprintf(`{"ref":"%s/drover/absent:v1"}`, reg.Host))
+	if handlerCode(err) != string(api.ReasonImagePullFailed) {
+		t.Errorf("absent image: %v", err)
+	}
+}
