@@ -19,15 +19,16 @@ import (
 type ServerFlags struct {
 	Config ConfigFile `name:"config" env:"DROVER_CONFIG" placeholder:"FILE" help:"TOML, YAML or JSON file of these flags' values (keys: the long flag names in snake_case, e.g. node_listen); flags and DROVER_* variables override it (docs/configuration.md)."`
 
-	Listen            string        `name:"listen" env:"DROVER_LISTEN" default:"127.0.0.1:8080" help:"Operator API and UI address."`
-	NodeListen        string        `name:"node-listen" env:"DROVER_NODE_LISTEN" help:"Node-facing mTLS address (default :8443 for server, 127.0.0.1:8443 for dev)."`
-	NodeURL           string        `name:"node-url" env:"DROVER_NODE_URL" help:"URL agents use to reach --node-listen (default https://127.0.0.1:<port>)."`
-	TLSSAN            []string      `name:"tls-san" env:"DROVER_TLS_SAN" help:"Extra DNS names or IPs for the node listener certificate."`
-	PublicURL         string        `name:"public-url" env:"DROVER_PUBLIC_URL" help:"URL browsers use for --listen when a proxy in front terminates TLS (https://... makes the dashboard's cookies Secure; its origin may open terminals)."`
-	CertTTL           time.Duration `name:"cert-ttl" default:"24h" help:"Node certificate lifetime."`
-	HeartbeatInterval time.Duration `name:"heartbeat-interval" default:"5s" help:"Heartbeat interval agents are told to use; stale after 3 missed."`
-	VCPURatio         float64       `name:"vcpu-allocation-ratio" env:"DROVER_VCPU_ALLOCATION_RATIO" default:"4" help:"Instance vCPUs placed per host CPU (memory, disk and GPUs are never overcommitted)."`
-	LogLevel          slog.Level    `name:"log-level" default:"info" help:"debug, info, warn or error."`
+	Listen              string        `name:"listen" env:"DROVER_LISTEN" default:"127.0.0.1:8080" help:"Operator API and UI address."`
+	NodeListen          string        `name:"node-listen" env:"DROVER_NODE_LISTEN" help:"Node-facing mTLS address (default :8443 for server, 127.0.0.1:8443 for dev)."`
+	NodeURL             string        `name:"node-url" env:"DROVER_NODE_URL" help:"URL agents use to reach --node-listen (default https://127.0.0.1:<port>)."`
+	TLSSAN              []string      `name:"tls-san" env:"DROVER_TLS_SAN" help:"Extra DNS names or IPs for the node listener certificate."`
+	PublicURL           string        `name:"public-url" env:"DROVER_PUBLIC_URL" help:"URL browsers use for --listen when a proxy in front terminates TLS (https://... makes the dashboard's cookies Secure; its origin may open terminals)."`
+	CertTTL             time.Duration `name:"cert-ttl" default:"24h" help:"Node certificate lifetime."`
+	HeartbeatInterval   time.Duration `name:"heartbeat-interval" default:"5s" help:"Heartbeat interval agents are told to use; stale after 3 missed."`
+	HealthProbeInterval time.Duration `name:"health-probe-interval" env:"DROVER_HEALTH_PROBE_INTERVAL" default:"10m" help:"How often each enabled, heartbeating host runs diag.health_probe (spread over the interval; its result is the host's health); 0 disables."`
+	VCPURatio           float64       `name:"vcpu-allocation-ratio" env:"DROVER_VCPU_ALLOCATION_RATIO" default:"4" help:"Instance vCPUs placed per host CPU (memory, disk and GPUs are never overcommitted)."`
+	LogLevel            slog.Level    `name:"log-level" default:"info" help:"debug, info, warn or error."`
 
 	TerminalOrigins     []string      `name:"terminal-allowed-origin" env:"DROVER_TERMINAL_ALLOWED_ORIGINS" help:"Browser origins besides the control plane's own that may open terminals (scheme://host[:port], repeatable)."`
 	TerminalIdle        time.Duration `name:"terminal-idle-timeout" default:"30m" help:"End a terminal session after this long without input."`
@@ -55,7 +56,7 @@ func (f ServerFlags) config(allowUnknown bool, log *slog.Logger) server.Config {
 			MaxSessionsPerNode: f.TerminalPerNode, RecheckInterval: f.TerminalRecheck, DispatchTimeout: f.TerminalDispatch,
 			NodeStreamTimeout: f.TerminalNodeStream, PTYTimeout: f.TerminalPTY},
 		ReadHeaderTimeout: f.HTTPReadHeaderTimeout, BodyReadTimeout: f.HTTPBodyTimeout, IdleTimeout: f.HTTPIdleTimeout,
-		MaxHeaderBytes: f.HTTPMaxHeaderBytes, NodeLongPollLimit: f.NodeLongPollLimit}
+		MaxHeaderBytes: f.HTTPMaxHeaderBytes, NodeLongPollLimit: f.NodeLongPollLimit, HealthProbeInterval: f.HealthProbeInterval}
 }
 
 func newLogger(level slog.Level) *slog.Logger {

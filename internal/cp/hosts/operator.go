@@ -51,6 +51,8 @@ func (s *Room) hostView(h store.Host) api.Host {
 	v.LastSuccessfulPreflightAt = tp(h.LastSuccessfulPreflightAt)
 	v.Profile.APIURL, v.Profile.TerminalURL = h.Profile.APIURL, h.Profile.TerminalURL
 	v.Profile.ReportedAPIURL, v.Profile.ReportedTerminalURL = reportedURLs(h)
+	v.Health, v.HealthSummary, v.HealthTaskID = h.Health.State, h.Health.Summary, h.Health.TaskID
+	v.HealthCheckedAt = tp(h.Health.CheckedAt)
 	return v
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/allocations"
 	"github.com/drover-dev/drover/internal/cp/audit"
 	"github.com/drover-dev/drover/internal/cp/dashboard"
+	"github.com/drover-dev/drover/internal/cp/healthsched"
 	"github.com/drover-dev/drover/internal/cp/hosts"
 	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/instances"
@@ -83,6 +84,12 @@ type Config struct {
 	// HeartbeatInterval is the interval agents are told to use (default 5s).
 	// A host is stale after three missed intervals.
 	HeartbeatInterval time.Duration
+	// HealthProbeInterval is how often the control plane queues
+	// diag.health_probe on every enabled, heartbeating host, each host in a
+	// slot of its own spread over the interval (internal/cp/healthsched);
+	// 0 (the zero value) disables the schedule. `drover serve` defaults it
+	// to 10m. Finished probes update the hosts' health either way.
+	HealthProbeInterval time.Duration
 	// MaxWait caps a long-poll (default 30s).
 	MaxWait time.Duration
 	// ReadHeaderTimeout bounds reading a request's headers, and the TLS
@@ -237,6 +244,9 @@ type Server struct {
 	pre *preflight.Room
 	// secrets is the workload secrets room (operator routes, node fetch).
 	secrets *secrets.Room
+	// health schedules diag.health_probe and records finished probes on
+	// their hosts.
+	health *healthsched.Scheduler
 	// dash is the server-rendered dashboard; it calls apiMux in-process.
 	dash *dashboard.UI
 	// taskPolls and instancePolls cap each node's concurrent long-polls of
@@ -288,6 +298,8 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	s.ops = operators.New(st, s.audit, cfg.Now)
 	s.pre = preflight.New(preflight.Config{CollectWait: cfg.EvidenceCollectWait, Log: s.log, Now: cfg.Now}, st, s.hosts, s.tasks, s.keys, s.audit)
 	s.secrets = secrets.New(st, s.keys, s.audit, s.log, cfg.Now)
+	s.health = healthsched.New(healthsched.Config{Interval: cfg.HealthProbeInterval,
+		HeartbeatInterval: s.cfg.HeartbeatInterval, Log: s.log, Now: cfg.Now}, st, s.tasks, s.hosts)
 	s.subscribeTaskEvents()
 	s.dash = s.newDashboard()
 	s.taskPolls = httpapi.NewLongPolls("tasks", s.cfg.NodeLongPollLimit, s.reg, limitRefusals)
@@ -356,6 +368,7 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 	g.Go(func() error { s.dispatchEvents(gctx, events); return nil })
 	g.Go(func() error { s.hosts.Run(gctx); return nil })
 	g.Go(func() error { s.tasks.Reap(gctx); return nil })
+	g.Go(func() error { s.health.Run(gctx); return nil })
 	g.Go(func() error { s.term.Run(gctx); return nil })
 	g.Go(func() error { s.keys.Run(gctx); return nil })
 	g.Go(func() error { return serveUntil(gctx, opSrv, func() error { return opSrv.Serve(opLn) }) })

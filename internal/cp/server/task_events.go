@@ -15,4 +15,5 @@ func (s *Server) subscribeTaskEvents() {
 	s.term.Subscribe(b)
 	s.allocs.Subscribe(b)
 	s.pre.Subscribe(b)
+	s.health.Subscribe(b)
 }

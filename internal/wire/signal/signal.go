@@ -35,6 +35,7 @@ const (
 	BinaryInvalid        Name = "node_agent_binary_invalid"
 	OpsSSHFailed         Name = "node_ops_ssh_failed"
 	OpsAccessUnhealthy   Name = "node_ops_access_unhealthy"
+	HealthProbeUnhealthy Name = "node_health_probe_unhealthy"
 	EdgeRateLimited      Name = "edge_rate_limited"
 	AllocationNotReady   Name = "allocation_not_ready"
 	TokenMintFailed      Name = "terminal_token_mint_failed"
@@ -117,6 +118,10 @@ func Signals() []Signal {
 			"Compare the heartbeat with SSH and the provider's guest-agent status",
 			"Provider VM runtime / ops access", "Repair the guest OS access path or recreate the worker: agent liveness alone is not day-2 operability",
 			[]Hop{HopNodeOpsAccess}, ""},
+		{HealthProbeUnhealthy, DomainNode, "The host's health is unhealthy: its last diag.health_probe (scheduled or run by hand) failed a check",
+			"`drover hosts show <id>` (health, health_summary, health_task_id); `drover tasks show <health_task_id>` (the failed checks)",
+			"Node runtime / host hardware", "Repair what the failed checks name (kvm, vfio, gpu, fabric, root_fs, diagnostic path); the next probe makes the host healthy again",
+			[]Hop{HopNodeRecoveryStatus}, ""},
 		{EdgeRateLimited, DomainNode, "Requests answered 429: the agent slows down and never retries harder",
 			"`drover-agent status` (diagnostic edge_rate_limited); check the URL is the node-facing listener",
 			"Environment / edge policy", "Point the agent at the node-facing endpoint; only then review edge rate limits",
