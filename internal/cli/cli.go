@@ -34,6 +34,7 @@ type CLI struct {
 	Instances   InstancesCmd   `cmd:"" help:"Declare, inspect and scale VM instances."`
 	Allocations AllocationsCmd `cmd:"" help:"Bind users to hosts or instances; terminal tokens, sessions and recordings."`
 	Secrets     SecretsCmd     `cmd:"" help:"Workload secrets instances name in spec.secrets (values go in, never out)."`
+	Images      ImagesCmd      `cmd:"" help:"Container images on nodes: pre-pull with live phases."`
 	Token       TokenCmd       `cmd:"" help:"Manage operator tokens."`
 	Keys        KeysCmd        `cmd:"" help:"Manage task-signing keys."`
 	Audit       AuditCmd       `cmd:"" help:"Read the audit log."`
