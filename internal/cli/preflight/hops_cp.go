@@ -81,6 +81,12 @@ func (r *run) nodeHeartbeat(ctx context.Context, res *preflight.HopResult) {
 	if h.AgentVersion != "" {
 		res.Data["agent_version"] = h.AgentVersion
 	}
+	if h.Health != "" { // the last diag.health_probe (node_recovery_status fails when unhealthy)
+		res.Data["health"], res.Data["health_summary"], res.Data["health_task_id"] = string(h.Health), h.HealthSummary, h.HealthTaskID
+		if h.HealthCheckedAt != nil {
+			res.Data["health_checked_at"] = h.HealthCheckedAt.UTC().Format(time.RFC3339Nano)
+		}
+	}
 	reason := ""
 	if h.StatusReason != "" {
 		reason = " (" + h.StatusReason + ")"
@@ -179,6 +185,13 @@ func (r *run) nodeRecoveryStatus(ctx context.Context, res *preflight.HopResult) 
 	default: // succeeded
 		if n, detail := diskSignal(t.Result); n != "" {
 			res.Fail(n, fmt.Sprintf("diag.health_probe task %s: %s", t.ID, detail))
+			return
+		}
+		if h := r.host; h != nil && h.Health == api.HealthUnhealthy {
+			// The host's recorded health (a scheduled or earlier probe):
+			// the agent answers, but the host failed a check.
+			res.Fail(signal.HealthProbeUnhealthy, fmt.Sprintf("host %s is unhealthy since its health probe %s: %s (this run's probe: task %s)",
+				h.ID, h.HealthTaskID, h.HealthSummary, t.ID))
 			return
 		}
 		res.Detail = fmt.Sprintf("diag.health_probe task %s claimed and its result posted", t.ID)

@@ -98,6 +98,9 @@ func TestHops(t *testing.T) {
 			f.taskEnd = api.TaskFailed
 			f.result = &api.TaskResult{Status: api.ResultFailed, Error: &api.ResultError{Code: "node_observability_disk_pressure", Message: "92% used"}}
 		}, wantHop: signal.HopNodeRecoveryStatus, wantSig: signal.DiskPressure},
+		{name: "host's last health probe unhealthy", fake: func(f *fakeAPI) {
+			f.host.Health, f.host.HealthSummary, f.host.HealthTaskID = api.HealthUnhealthy, "kvm: kvm_missing", "tsk_sched"
+		}, wantHop: signal.HopNodeRecoveryStatus, wantSig: signal.HealthProbeUnhealthy, detail: "kvm: kvm_missing"},
 		{name: "mint refused", fake: func(f *fakeAPI) { f.mintCode = http.StatusConflict },
 			wantHop: signal.HopTerminalTokenMint, wantSig: signal.TokenMintFailed, detail: "allocation_inactive"},
 		{name: "no healthz", fake: func(f *fakeAPI) { f.healthz = http.StatusNotFound },
