@@ -294,7 +294,7 @@ func checkDurability(t *testing.T, seed uint64, final []api.Task, ids []string, 
 }
 
 func durabilityCID(seed uint64, i int) string { return fmt.Sprintf("dur-%d-%04d", seed, i) }
-func durabilityMessage(i int) string        { return fmt.Sprintf("message %d", i) }
+func durabilityMessage(i int) string          { return fmt.Sprintf("message %d", i) }
 
 // handlerRuns counts the agent's "running task" lines (logged right before
 // the handler runs) per task id, across all the agent's lives.
