@@ -12,13 +12,16 @@ import (
 
 // Modules are the kernel modules, in load order, that a distribution
 // kernel (Debian's builds them as modules) needs for a microVM:
-// virtio-mmio transport, virtio block and net, ext4, and the ACPI power
+// virtio-mmio and virtio-pci transports, virtio block and net, ext4, and the ACPI power
 // button with evdev (the init's graceful stop). Paths are relative to
 // lib/modules/<version>/kernel; a missing one is skipped (built in).
 var Modules = []string{
 	"drivers/virtio/virtio.ko",
 	"drivers/virtio/virtio_ring.ko",
 	"drivers/virtio/virtio_mmio.ko",
+	"drivers/virtio/virtio_pci_modern_dev.ko",
+	"drivers/virtio/virtio_pci_legacy_dev.ko",
+	"drivers/virtio/virtio_pci.ko",
 	"drivers/block/virtio_blk.ko",
 	"net/core/failover.ko",
 	"drivers/net/net_failover.ko",

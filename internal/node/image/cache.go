@@ -149,6 +149,10 @@ func normDigest(d string) (string, error) {
 
 func (c *Cache) blobPath(digest string) string { return filepath.Join(c.blobDir, digest) }
 
+// AllowsLocalURLs reports Options.AllowLocalURLs (the OCI store of
+// microVMs follows it for registries).
+func (c *Cache) AllowsLocalURLs() bool { return c.allowLocal }
+
 // Lookup returns the blob path for a cached digest without re-hashing it.
 func (c *Cache) Lookup(sha256hex string) (path string, ok bool) {
 	d, err := normDigest(sha256hex)

@@ -64,8 +64,19 @@ func NewRouter(vm, containers Runtime) *Router {
 // Name is both runtimes' names ("qemu+docker").
 func (r *Router) Name() string { return r.vm.Name() + "+" + r.ct.Name() }
 
-// Names are the routed runtimes' names, VM runtime first.
-func (r *Router) Names() []string { return []string{r.vm.Name(), r.ct.Name()} }
+// Names are the routed runtimes' names, VM runtime first (its own Names
+// when it has several: qemu and microvm).
+func (r *Router) Names() []string {
+	var out []string
+	for _, rt := range []Runtime{r.vm, r.ct} {
+		if m, ok := rt.(Multi); ok {
+			out = append(out, m.Names()...)
+		} else {
+			out = append(out, rt.Name())
+		}
+	}
+	return out
+}
 
 // ContainerEngine is the container runtime's engine, when it reports one.
 func (r *Router) ContainerEngine() (string, string) {
@@ -77,7 +88,7 @@ func (r *Router) ContainerEngine() (string, string) {
 
 // For returns the runtime that runs spec.
 func (r *Router) For(spec Spec) Runtime {
-	if spec.Image.IsOCI() {
+	if spec.Image.IsOCI() && !spec.VMOrZero().MicroVM {
 		return r.ct
 	}
 	return r.vm

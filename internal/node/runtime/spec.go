@@ -154,6 +154,12 @@ type VMSpec struct {
 	// built.
 	CloudInit *api.CloudInit `json:"cloud_init,omitempty"`
 	SeedISO   string         `json:"seed_iso,omitempty"`
+	// MicroVM boots Spec.Image (an OCI image, or a raw ext4 root
+	// filesystem with Spec.Command) as a microVM: the agent's kernel,
+	// drover-init as PID 1, Command/Args/Env and Secrets through its
+	// config drive (api.InstanceSpec.Runtime "microvm"). A Router sends
+	// such a spec to its VM runtime even with an OCI image.
+	MicroVM bool `json:"microvm,omitempty"`
 }
 
 // VMNetwork is a VM's network device: user-mode networking (the default,

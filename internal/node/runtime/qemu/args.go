@@ -33,6 +33,9 @@ type Launch struct {
 	Tap   string         // tap device name (tap networking)
 
 	Daemonize bool
+
+	// Machine is a microVM's QEMU machine (MicroVMOptions.Machine).
+	Machine string
 }
 
 // qemuValue escapes a value inside a comma-separated QEMU option string.
@@ -51,6 +54,9 @@ func machineFor(arch string) string {
 // launched by l. It is a pure function: Start runs exactly this.
 func CommandLine(spec runtime.Spec, l Launch) []string {
 	vm := spec.VMOrZero()
+	if vm.MicroVM {
+		return microvmCommandLine(spec, l, l.Machine)
+	}
 	a := []string{
 		"-name", "drover-" + spec.ID,
 		"-machine", machineFor(l.Arch),

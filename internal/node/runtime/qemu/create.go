@@ -94,13 +94,19 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 	}()
 
 	vm := spec.VMOrZero()
-	if vm.BootDevice != "" {
+	switch {
+	case vm.MicroVM:
+		if err := r.prepareMicroVM(ctx, in, spec); err != nil {
+			return nil, err
+		}
+		vm = runtime.VMSpec{} // its kernel, initrd and config drive are set
+	case vm.BootDevice != "":
 		fi, err := os.Stat(vm.BootDevice)
 		if err != nil {
 			return nil, runtime.Errorf(api.ReasonVolumeAttachFailed, "create", id, "boot device: %w", err)
 		}
 		in.st.Disk, in.st.DiskFormat, in.st.BlockDisk = vm.BootDevice, "raw", fi.Mode()&os.ModeDevice != 0
-	} else {
+	default:
 		base, err := r.fetch(ctx, "spec.image", spec.Image.Artifact())
 		if err != nil {
 			return nil, runtime.Errorf(api.ReasonImagePullFailed, "create", id, "%w", err)

@@ -3,9 +3,12 @@ package qemu
 import (
 	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
 	goruntime "runtime"
 
 	"github.com/drover-dev/drover/internal/node/accel"
+	"github.com/drover-dev/drover/internal/node/oci"
 	"github.com/drover-dev/drover/internal/node/runtime"
 )
 
@@ -23,6 +26,11 @@ var (
 // runtime.Options.Accel; docs/adr/0007-runtime-owned-config.md).
 type Config struct {
 	Binary string // NODE_AGENT_QEMU_BINARY / -qemu-binary
+	// The microVM mode (docs/adr/0010-qemu-microvm.md): its kernel and the
+	// initramfs `drover-init initramfs` built from the same kernel's
+	// modules; with both set the runtime also offers "microvm".
+	MicroVMKernel string // NODE_AGENT_QEMU_MICROVM_KERNEL
+	MicroVMInitrd string // NODE_AGENT_QEMU_MICROVM_INITRD
 }
 
 // Settings are the keys the QEMU runtime owns.
@@ -30,12 +38,23 @@ func Settings() []runtime.Setting {
 	return []runtime.Setting{
 		{Name: "BINARY", Usage: "QEMU system emulator (default qemu-system-<arch>)",
 			Default: accel.QEMUBinary(goruntime.GOARCH)},
+		{Name: "MICROVM_KERNEL", Usage: "kernel that boots microVMs (runtime microvm); empty: no microVMs"},
+		{Name: "MICROVM_INITRD", Usage: "initramfs of drover-init and that kernel's modules (drover-init initramfs)"},
 	}
 }
 
 // ParseConfig builds the Config from the settings' values.
 func ParseConfig(v runtime.Values) (Config, error) {
-	return Config{Binary: v["BINARY"]}, nil
+	c := Config{Binary: v["BINARY"], MicroVMKernel: v["MICROVM_KERNEL"], MicroVMInitrd: v["MICROVM_INITRD"]}
+	if (c.MicroVMKernel == "") != (c.MicroVMInitrd == "") {
+		return c, errors.New("MICROVM_KERNEL and MICROVM_INITRD go together")
+	}
+	for _, p := range []string{c.MicroVMKernel, c.MicroVMInitrd} {
+		if p != "" && !filepath.IsAbs(p) {
+			return c, fmt.Errorf("microVM kernel and initrd must be absolute paths: %q", p)
+		}
+	}
+	return c, nil
 }
 
 // Entry is the QEMU runtime's registration:
@@ -50,8 +69,16 @@ func Factory(ctx context.Context, o runtime.Options, c Config) (runtime.Runtime,
 	if o.Accel == "" {
 		return nil, errors.New("no working accelerator for QEMU (is qemu-system installed? see docs/runbooks/accelerators.md)")
 	}
-	r, err := New(ctx, Options{Root: o.Root, Images: o.Images, Accel: o.Accel, QEMUBinary: c.Binary,
-		OnOrphanRemoved: o.OnOrphanRemoved, Log: o.Log})
+	opts := Options{Root: o.Root, Images: o.Images, Accel: o.Accel, QEMUBinary: c.Binary,
+		OnOrphanRemoved: o.OnOrphanRemoved, Log: o.Log}
+	if c.MicroVMKernel != "" {
+		store, err := oci.New(oci.Options{Dir: filepath.Join(o.Root, "oci"), AllowLocalURLs: o.Images.AllowsLocalURLs(), Log: o.Log})
+		if err != nil {
+			return nil, err
+		}
+		opts.MicroVM = &MicroVMOptions{Kernel: c.MicroVMKernel, Initrd: c.MicroVMInitrd, OCI: store}
+	}
+	r, err := New(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

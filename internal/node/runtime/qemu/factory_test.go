@@ -41,15 +41,26 @@ func TestFactory(t *testing.T) {
 }
 
 // TestSettings: qemu owns NODE_AGENT_QEMU_BINARY (-qemu-binary), whose
-// default is the host architecture's qemu-system binary.
+// default is the host architecture's qemu-system binary, and the microVM
+// kernel and initrd (NODE_AGENT_QEMU_MICROVM_KERNEL, _INITRD), which go
+// together as absolute paths.
 func TestSettings(t *testing.T) {
 	e := Entry()
-	if len(e.Settings) != 1 || runtime.EnvKey(Name, e.Settings[0].Name) != "NODE_AGENT_QEMU_BINARY" ||
+	if len(e.Settings) != 3 || runtime.EnvKey(Name, e.Settings[0].Name) != "NODE_AGENT_QEMU_BINARY" ||
+		runtime.EnvKey(Name, e.Settings[1].Name) != "NODE_AGENT_QEMU_MICROVM_KERNEL" ||
 		runtime.FlagName(Name, e.Settings[0].Name) != "qemu-binary" {
 		t.Fatalf("settings = %+v, want NODE_AGENT_QEMU_BINARY alone", e.Settings)
 	}
 	c, err := ParseConfig(runtime.Values{"BINARY": e.Settings[0].Default})
 	if err != nil || !strings.HasPrefix(c.Binary, "qemu-system-") {
 		t.Errorf("default config = %+v, %v; want qemu-system-<arch>", c, err)
+	}
+	for _, v := range []runtime.Values{{"MICROVM_KERNEL": "/k"}, {"MICROVM_KERNEL": "k", "MICROVM_INITRD": "/i"}} {
+		if _, err := ParseConfig(v); err == nil {
+			t.Errorf("%v accepted", v)
+		}
+	}
+	if c, err := ParseConfig(runtime.Values{"MICROVM_KERNEL": "/k", "MICROVM_INITRD": "/i"}); err != nil || c.MicroVMInitrd != "/i" {
+		t.Errorf("microvm config %+v, %v", c, err)
 	}
 }

@@ -188,6 +188,9 @@ func (r *Runtime) monitor(in *instance, p *vmProc) {
 // exited records the end of a process and tells subscribers.
 func (r *Runtime) exited(in *instance, p *vmProc) {
 	state, reason, detail := p.verdict()
+	if in.spec.VMOrZero().MicroVM {
+		state, reason, detail = r.microvmVerdict(in, p.stopRequested.Load(), state, reason, detail)
+	}
 	if r.cgroupVerdict(in.id, p.stopRequested.Load()) {
 		state, reason, detail = runtime.StateCrashed, api.ReasonOOMKilled, oomDetail
 	}

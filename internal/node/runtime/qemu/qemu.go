@@ -62,6 +62,8 @@ type Options struct {
 	// OnOrphanRemoved is called with the path of every removed orphan
 	// overlay (the agent counts them).
 	OnOrphanRemoved func(path string)
+	// MicroVM, when set, turns on the microVM mode (microvm.go).
+	MicroVM *MicroVMOptions
 	// Cgroups, when set, puts every QEMU process in a memory cgroup of its
 	// own (limit: the guest's memory plus CgroupOverheadMiB, default
 	// DefaultCgroupOverheadMiB); an exit after a kernel OOM kill in it is

@@ -52,7 +52,7 @@ func (r *Runtime) watchReady(in *instance, p *vmProc, serialOffset int64) {
 		}
 		if markerOK && !tcpOK && time.Since(lastTCP) >= tcpPoll {
 			lastTCP = time.Now()
-			tcpOK = r.probeTCP(p.ctx, in, p) == nil
+			tcpOK = r.probeReadiness(p.ctx, in, p) == nil
 		}
 		if !statusOK {
 			var s statusInfo

@@ -44,6 +44,9 @@ func invalid(reason api.ReasonCode, id, format string, args ...any) *runtime.Err
 // validate checks spec against the runtime's options. It does no I/O.
 func (r *Runtime) validate(spec runtime.Spec) error {
 	id := spec.ID
+	if spec.VMOrZero().MicroVM {
+		return r.validateMicroVM(spec)
+	}
 	if !runtime.ValidID(id) {
 		return invalid(api.ReasonVMStartFailed, id, "id %q: want 1-63 of [a-z0-9_-], starting with a letter or digit", id)
 	}

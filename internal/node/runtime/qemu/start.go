@@ -94,6 +94,9 @@ func (r *Runtime) launchFor(in *instance, st persisted, ports map[string]int, ta
 		Ports:        ports,
 		Daemonize:    true,
 	}
+	if mv := r.opts.MicroVM; mv != nil {
+		l.Machine = mv.Machine
+	}
 	if in.spec.VMOrZero().Network.Mode == api.NetworkTap {
 		l.Tap = tap
 	}

@@ -1,0 +1,328 @@
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drover-dev/drover/internal/node/atomicfile"
+	"github.com/drover-dev/drover/internal/node/guestinit"
+	"github.com/drover-dev/drover/internal/node/image"
+	"github.com/drover-dev/drover/internal/node/oci"
+	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// MicroVMName is the runtime name of the microVM mode
+// (api.InstanceSpec.Runtime "microvm", runtime.VMSpec.MicroVM), listed
+// by Names when the mode is configured (docs/adr/0010-qemu-microvm.md).
+const MicroVMName = "microvm"
+
+// configDriveName is the microVM's config drive in its instance
+// directory; persisted.Seed names it (the instance's seed, as cloud-init's
+// ISO is a VM's).
+const configDriveName = "config.img"
+
+// MicroVMOptions turn on the microVM mode: a spec with VM.MicroVM boots
+// Kernel with Initrd (drover-init and the kernel's modules: `drover-init
+// initramfs`), the image's root filesystem as a qcow2 overlay and a config
+// drive, on QEMU's microvm machine (virt on arm64) with virtio-mmio.
+type MicroVMOptions struct {
+	Kernel string
+	Initrd string
+	// OCI pulls OCI images and builds their root filesystems; nil allows
+	// only a disk image (a raw ext4 root filesystem) with a command.
+	OCI *oci.Store
+	// Machine is the QEMU machine: "microvm" (virtio-mmio, no PCI, no
+	// firmware tables to walk) or "q35" (virtio-pci, direct kernel boot).
+	// "" picks microvm with KVM, HVF or NVMM and q35 under TCG: microvm
+	// has no HPET or ACPI PM timer, so a guest kernel under TCG on a busy
+	// host can fail to calibrate its TSC against the PIT and hang early
+	// in boot (seen here); q35 gives it those references. arm64 uses virt.
+	Machine string
+}
+
+// Names are "qemu" and, with the microVM mode, "microvm".
+func (r *Runtime) Names() []string {
+	if r.opts.MicroVM == nil {
+		return []string{Name}
+	}
+	return []string{Name, MicroVMName}
+}
+
+// validateMicroVM is validate for a microVM spec.
+func (r *Runtime) validateMicroVM(spec runtime.Spec) error {
+	id, vm, res := spec.ID, spec.VMOrZero(), spec.Resources
+	if !runtime.ValidID(id) {
+		return invalid(api.ReasonVMStartFailed, id, "id %q: want 1-63 of [a-z0-9_-], starting with a letter or digit", id)
+	}
+	mv := r.opts.MicroVM
+	if mv == nil {
+		return invalid(api.ReasonVMStartFailed, id, "runtime microvm: this agent has no microVM kernel (NODE_AGENT_QEMU_MICROVM_KERNEL)")
+	}
+	switch spec.Image.Kind {
+	case runtime.ImageOCI:
+		if spec.Image.Ref == "" {
+			return invalid(api.ReasonImagePullFailed, id, "spec.image.ref is required")
+		}
+		if mv.OCI == nil {
+			return invalid(api.ReasonImagePullFailed, id, "spec.image: this agent pulls no OCI images for microVMs")
+		}
+	case runtime.ImageDisk:
+		if spec.Image.URL == "" || spec.Image.SHA256 == "" {
+			return invalid(api.ReasonImagePullFailed, id, "spec.image needs an OCI reference, or a root filesystem's url and sha256")
+		}
+		if len(spec.Command) == 0 {
+			return invalid(api.ReasonVMStartFailed, id, "spec.command: a root filesystem image has no image config; name the command")
+		}
+	default:
+		return invalid(api.ReasonImagePullFailed, id, "spec.image.kind %q", spec.Image.Kind)
+	}
+	switch {
+	case res.VCPUs < 1 || res.VCPUs > 1024:
+		return invalid(api.ReasonVMStartFailed, id, "vcpus %d: want 1-1024", res.VCPUs)
+	case res.MemoryMiB < 64 || res.MemoryMiB > 16<<20:
+		return invalid(api.ReasonVMStartFailed, id, "memory_mib %d: want 64-16777216", res.MemoryMiB)
+	case res.DiskGiB < 0:
+		return invalid(api.ReasonRootfsBuildFailed, id, "disk_gib %d is negative", res.DiskGiB)
+	case vm.BootDevice != "" || vm.Boot != nil || vm.CloudInit != nil || vm.SeedISO != "":
+		return invalid(api.ReasonVMStartFailed, id, "a microVM boots the agent's kernel and drover-init: no boot_device, boot, cloud_init or seed_iso")
+	case vm.Network.Mode == api.NetworkTap:
+		return invalid(api.ReasonNetworkSetupFailed, id, "network.mode tap: microVMs have user networking only (for now)")
+	case len(spec.Volumes) > 0:
+		return invalid(api.ReasonVolumeAttachFailed, id, "spec.volumes: not yet attached to microVMs")
+	case len(spec.Devices.PCI) > 0 || len(spec.Devices.GPUs) > 0:
+		return invalid(api.ReasonVMStartFailed, id, "a microVM has no PCI bus: no devices")
+	case vm.Accel != "" && vm.Accel != r.opts.Accel && vm.Accel != "tcg":
+		return invalid(api.ReasonVMStartFailed, id, "accel %q: this host runs %q (or tcg)", vm.Accel, r.opts.Accel)
+	case strings.ContainsAny(spec.Readiness.SerialMarker, "\r\n"):
+		return invalid(api.ReasonVMStartFailed, id, "readiness.serial_marker must be one line")
+	}
+	if err := validateNetwork(vm.Network, spec.Ports); err != nil {
+		return invalid(api.ReasonNetworkSetupFailed, id, "%v", err)
+	}
+	for name := range spec.Secrets {
+		if !secretRE.MatchString(name) {
+			return invalid(api.ReasonSecretsInjectionFailed, id, "secret name %q: want 1-128 of [A-Za-z0-9_.-]", name)
+		}
+	}
+	if p := spec.Readiness.TCPPort; p != 0 {
+		if _, ok := forwardFor(spec, p); !ok {
+			return invalid(api.ReasonVMStartFailed, id, "readiness.tcp_port %d has no forward for that guest port", p)
+		}
+	}
+	if n := len(filepath.Join(r.instDir, id, serialSock)); n > maxSunPath {
+		return invalid(api.ReasonVMStartFailed, id, "socket path is %d bytes, over the unix socket limit %d (use a shorter root)", n, maxSunPath)
+	}
+	return nil
+}
+
+// prepareMicroVM makes a microVM's overlay of its root filesystem and its
+// config drive (secrets included: the instance directory is 0700, as for
+// a VM's cloud-init seed).
+func (r *Runtime) prepareMicroVM(ctx context.Context, in *instance, spec runtime.Spec) error {
+	id, mv := spec.ID, r.opts.MicroVM
+	var base string
+	var info image.Info
+	var cfg guestinit.Config
+	if spec.Image.IsOCI() {
+		var auth []byte
+		if n := spec.ContainerOrZero().RegistryAuth; n != "" {
+			auth = spec.Secrets[n]
+		}
+		img, rfs, err := mv.OCI.Prepare(ctx, id, spec.Image.Ref, spec.Image.Digest, auth, nil)
+		if err != nil {
+			return err // image_pull_failed or rootfs_build_failed already
+		}
+		c := img.Config
+		cfg = guestinit.Config{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Env: c.Env, User: c.User, WorkingDir: c.WorkingDir}
+		base, info = rfs.Path, image.Info{Format: image.FormatRaw, VirtualSize: rfs.Bytes}
+		if fi, err := os.Stat(base); err == nil {
+			info.VirtualSize = fi.Size()
+		}
+	} else {
+		var err error
+		if base, err = r.fetch(ctx, "spec.image", spec.Image.Artifact()); err != nil {
+			return runtime.Errorf(api.ReasonImagePullFailed, "create", id, "%w", err)
+		}
+		if info, err = r.inspect(ctx, base, image.FormatRaw); err != nil {
+			return runtime.Errorf(api.ReasonImagePullFailed, "create", id, "spec.image: %w", err)
+		}
+	}
+	if len(spec.Command) > 0 {
+		cfg.Entrypoint, cfg.Cmd = spec.Command, nil // as Docker: an entrypoint resets the cmd
+	}
+	if len(spec.Args) > 0 {
+		cfg.Cmd = spec.Args
+	}
+	cfg.Env = guestinit.MergeEnv(cfg.Env, spec.Env)
+	cfg.Hostname, cfg.Secrets = id, spec.Secrets
+	network := guestinit.UserNetwork
+	cfg.Network = &network
+	drive, err := guestinit.EncodeConfig(cfg)
+	if err != nil {
+		reason := api.ReasonVMStartFailed
+		if len(spec.Secrets) > 0 {
+			reason = api.ReasonSecretsInjectionFailed
+		}
+		return runtime.Errorf(reason, "create", id, "config drive: %w", err)
+	}
+	overlay := filepath.Join(r.overlayDir, id+".qcow2")
+	if err := CreateOverlay(ctx, r.opts.QEMUImg, base, info, overlay, spec.Resources.DiskGiB); err != nil {
+		return runtime.Errorf(api.ReasonRootfsBuildFailed, "create", id, "%w", err)
+	}
+	in.st.Disk, in.st.DiskFormat, in.st.Overlay = overlay, "qcow2", overlay
+	seed := in.path(configDriveName)
+	if err := atomicfile.Write(seed, drive, 0o600); err != nil {
+		return runtime.Errorf(api.ReasonSecretsInjectionFailed, "create", id, "config drive: %w", err)
+	}
+	in.st.Seed, in.st.Kernel, in.st.Initrd = seed, mv.Kernel, mv.Initrd
+	return nil
+}
+
+// microvmCmdline is the guest kernel's command line.
+func microvmCmdline(arch string) string {
+	console := "ttyS0"
+	if arch == "arm64" {
+		console = "ttyAMA0"
+	}
+	return "console=" + console + " quiet panic=-1 rdinit=/init"
+}
+
+// microvmCommandLine is CommandLine for a microVM: the microvm machine
+// (virt on arm64), virtio-mmio disks found by serial, no PCI, no reboot
+// (a guest reset or panic ends QEMU).
+func microvmCommandLine(spec runtime.Spec, l Launch, machine string) []string {
+	switch {
+	case l.Arch != "amd64":
+		machine = machineFor(l.Arch)
+	case machine == "" && l.Accel == "tcg":
+		machine = "q35"
+	case machine == "":
+		machine = "microvm"
+	}
+	bus := "device" // virtio-mmio
+	if machine != "microvm" {
+		bus = "pci"
+	}
+	a := []string{"-name", "drover-" + spec.ID, "-machine", machine, "-accel", l.Accel}
+	switch {
+	case l.Accel == "kvm" || l.Accel == "hvf":
+		a = append(a, "-cpu", "host")
+	case l.Accel == "tcg" && machine == "virt":
+		a = append(a, "-cpu", "max")
+	}
+	a = append(a,
+		"-m", strconv.Itoa(spec.Resources.MemoryMiB),
+		"-smp", strconv.Itoa(spec.Resources.VCPUs),
+		"-nodefaults", "-no-user-config", "-no-reboot",
+		"-display", "none", "-monitor", "none",
+		"-kernel", l.Kernel, "-initrd", l.Initrd, "-append", microvmCmdline(l.Arch),
+		"-drive", "if=none,id=disk0,file="+qemuValue(l.Disk)+",format="+l.DiskFormat,
+		"-device", "virtio-blk-"+bus+",drive=disk0,serial="+guestinit.RootSerial,
+		"-drive", "if=none,id=cfg0,file="+qemuValue(l.Seed)+",format=raw,readonly=on",
+		"-device", "virtio-blk-"+bus+",drive=cfg0,serial="+guestinit.ConfigSerial,
+	)
+	net := netArgs(spec.VMOrZero().Network, spec.Ports, l)
+	net[len(net)-1] = strings.Replace(net[len(net)-1], "virtio-net-pci", "virtio-net-"+bus, 1)
+	a = append(a, net...)
+	a = append(a,
+		"-chardev", "socket,id=ser0,path="+qemuValue(l.SerialSocket)+",server=on,wait=off,logfile="+
+			qemuValue(l.SerialLog)+",logappend=on",
+		"-serial", "chardev:ser0",
+		"-chardev", "socket,id=qmp0,path="+qemuValue(l.QMPSocket)+",server=on,wait=off",
+		"-mon", "chardev=qmp0,mode=control",
+		"-pidfile", l.PIDFile,
+	)
+	if l.Daemonize {
+		a = append(a, "-daemonize")
+	}
+	return a
+}
+
+// microvmVerdict refines how a microVM ended from the init's last report
+// on the serial console since the run started: the workload's exit code,
+// its OOM kill, or the init's failure. A requested stop stays a stop.
+func (r *Runtime) microvmVerdict(in *instance, stopRequested bool, state runtime.State, reason api.ReasonCode, detail string) (runtime.State, api.ReasonCode, string) {
+	in.mu.Lock()
+	off := in.st.SerialOffset
+	in.mu.Unlock()
+	rep, ok := lastReport(in.path(serialLogName), off)
+	switch {
+	case !ok || stopRequested:
+		return state, reason, detail
+	case rep.Event == guestinit.EventFailed:
+		return runtime.StateCrashed, api.ReasonVMStartFailed, "drover-init: " + rep.Error
+	case rep.Event != guestinit.EventExited:
+		return state, reason, detail
+	case rep.OOMKilled:
+		return runtime.StateCrashed, api.ReasonOOMKilled, fmt.Sprintf("workload killed by the guest kernel's OOM killer (exit code %d)", rep.ExitCode)
+	case rep.ExitCode == 0:
+		return runtime.StateStopped, "", "workload exited with code 0"
+	case rep.Signal != "":
+		return runtime.StateCrashed, "", fmt.Sprintf("workload killed by %s (exit code %d)", rep.Signal, rep.ExitCode)
+	}
+	return runtime.StateCrashed, "", fmt.Sprintf("workload exited with code %d", rep.ExitCode)
+}
+
+// lastReport is the last init report in the serial log after off.
+func lastReport(path string, off int64) (guestinit.Report, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return guestinit.Report{}, false
+	}
+	defer func() { _ = f.Close() }()
+	if fi, err := f.Stat(); err == nil && fi.Size() < off {
+		off = 0
+	}
+	b, err := io.ReadAll(io.NewSectionReader(f, off, 64<<20))
+	if err != nil {
+		return guestinit.Report{}, false
+	}
+	reps := guestinit.ParseReports(b)
+	if len(reps) == 0 {
+		return guestinit.Report{}, false
+	}
+	return reps[len(reps)-1], true
+}
+
+// probeReadiness is the readiness probe of the port: an HTTP GET of
+// Readiness.HTTPPath through its forward (a 2xx or 3xx answer), else
+// probeTCP.
+func (r *Runtime) probeReadiness(ctx context.Context, in *instance, p *vmProc) error {
+	rd := in.spec.Readiness
+	if rd.HTTPPath == "" {
+		return r.probeTCP(ctx, in, p)
+	}
+	f, ok := forwardFor(in.spec, rd.TCPPort)
+	if !ok {
+		return fmt.Errorf("no forward for guest port %d", rd.TCPPort)
+	}
+	in.mu.Lock()
+	hostPort := in.st.Ports[forwardName(f)]
+	in.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(hostPort)) + rd.HTTPPath
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", rd.HTTPPath, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return fmt.Errorf("GET %s: HTTP %d", rd.HTTPPath, resp.StatusCode)
+	}
+	return nil
+}
