@@ -24,13 +24,14 @@ type TasksCmd struct {
 // TasksRunCmd enqueues a task.
 type TasksRunCmd struct {
 	APIFlags
-	Node          string        `name:"node" required:"" help:"Target node (host) id."`
-	Type          string        `name:"type" required:"" help:"Task type, e.g. diag.health_probe."`
+	Node          string        `name:"node" help:"Target node (host) id (required without --batch)."`
+	Type          string        `name:"type" help:"Task type, e.g. diag.health_probe (required without --batch)."`
 	Params        string        `name:"params" default:"{}" help:"Task params as a JSON object."`
 	TTL           time.Duration `name:"ttl" help:"Time to live (default 10m)."`
 	CorrelationID string        `name:"correlation-id" help:"Correlation id (generated when absent)."`
 	Wait          bool          `name:"wait" help:"Wait for the result and print it."`
 	Timeout       time.Duration `name:"timeout" default:"5m" help:"How long --wait waits."`
+	Batch         string        `name:"batch" placeholder:"FILE" help:"Queue the enqueue requests in FILE (JSON lines or a JSON array; - is stdin) through POST /api/v1/tasks:batch, 1000 a request; --wait shows progress counts."`
 }
 
 // Run implements the command.
@@ -38,6 +39,12 @@ func (c *TasksRunCmd) Run(ctx context.Context, env *Env) error {
 	cl, err := c.client()
 	if err != nil {
 		return err
+	}
+	if c.Batch != "" {
+		return c.runBatch(ctx, env, cl)
+	}
+	if c.Node == "" || c.Type == "" {
+		return fmt.Errorf("--node and --type are required (or --batch FILE)")
 	}
 	if !json.Valid([]byte(c.Params)) {
 		return fmt.Errorf("--params: not valid JSON")

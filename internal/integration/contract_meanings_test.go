@@ -62,6 +62,7 @@ func operatorRouteMeaning() map[string]string {
 		"GET /api/v1/terminal-sessions/{sid}/recording": "a session's asciicast recording",
 		"GET /api/v1/tasks":                             "list tasks",
 		"POST /api/v1/tasks":                            "enqueue a task",
+		"POST /api/v1/tasks:batch":                      "enqueue up to 1000 tasks in one transaction (all or none)",
 		"GET /api/v1/tasks/{id}":                        "show a task (wait= long-polls for its end)",
 		"POST /api/v1/tasks/{id}/cancel":                "cancel a task",
 		"GET /api/v1/task-types":                        "the registered task types",

@@ -76,6 +76,7 @@ func (s *Server) operatorRoutes() []operatorRoute {
 		{get, "/api/v1/terminal-sessions/{sid}/recording", operator, s.term.Recording},
 		{get, "/api/v1/tasks", viewer, s.tasks.List},
 		{post, "/api/v1/tasks", operator, s.tasks.Create},
+		{post, "/api/v1/tasks:batch", operator, s.tasks.CreateBatch},
 		{get, "/api/v1/tasks/{id}", viewer, s.tasks.Show},
 		{post, "/api/v1/tasks/{id}/cancel", operator, s.tasks.Cancel},
 		{get, "/api/v1/task-types", viewer, s.tasks.Types},

@@ -63,6 +63,7 @@ var wantRoles = map[string]api.Role{
 	"GET /api/v1/terminal-sessions/{sid}/recording": api.RoleOperator,
 	"GET /api/v1/tasks":                             api.RoleViewer,
 	"POST /api/v1/tasks":                            api.RoleOperator,
+	"POST /api/v1/tasks:batch":                      api.RoleOperator,
 	"GET /api/v1/tasks/{id}":                        api.RoleViewer,
 	"POST /api/v1/tasks/{id}/cancel":                api.RoleOperator,
 	"GET /api/v1/task-types":                        api.RoleViewer,

@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,14 +60,42 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	if err := httpapi.DecodeJSON(r, &req); err != nil {
 		return err
 	}
-	now := s.cfg.Now().UTC()
+	t, fields, err := s.prepare(ctx, req, s.cfg.Now().UTC(), map[string]bool{})
+	if err != nil {
+		return err
+	}
+	if len(fields) > 0 {
+		return httpapi.Invalid(fields)
+	}
+	if err := s.store.EnqueueTask(ctx, t); err != nil {
+		return err
+	}
+	s.waiters.Wake(t.NodeID) // same replica: do not wait for the event round trip
+	s.metrics.Enqueued.Inc()
+	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "task.enqueue", Target: t.ID, Result: "queued",
+		CID: t.CorrelationID, Detail: "node=" + t.NodeID + " type=" + t.Type})
+	httpapi.WriteJSON(w, http.StatusCreated, View(t))
+	return nil
+}
+
+// prepare validates an enqueue request and builds its queued task; fields
+// are the request's errors. hosts caches which node ids exist (a batch
+// names the same nodes many times).
+func (s *Room) prepare(ctx context.Context, req api.EnqueueTaskRequest, now time.Time, hosts map[string]bool) (store.Task, []api.FieldError, error) {
 	var fields []api.FieldError
 	if req.NodeID == "" {
 		fields = append(fields, api.FieldError{Field: "node_id", Message: "required"})
-	} else if _, err := s.store.GetHost(ctx, req.NodeID); errors.Is(err, store.ErrNotFound) {
+	} else if known, ok := hosts[req.NodeID]; !ok {
+		_, err := s.store.GetHost(ctx, req.NodeID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return store.Task{}, nil, fmt.Errorf("enqueue task for %s (correlation id %s): %w", req.NodeID, httpapi.CorrelationID(ctx), err)
+		}
+		hosts[req.NodeID] = err == nil
+		if err != nil {
+			fields = append(fields, api.FieldError{Field: "node_id", Message: "no host " + strconv.Quote(req.NodeID)})
+		}
+	} else if !known {
 		fields = append(fields, api.FieldError{Field: "node_id", Message: "no host " + strconv.Quote(req.NodeID)})
-	} else if err != nil {
-		return err
 	}
 	if len(req.Params) == 0 || string(req.Params) == "null" {
 		req.Params = json.RawMessage("{}")
@@ -79,7 +108,7 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	} else if len(fields) == 0 { // the host exists: slice tasks may name only its approved slots
 		fe, err := s.slots.SliceSlotFields(ctx, req.NodeID, req.Type, req.Params)
 		if err != nil {
-			return err
+			return store.Task{}, nil, fmt.Errorf("enqueue task for %s (correlation id %s): %w", req.NodeID, httpapi.CorrelationID(ctx), err)
 		}
 		fields = append(fields, fe...)
 	}
@@ -100,30 +129,21 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 			expires = req.ExpiresAt.UTC()
 		}
 	}
-	if len(fields) > 0 {
-		return httpapi.Invalid(fields)
-	}
 	cid := req.CorrelationID
 	if cid == "" {
 		cid = httpapi.CorrelationID(ctx)
 	} else if !httpapi.ValidCorrelationID(cid) {
-		return httpapi.Invalid([]api.FieldError{{Field: "correlation_id", Message: "1-128 characters of [A-Za-z0-9._:-]"}})
+		fields = append(fields, api.FieldError{Field: "correlation_id", Message: "1-128 characters of [A-Za-z0-9._:-]"})
+	}
+	if len(fields) > 0 {
+		return store.Task{}, fields, nil
 	}
 	var compact json.RawMessage
 	if b, err := compactJSON(req.Params); err == nil {
 		compact = b
 	}
-	t := store.Task{ID: httpapi.NewID("tsk_"), NodeID: req.NodeID, Type: req.Type, Params: compact,
-		State: api.TaskQueued, CorrelationID: cid, CreatedBy: httpapi.Actor(ctx), CreatedAt: now, ExpiresAt: expires}
-	if err := s.store.EnqueueTask(ctx, t); err != nil {
-		return err
-	}
-	s.waiters.Wake(t.NodeID) // same replica: do not wait for the event round trip
-	s.metrics.Enqueued.Inc()
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "task.enqueue", Target: t.ID, Result: "queued", CID: cid,
-		Detail: "node=" + t.NodeID + " type=" + t.Type})
-	httpapi.WriteJSON(w, http.StatusCreated, View(t))
-	return nil
+	return store.Task{ID: httpapi.NewID("tsk_"), NodeID: req.NodeID, Type: req.Type, Params: compact,
+		State: api.TaskQueued, CorrelationID: cid, CreatedBy: httpapi.Actor(ctx), CreatedAt: now, ExpiresAt: expires}, nil, nil
 }
 
 func compactJSON(b json.RawMessage) (json.RawMessage, error) {
