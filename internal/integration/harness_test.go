@@ -265,6 +265,10 @@ type agentOpts struct {
 	rt         runtime.Runtime
 	imageDirs  string
 	runtimeDir string
+	// settings are runtime-owned keys (NODE_AGENT_QEMU_MICROVM_KERNEL);
+	// allowLocal is NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS.
+	settings   map[string]string
+	allowLocal bool
 }
 
 // fixedAccel is an accelerator probe reporting only the named ones working.
@@ -296,7 +300,8 @@ func (e *env) startAgent(hostID, token string, o agentOpts) (a *agent.Agent, sto
 		OSFamily: "linux", StateDir: o.stateDir, ListenAddr: "127.0.0.1:0", HeartbeatInterval: 100 * time.Millisecond,
 		QEMUAccel: o.accel, AccelFallback: o.fallback, Runtime: o.runtime, ImageDirs: o.imageDirs, RuntimeDir: o.runtimeDir,
 		ReconcileInterval: 200 * time.Millisecond,
-		Runtimes:          runtime.Registry{qemu.Name: qemu.Entry(), mock.Name: mock.Entry()}}
+		Runtimes:          runtime.Registry{qemu.Name: qemu.Entry(), mock.Name: mock.Entry()},
+		RuntimeSettings:   o.settings, ImageAllowLocalURLs: o.allowLocal}
 	if cfg.Runtime == "" && o.rt == nil {
 		cfg.Runtime = agent.RuntimeNone
 	}

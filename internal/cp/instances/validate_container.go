@@ -34,8 +34,11 @@ func validateRuntime(f *fieldErrs, s api.InstanceSpec) (container bool) {
 		}
 		return false
 	case api.RuntimeDocker:
+	case api.RuntimeMicroVM:
+		validateMicroVM(f, s)
+		return true
 	default:
-		f.add("runtime", "must be empty (the host's VM runtime), %q or %q", api.RuntimeQEMU, api.RuntimeDocker)
+		f.add("runtime", "must be empty (the host's VM runtime), %q, %q or %q", api.RuntimeQEMU, api.RuntimeDocker, api.RuntimeMicroVM)
 		return false
 	}
 	c := s.Container

@@ -374,6 +374,9 @@ func ToRuntimeSpec(d api.DesiredInstance, secrets map[string][]byte) runtime.Spe
 	if s.Runtime == api.RuntimeDocker && s.Container != nil {
 		return containerSpec(d, secrets)
 	}
+	if s.Runtime == api.RuntimeMicroVM {
+		return microVMSpec(d, secrets)
+	}
 	return runtime.Spec{
 		ID:        d.ID,
 		Owner:     Owner,

@@ -157,6 +157,10 @@ type HealthCheck struct {
 const (
 	RuntimeQEMU   = "qemu"
 	RuntimeDocker = "docker" // containers through the Docker Engine API (Docker or Podman)
+	// RuntimeMicroVM boots an OCI image (Container.Image) or a raw ext4
+	// root filesystem (Image, with Container.Command) as a microVM: the
+	// QEMU runtime's microVM mode, drover-init as PID 1.
+	RuntimeMicroVM = "microvm"
 )
 
 // GPUsAll in ContainerSpec.GPUs gives the container every GPU of the host.
