@@ -26,7 +26,8 @@ func DefaultHandlers(cfg Config) Handlers {
 			// report's accelerator_probe, so they cannot disagree.
 			res, cached := accelCache.Cached()
 			prober := diag.NewProber(diag.Config{DefaultDiagnosticPath: cfg.StateDir,
-				KVMVerdict: func() (diag.KVMVerdict, bool) { return kvmVerdict(res, cached) }})
+				KVMVerdict: func() (diag.KVMVerdict, bool) { return kvmVerdict(res, cached) },
+				OtherAccel: otherAccel(cfg.QEMUAccel)})
 			rep, err := prober.Probe(ctx, p, t.Progress)
 			out := healthReport{Report: rep}
 			if cached {
@@ -42,6 +43,17 @@ func DefaultHandlers(cfg Config) Handlers {
 		h[typ] = handler
 	}
 	return h
+}
+
+// otherAccel is the accelerator an operator configured instead of KVM
+// (NODE_AGENT_QEMU_ACCEL=tcg, nvmm, hvf), for which the health probe does
+// not hold a broken KVM against the host; "" when KVM is configured or the
+// choice is left to the agent (then KVM is expected to work).
+func otherAccel(configured string) string {
+	if configured == "" || configured == accel.KVM {
+		return ""
+	}
+	return configured
 }
 
 // healthReport is diag.health_probe's output: the probe's report plus the

@@ -109,6 +109,10 @@ type Config struct {
 	// kvm_guest_hung, ...), so that the check, the phase's progress event
 	// and Healthy agree with the accelerator probe.
 	KVMVerdict func() (v KVMVerdict, ok bool)
+	// OtherAccel, when set, is the accelerator the host is configured to
+	// run VMs with instead of KVM ("tcg", "nvmm", "hvf"): a KVM that does
+	// not work is then reported but not_applicable, not a failed check.
+	OtherAccel string
 }
 
 // KVMVerdict is the accelerator probe's verdict on KVM, as package accel

@@ -55,6 +55,7 @@ func TestProbeFakeHosts(t *testing.T) {
 		wantVFIO    map[string]bool
 		wantReasons map[string]string // check name -> reason ("" means OK with no reason)
 		wantHealthy bool
+		otherAccel  string // Config.OtherAccel
 	}{
 		{
 			name: "gpu host: 2 NVIDIA + 1 Mellanox up at 100G",
@@ -84,12 +85,40 @@ func TestProbeFakeHosts(t *testing.T) {
 			name: "no gpu, no vfio, no kvm, no pci dir",
 			host: fakeHost{osrelease: "5.15.0", meminfo: "MemTotal: 2097152 kB\nMemFree: 1048576 kB\nBuffers: 0 kB\nCached: 524288 kB\n", noPCIDir: true},
 			goos: "linux", wantKernel: "5.15.0",
+			wantMemMB:  [3]int{2048, 1024, 1536},
+			wantGPUs:   []string{},
+			wantFabric: []FabricLink{},
+			wantKVM:    KVMStatus{},
+			wantVFIO:   map[string]bool{"vfio": false, "vfio_pci": false, "vfio_iommu_type1": false},
+			// VFIO only passes GPUs through: without a GPU its absence
+			// is not_applicable; KVM is still expected.
+			wantReasons: map[string]string{PhaseKVM: ReasonKVMMissing, PhaseVFIO: ReasonNotApplicable, PhaseGPU: "", PhaseFabric: ""},
+		},
+		{
+			name: "tcg host: no kvm, no gpu, VMs configured to run with tcg",
+			host: fakeHost{osrelease: "6.1.0", meminfo: "MemTotal: 2097152 kB\nMemFree: 1048576 kB\nBuffers: 0 kB\nCached: 524288 kB\n", noPCIDir: true},
+			goos: "linux", wantKernel: "6.1.0", otherAccel: "tcg",
 			wantMemMB:   [3]int{2048, 1024, 1536},
 			wantGPUs:    []string{},
 			wantFabric:  []FabricLink{},
 			wantKVM:     KVMStatus{},
 			wantVFIO:    map[string]bool{"vfio": false, "vfio_pci": false, "vfio_iommu_type1": false},
-			wantReasons: map[string]string{PhaseKVM: ReasonKVMMissing, PhaseVFIO: ReasonVFIOModulesMissing, PhaseGPU: "", PhaseFabric: ""},
+			wantReasons: map[string]string{PhaseKVM: ReasonNotApplicable, PhaseVFIO: ReasonNotApplicable},
+			wantHealthy: true,
+		},
+		{
+			name: "gpu host without vfio modules: vfio is missing, whatever the accelerator",
+			host: fakeHost{
+				osrelease: "6.1.0", meminfo: gpuHostMeminfo, modules: strPtr(""), kvm: true,
+				pci: []fakePCI{{addr: "0000:3b:00.0", vendor: "0x10de", device: "0x2330", class: "0x030200"}},
+			},
+			goos: "linux", wantKernel: "6.1.0", otherAccel: "tcg",
+			wantMemMB:   [3]int{515899, 390625, 488281},
+			wantGPUs:    []string{"0000:3b:00.0"},
+			wantFabric:  []FabricLink{},
+			wantKVM:     KVMStatus{Present: true, Openable: true},
+			wantVFIO:    map[string]bool{"vfio": false, "vfio_pci": false, "vfio_iommu_type1": false},
+			wantReasons: map[string]string{PhaseKVM: "", PhaseVFIO: ReasonVFIOModulesMissing, PhaseGPU: ""},
 		},
 		{
 			name: "intel and aspeed display, mellanox link down",
@@ -136,6 +165,7 @@ func TestProbeFakeHosts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			roots := tc.host.build(t)
 			p := newTestProber(t, roots, tc.goos)
+			p.cfg.OtherAccel = tc.otherAccel
 			rep, err := p.Probe(context.Background(), Params{}, nil)
 			if err != nil {
 				t.Fatalf("Probe: %v", err)
@@ -323,7 +353,7 @@ func TestProbeProgressAndTimings(t *testing.T) {
 	}
 	want := []call{
 		{PhaseKernel, 5 * time.Millisecond, ""}, {PhaseMemory, 5 * time.Millisecond, ""},
-		{PhaseKVM, 5 * time.Millisecond, ReasonKVMMissing}, {PhaseVFIO, 5 * time.Millisecond, ReasonVFIOModulesMissing},
+		{PhaseKVM, 5 * time.Millisecond, ReasonKVMMissing}, {PhaseVFIO, 5 * time.Millisecond, ""}, // no GPU: not_applicable
 		{PhaseGPU, 5 * time.Millisecond, ""}, {PhaseFabric, 5 * time.Millisecond, ""},
 		{PhaseRootFS, 5 * time.Millisecond, ""}, {PhaseDiagnosticPath, 5 * time.Millisecond, ""},
 	}

@@ -78,15 +78,27 @@ func (p *Prober) kvmPhase(_ context.Context, _ Params) (Check, func(*Report)) {
 	}
 	st := KVMStatus{Path: filepath.Join(p.cfg.DevRoot, "kvm")}
 	apply := func(r *Report) { r.KVM = st }
+	c := p.kvmCheck(&st)
+	if !c.OK && p.cfg.OtherAccel != "" {
+		// The host is configured to run its VMs with another
+		// accelerator: KVM's state is reported, not held against it.
+		return Check{OK: true, Reason: ReasonNotApplicable,
+			Detail: "VMs run with " + p.cfg.OtherAccel + " (kvm: " + c.Reason + ")"}, apply
+	}
+	return c, apply
+}
+
+// kvmCheck fills st and returns the verdict on KVM.
+func (p *Prober) kvmCheck(st *KVMStatus) Check {
 	if _, err := os.Stat(st.Path); err != nil {
 		st.Error = err.Error()
-		return Check{Reason: ReasonKVMMissing, Detail: st.Error}, apply
+		return Check{Reason: ReasonKVMMissing, Detail: st.Error}
 	}
 	st.Present = true
 	f, err := os.OpenFile(st.Path, os.O_RDWR, 0)
 	if err != nil {
 		st.Error = err.Error()
-		return Check{Reason: ReasonKVMNotOpenable, Detail: st.Error}, apply
+		return Check{Reason: ReasonKVMNotOpenable, Detail: st.Error}
 	}
 	_ = f.Close() // opened read-write only to prove access; nothing written
 	st.Openable = true
@@ -98,31 +110,54 @@ func (p *Prober) kvmPhase(_ context.Context, _ Params) (Check, func(*Report)) {
 			if v.Detail != "" {
 				st.Error += ": " + v.Detail
 			}
-			return Check{Reason: v.Reason, Detail: st.Error}, apply
+			return Check{Reason: v.Reason, Detail: st.Error}
 		}
 	}
-	return Check{OK: true}, apply
+	return Check{OK: true}
 }
 
-func (p *Prober) vfioPhase(_ context.Context, _ Params) (Check, func(*Report)) {
+func (p *Prober) vfioPhase(ctx context.Context, _ Params) (Check, func(*Report)) {
 	if p.cfg.GOOS != "linux" {
 		return notApplicable(p.cfg.GOOS), nil
 	}
 	mods, err := vfioModules(p.cfg.ProcRoot, p.cfg.SysRoot)
 	apply := func(r *Report) { r.VFIO.Modules = mods }
+	var fail Check
 	if err != nil {
-		return Check{Reason: ReasonVFIOModulesMissing, Detail: err.Error()}, apply
+		fail = Check{Reason: ReasonVFIOModulesMissing, Detail: err.Error()}
+	} else {
+		var missing []string
+		for _, name := range vfioModuleNames() {
+			if !mods[name] {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) == 0 {
+			return Check{OK: true}, apply
+		}
+		fail = Check{Reason: ReasonVFIOModulesMissing, Detail: "not loaded: " + strings.Join(missing, ", ")}
 	}
-	var missing []string
-	for _, name := range vfioModuleNames() {
-		if !mods[name] {
-			missing = append(missing, name)
+	// VFIO is what passes GPUs through to slice VMs: on a host with no
+	// GPU it has nothing to do, and its absence is not ill health.
+	if n, scanErr := p.gpuCount(ctx); scanErr == nil && n == 0 {
+		return Check{OK: true, Reason: ReasonNotApplicable, Detail: "no GPU to pass through (" + fail.Detail + ")"}, apply
+	}
+	return fail, apply
+}
+
+// gpuCount is the number of GPUs on the PCI bus.
+func (p *Prober) gpuCount(ctx context.Context) (int, error) {
+	funcs, err := scanPCI(ctx, p.cfg.SysRoot)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, f := range funcs {
+		if isGPU(f.vendor, f.class) {
+			n++
 		}
 	}
-	if len(missing) > 0 {
-		return Check{Reason: ReasonVFIOModulesMissing, Detail: "not loaded: " + strings.Join(missing, ", ")}, apply
-	}
-	return Check{OK: true}, apply
+	return n, nil
 }
 
 // vfioModules reports each VFIO module as loaded or built in.
