@@ -8,8 +8,9 @@
 // (slots.go), TaskStore (tasks.go), InstanceStore (instances.go),
 // AllocationStore (allocations.go), TerminalStore (terminals.go),
 // OperatorTokenStore (operator_tokens.go), AuditStore (audit.go), KeyStore
-// (keys.go), EventStore (events.go), PreflightStore (preflight.go) and
-// WorkloadSecretStore (workload_secrets.go), each with its models and filters.
+// (keys.go), EventStore (events.go), PreflightStore (preflight.go),
+// WorkloadSecretStore (workload_secrets.go) and SliceFlowStore (slices.go),
+// each with its models and filters.
 // Store is their composition; a room declares the small interface it needs,
 // embedding a whole XxxStore where it uses all of it.
 package store
@@ -43,6 +44,7 @@ type Store interface {
 	EventStore
 	PreflightStore
 	WorkloadSecretStore
+	SliceFlowStore
 
 	// Ping checks the database is reachable (for /readyz).
 	Ping(ctx context.Context) error

@@ -46,6 +46,7 @@ func Run(t *testing.T, open Opener) {
 	cases = append(cases, preflightCases...)
 	cases = append(cases, workloadSecretCases...)
 	cases = append(cases, healthCases...)
+	cases = append(cases, sliceCases...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
