@@ -27,10 +27,15 @@ const (
 	// AllocationInstance: a VM instance; terminals attach to its serial
 	// console.
 	AllocationInstance AllocationKind = "instance"
+	// AllocationSlice: a slice VM with N approved slots passed through,
+	// provisioned by the control plane's workflow (internal/cp/sliceflow).
+	AllocationSlice AllocationKind = "slice"
 )
 
 // CreateAllocationRequest is POST /api/v1/allocations. Exactly one of
-// HostID and InstanceID is set.
+// HostID and InstanceID is set, except for a slice allocation (Slots > 0),
+// where HostID is optional (placement picks a host) and the Slice fields
+// apply.
 type CreateAllocationRequest struct {
 	// Username is the OS user (host allocations) or the person the console
 	// is for (instance allocations): a Linux user name, not root.
@@ -40,6 +45,7 @@ type CreateAllocationRequest struct {
 	SSHAuthorizedKeys []string `json:"ssh_authorized_keys,omitempty"`
 	Shell             string   `json:"shell,omitempty"`
 	Sudo              bool     `json:"sudo,omitempty"`
+	SliceRequest
 }
 
 // Allocation is an allocation as the operator API shows it.
@@ -58,6 +64,8 @@ type Allocation struct {
 	CreatedBy       string    `json:"created_by,omitempty"`
 	CreatedAt       time.Time `json:"created_at"`
 	UpdatedAt       time.Time `json:"updated_at"`
+	// Workflow is a slice allocation's provisioning workflow.
+	Workflow *SliceWorkflow `json:"workflow,omitempty"`
 }
 
 // TerminalTokenRequest is the optional body of

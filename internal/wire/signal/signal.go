@@ -48,6 +48,9 @@ const (
 	UIConnectingStuck    Name = "terminal_ui_connecting_stuck"
 	EnvProfileDrift      Name = "terminal_env_profile_drift"
 	ControlPlaneFailed   Name = "control_plane_api_failed"
+	// Slice allocations (internal/cp/sliceflow).
+	SliceSlotsUnavailable Name = "slice_slots_unavailable"
+	SliceProvisionFailed  Name = "slice_vm_provision_failed"
 )
 
 // Signal is one row of the runbook: what the operator sees, the quickest
@@ -170,6 +173,14 @@ func Signals() []Signal {
 			"The error envelope's correlation_id in `drover server`'s log; `curl <api-base>/readyz`",
 			"Control plane / store", "Bring the store back (PostgreSQL running and reachable, SQLite file writable) or restart the control plane; nothing on the nodes needs repair",
 			[]Hop{HopAllocationBinding, HopNodeHeartbeat, HopNodeRecoveryStatus, HopTerminalTokenMint}, ""},
+		{SliceSlotsUnavailable, DomainControlPlane, "A slice allocation failed at lease_slots: the host has fewer free approved slots than asked (others leased them, or none are approved)",
+			"`drover allocations show <id>` (workflow.failed_step, error); `drover hosts slots <host>` beside `drover allocations list --host <host>`",
+			"Operator / capacity", "Release unused slice allocations, approve more slots (`drover hosts approve-slots`), or ask for fewer slots or another host",
+			[]Hop{HopAllocationBinding}, ""},
+		{SliceProvisionFailed, DomainNode, "A slice allocation failed at await_provision: slice.vm_provision failed on the node (the failed phase names where) or expired unanswered",
+			"`drover allocations show <id>` (workflow.phases, failed_step, error); `drover tasks show <provision_task_id>`",
+			"Node runtime / slice host", "Repair what the failed phase names (image, VFIO binding, NVMe, readiness); the workflow already released the VM and its slots, so recreate the allocation",
+			[]Hop{HopAllocationBinding}, ""},
 	}
 }
 
