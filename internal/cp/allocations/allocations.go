@@ -50,8 +50,23 @@ type Terminals interface {
 	CloseAllocation(id string)
 }
 
+// Slices runs the slice allocations' workflow (internal/cp/sliceflow).
+type Slices interface {
+	// Place picks the host of n slots (hostID when given); ok is false
+	// when no host has them free.
+	Place(ctx context.Context, hostID string, n int) (host string, ok bool, err error)
+	// Start records and runs the workflow of a slice allocation just stored.
+	Start(ctx context.Context, a store.Allocation) error
+	// Release releases a slice allocation through its workflow.
+	Release(ctx context.Context, id string) (store.Allocation, error)
+	// View is the workflow as the API shows it.
+	View(ctx context.Context, id string) (*api.SliceWorkflow, error)
+}
+
 // Room serves the allocation routes.
 type Room struct {
+	slices    Slices
+	validate  SliceValidator
 	store     Store
 	instances Instances
 	tasks     Tasks
@@ -69,6 +84,10 @@ func New(st Store, instances Instances, tasks Tasks, terms Terminals, auditLog *
 		log: log, now: now}
 }
 
+// SetSlices gives the room the slice workflow; without it a slice
+// allocation request is refused.
+func (s *Room) SetSlices(sl Slices, validate SliceValidator) { s.slices, s.validate = sl, validate }
+
 // errNoChange aborts an UpdateAllocation without writing.
 var errNoChange = errors.New("no change")
 
@@ -80,6 +99,9 @@ func allocationView(a store.Allocation) api.Allocation {
 	kind := api.AllocationHost
 	if a.InstanceID != "" {
 		kind = api.AllocationInstance
+	}
+	if isSlice(a) {
+		kind = api.AllocationSlice
 	}
 	return api.Allocation{ID: a.ID, Kind: kind, Username: a.Username, HostID: a.HostID, InstanceID: a.InstanceID,
 		State: a.State, StateReason: a.StateReason, ProvisionTaskID: a.ProvisionTaskID,
@@ -97,6 +119,9 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := s.now().UTC()
 	a := store.Allocation{ID: httpapi.NewID("alc_"), Username: req.Username, CreatedBy: httpapi.Actor(ctx), CreatedAt: now, UpdatedAt: now}
+	if req.Slots != 0 {
+		return s.createSlice(w, r, req, a)
+	}
 	switch {
 	case req.HostID == "" && req.InstanceID == "":
 		return httpapi.Invalid([]api.FieldError{{Field: "host_id", Message: "set host_id (bare-metal user) or instance_id (VM console)"}})
@@ -198,7 +223,13 @@ func (s *Room) Show(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return httpapi.StoreError(err, "allocation", r.PathValue("id"))
 	}
-	httpapi.WriteJSON(w, http.StatusOK, allocationView(a))
+	v := allocationView(a)
+	if isSlice(a) && s.slices != nil {
+		if v.Workflow, err = s.slices.View(r.Context(), a.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	httpapi.WriteJSON(w, http.StatusOK, v)
 	return nil
 }
 
@@ -209,6 +240,9 @@ func (s *Room) Show(w http.ResponseWriter, r *http.Request) error {
 func (s *Room) Release(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	id := r.PathValue("id")
+	if cur, err := s.store.GetAllocation(ctx, id); err == nil && isSlice(cur) && s.slices != nil {
+		return s.releaseSlice(w, r, id)
+	}
 	var t store.Task
 	a, err := s.store.UpdateAllocation(ctx, id, func(a *store.Allocation) error {
 		if a.State == api.AllocationReleasing || a.State == api.AllocationReleased {

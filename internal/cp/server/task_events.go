@@ -16,4 +16,5 @@ func (s *Server) subscribeTaskEvents() {
 	s.allocs.Subscribe(b)
 	s.pre.Subscribe(b)
 	s.health.Subscribe(b)
+	s.wireSlices(b)
 }
