@@ -22,6 +22,7 @@ type ServerFlags struct {
 	Listen              string        `name:"listen" env:"DROVER_LISTEN" default:"127.0.0.1:8080" help:"Operator API and UI address."`
 	NodeListen          string        `name:"node-listen" env:"DROVER_NODE_LISTEN" help:"Node-facing mTLS address (default :8443 for server, 127.0.0.1:8443 for dev)."`
 	NodeURL             string        `name:"node-url" env:"DROVER_NODE_URL" help:"URL agents use to reach --node-listen (default https://127.0.0.1:<port>)."`
+	AdvertiseNodeURL    string        `name:"advertise-node-url" env:"DROVER_ADVERTISE_NODE_URL" help:"This replica's own node-facing URL, reachable by agents directly (not through a load balancer): terminal and logs streams are dialed there. Needed with several replicas; its host is added to the node certificate (docs/runbooks/replicas.md)."`
 	TLSSAN              []string      `name:"tls-san" env:"DROVER_TLS_SAN" help:"Extra DNS names or IPs for the node listener certificate."`
 	PublicURL           string        `name:"public-url" env:"DROVER_PUBLIC_URL" help:"URL browsers use for --listen when a proxy in front terminates TLS (https://... makes the dashboard's cookies Secure; its origin may open terminals)."`
 	CertTTL             time.Duration `name:"cert-ttl" default:"24h" help:"Node certificate lifetime."`
@@ -49,7 +50,7 @@ type ServerFlags struct {
 }
 
 func (f ServerFlags) config(allowUnknown bool, log *slog.Logger) server.Config {
-	return server.Config{OperatorAddr: f.Listen, NodeAddr: f.NodeListen, NodeURL: f.NodeURL, TLSHosts: f.TLSSAN, PublicURL: f.PublicURL,
+	return server.Config{OperatorAddr: f.Listen, NodeAddr: f.NodeListen, NodeURL: f.NodeURL, AdvertiseNodeURL: f.AdvertiseNodeURL, TLSHosts: f.TLSSAN, PublicURL: f.PublicURL,
 		CertTTL: f.CertTTL, HeartbeatInterval: f.HeartbeatInterval, VCPUAllocationRatio: f.VCPURatio, AllowUnknownHostRegistration: allowUnknown,
 		Logger: log, Terminal: server.TerminalConfig{AllowedOrigins: f.TerminalOrigins, IdleTimeout: f.TerminalIdle,
 			MaxLifetime: f.TerminalMaxLifetime, RecordingDir: f.RecordingDir, RecordInput: f.RecordInput,

@@ -46,6 +46,10 @@ type Config struct {
 	// MaxStreams caps this replica's streams (default 64): 429
 	// logs_stream_limit_replica.
 	MaxStreams int
+	// AdvertiseURL is this replica's own node-facing base URL: logs.open
+	// carries it as stream_url (signed) so the node's stream reaches this
+	// replica ("": agents dial their configured URL).
+	AdvertiseURL string
 }
 
 // SetDefaults fills zero fields.

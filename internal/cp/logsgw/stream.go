@@ -137,7 +137,7 @@ func (g *Gateway) Stream(w http.ResponseWriter, r *http.Request) error {
 		lifetime = g.cfg.MaxFollow
 	}
 	p := task.LogsOpenParams{SessionID: l.id, InstanceID: id, Nonce: l.nonce, Follow: q.Follow, Tail: q.Tail,
-		MaxLifetime: api.Duration(lifetime)}
+		MaxLifetime: api.Duration(lifetime), StreamURL: g.cfg.AdvertiseURL}
 	if !q.Since.IsZero() {
 		p.Since = &q.Since
 	}

@@ -59,6 +59,13 @@ type Config struct {
 	// NodeURL is the URL agents use to reach NodeAddr, printed with bootstrap
 	// tokens (default https://127.0.0.1:<port of NodeAddr>).
 	NodeURL string
+	// AdvertiseNodeURL is this replica's own node-facing base URL, reachable
+	// by agents directly (not through a load balancer over the replicas):
+	// terminal.open and logs.open carry it as their signed stream_url so a
+	// node's stream reaches the replica holding the session. Its host is
+	// added to the node listener certificate's names. "" (one replica):
+	// stream_url is omitted and agents dial their configured URL.
+	AdvertiseNodeURL string
 	// PublicURL is the URL operators' browsers use for OperatorAddr when a
 	// proxy in front of it terminates TLS (e.g. https://drover.example):
 	// with https the dashboard's cookies are Secure on every request, and
@@ -146,6 +153,12 @@ func (c *Config) setDefaults() error {
 		}
 		// A copy: the caller's slice is not appended to.
 		c.Terminal.AllowedOrigins = append(slices.Clip(c.Terminal.AllowedOrigins), origin)
+	}
+	if c.AdvertiseNodeURL != "" {
+		c.Terminal.AdvertiseURL, c.Logs.AdvertiseURL = c.AdvertiseNodeURL, c.AdvertiseNodeURL
+		if u, err := url.Parse(c.AdvertiseNodeURL); err == nil && u.Hostname() != "" && !slices.Contains(c.TLSHosts, u.Hostname()) {
+			c.TLSHosts = append(slices.Clip(c.TLSHosts), u.Hostname())
+		}
 	}
 	if err := c.Terminal.SetDefaults(); err != nil {
 		return err

@@ -42,6 +42,12 @@ type Config struct {
 	// allocation and minting token, in case a change event was lost
 	// (default 30s). Change events end them at once.
 	RecheckInterval time.Duration
+	// AdvertiseURL is this replica's own node-facing base URL, directly
+	// reachable by agents (not through a load balancer): terminal.open
+	// carries it as stream_url (signed), so the node's stream reaches the
+	// replica that holds the browser. "" omits stream_url and agents dial
+	// their configured NODE_AGENT_TERMINAL_URL (one replica).
+	AdvertiseURL string
 }
 
 // SetDefaults fills zero fields with their defaults and checks the rest.
@@ -63,6 +69,11 @@ func (t *Config) SetDefaults() error {
 	}
 	if t.KeepAlive > 20*time.Second {
 		return fmt.Errorf("terminal keepalive %s: must be at most 20s (proxies drop idle WebSockets)", t.KeepAlive)
+	}
+	if t.AdvertiseURL != "" {
+		if u, err := url.Parse(t.AdvertiseURL); err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.User != nil {
+			return fmt.Errorf("advertise node URL %q: must be an https:// URL of this replica's node listener", t.AdvertiseURL)
+		}
 	}
 	for _, o := range t.AllowedOrigins {
 		if u, err := url.Parse(o); err != nil || u.Scheme == "" || u.Host == "" || u.Path != "" {

@@ -212,7 +212,8 @@ func (s *Gateway) runTerminal(ctx context.Context, br *websocket.Conn, sess stor
 		mintedBy: sess.MintedByTokenID, node: make(chan *websocket.Conn), taskCh: make(chan struct{}, 1), kill: make(chan killReq, 1),
 		done: make(chan struct{})}
 	params := task.TerminalOpenParams{SessionID: sess.ID, AllocationID: sess.AllocationID, Nonce: l.nonce,
-		Mode: sess.Mode, Cols: sess.Cols, Rows: sess.Rows, MaxLifetime: api.Duration(cfg.MaxLifetime)}
+		Mode: sess.Mode, Cols: sess.Cols, Rows: sess.Rows, MaxLifetime: api.Duration(cfg.MaxLifetime),
+		StreamURL: cfg.AdvertiseURL}
 	if sess.Mode == task.TerminalModeSerial {
 		params.InstanceID = sess.InstanceID
 	} else {

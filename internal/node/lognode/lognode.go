@@ -219,9 +219,15 @@ func (m *Manager) Open(ctx context.Context, p task.LogsOpenParams, cid string) (
 // dial opens the stream with the terminal's dialer; its codes are mapped
 // to the logs codes.
 func (m *Manager) dial(ctx context.Context, p task.LogsOpenParams, cid string) (*websocket.Conn, error) {
-	u, err := url.Parse(m.cfg.BaseURL)
+	// The signed params name the replica that holds the stream; the
+	// configured URL is the fallback for control planes that do not say.
+	baseURL := m.cfg.BaseURL
+	if p.StreamURL != "" {
+		baseURL = p.StreamURL
+	}
+	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "wss") || u.Host == "" || m.cfg.NodeID == "" {
-		return nil, coded(CodeNodeStreamTimeout, fmt.Sprintf("cannot build the logs stream URL from %q", m.cfg.BaseURL), err)
+		return nil, coded(CodeNodeStreamTimeout, fmt.Sprintf("cannot build the logs stream URL from %q", baseURL), err)
 	}
 	var base *tls.Config
 	if m.cfg.TLSConfig != nil {

@@ -47,7 +47,14 @@ type dialStages struct {
 // dial opens the node leg of session p: a WebSocket over HTTP/1.1 and mTLS
 // with the agent's current client certificate.
 func (m *Manager) dial(ctx context.Context, p task.TerminalOpenParams, cid string) (*websocket.Conn, error) {
-	u, err := streamURL(m.cfg.BaseURL, m.cfg.NodeID, p.SessionID)
+	// The signed params name the replica that holds the session; the
+	// configured URL (maybe a load balancer over several replicas) is the
+	// fallback for control planes that do not say.
+	baseURL := m.cfg.BaseURL
+	if p.StreamURL != "" {
+		baseURL = p.StreamURL
+	}
+	u, err := streamURL(baseURL, m.cfg.NodeID, p.SessionID)
 	if err != nil {
 		return nil, &Error{api.CodedError{Code: CodeNodeStreamTimeout, Message: "cannot build the stream URL", Err: err}}
 	}

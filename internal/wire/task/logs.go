@@ -40,6 +40,10 @@ type LogsOpenParams struct {
 	// MaxLifetime ends the stream on the node even if the control plane is
 	// gone: a follow stream's lifetime, or a bound on reading a whole log.
 	MaxLifetime api.Duration `json:"max_lifetime"`
+	// StreamURL is the node-facing base URL of the replica holding the
+	// stream, which the agent dials instead of its configured URL ("": the
+	// configured one); see checkStreamURL.
+	StreamURL string `json:"stream_url,omitempty"`
 }
 
 // DecodeLogsOpenParams strictly decodes and validates the params of
@@ -59,6 +63,7 @@ func DecodeLogsOpenParams(params json.RawMessage) (LogsOpenParams, []api.FieldEr
 	if p.MaxLifetime <= 0 {
 		v.add("max_lifetime", "must be positive")
 	}
+	v.check("stream_url", checkStreamURL(p.StreamURL))
 	if v.fe != nil {
 		return LogsOpenParams{}, v.fe
 	}

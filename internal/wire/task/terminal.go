@@ -47,6 +47,10 @@ type TerminalOpenParams struct {
 	// MaxLifetime is the session's maximum lifetime; the node ends the
 	// session after it even if the gateway is gone.
 	MaxLifetime api.Duration `json:"max_lifetime"`
+	// StreamURL is the node-facing base URL of the replica holding the
+	// session, which the agent dials instead of its configured terminal URL
+	// ("" : the configured one); see checkStreamURL.
+	StreamURL string `json:"stream_url,omitempty"`
 }
 
 // DecodeTerminalOpenParams strictly decodes and validates the params of
@@ -80,6 +84,7 @@ func DecodeTerminalOpenParams(params json.RawMessage) (TerminalOpenParams, []api
 	if p.MaxLifetime <= 0 {
 		v.add("max_lifetime", "must be positive")
 	}
+	v.check("stream_url", checkStreamURL(p.StreamURL))
 	if v.fe != nil {
 		return TerminalOpenParams{}, v.fe
 	}
