@@ -17,7 +17,7 @@ import (
 // AllocationsCmd groups allocation commands.
 type AllocationsCmd struct {
 	List     AllocListCmd     `cmd:"" help:"List allocations."`
-	Create   AllocCreateCmd   `cmd:"" help:"Bind a user to a host (provisions the OS user) or to an instance (its serial console)."`
+	Create   AllocCreateCmd   `cmd:"" help:"Bind a user to a host (provisions the OS user), to an instance (its serial console), or to a slice VM (--slots)."`
 	Show     AllocIDCmd       `cmd:"" help:"Show one allocation."`
 	Release  AllocIDCmd       `cmd:"" help:"Release an allocation: close its terminals and remove its OS user."`
 	Sessions AllocIDCmd       `cmd:"" help:"List an allocation's terminal sessions with their readiness hops."`
@@ -78,6 +78,7 @@ type AllocCreateCmd struct {
 	SSHKeyFile []string `name:"ssh-key-file" type:"existingfile" help:"File of authorized SSH public keys, one per line (repeatable)."`
 	Shell      string   `name:"shell" help:"Login shell (default /bin/bash when present)."`
 	Sudo       bool     `name:"sudo" help:"Grant passwordless sudo."`
+	SliceFlags
 }
 
 // Run implements the command.
@@ -87,7 +88,7 @@ func (c *AllocCreateCmd) Run(ctx context.Context, env *Env) error {
 		return err
 	}
 	req := api.CreateAllocationRequest{Username: c.User, HostID: c.Host, InstanceID: c.Instance,
-		SSHAuthorizedKeys: c.SSHKey, Shell: c.Shell, Sudo: c.Sudo}
+		SSHAuthorizedKeys: c.SSHKey, Shell: c.Shell, Sudo: c.Sudo, SliceRequest: c.SliceFlags.request()}
 	for _, f := range c.SSHKeyFile {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -102,6 +103,11 @@ func (c *AllocCreateCmd) Run(ctx context.Context, env *Env) error {
 	var a api.Allocation
 	if err := cl.call(ctx, http.MethodPost, "/api/v1/allocations", nil, req, &a); err != nil {
 		return err
+	}
+	if c.Wait {
+		if a, err = waitSlice(ctx, env, cl, a, c.JSON); err != nil {
+			return err
+		}
 	}
 	return printAllocation(env, c.JSON, a)
 }
@@ -123,6 +129,7 @@ func printAllocation(env *Env, asJSON bool, a api.Allocation) error {
 		fmt.Fprintf(tw, "release task\t%s\n", a.ReleaseTaskID)
 	}
 	fmt.Fprintf(tw, "created\t%s by %s\n", a.CreatedAt.Format(time.RFC3339), a.CreatedBy)
+	printWorkflow(tw, a.Workflow)
 	return tw.Flush()
 }
 
