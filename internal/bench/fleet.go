@@ -31,6 +31,12 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
+// Throughput-phase enqueue modes (Config.Enqueue).
+const (
+	EnqueueSingle = "single"
+	EnqueueBatch  = "batch"
+)
+
 // MaxAgents bounds --agents (one loopback source address per agent).
 const MaxAgents = 250 * 256
 
@@ -43,6 +49,11 @@ type Config struct {
 	Duration        time.Duration // heartbeat phase (default 10s)
 	Tasks           int           // tasks in the throughput phase (default 2000)
 	DispatchSamples int           // enqueue→receive samples (default 1000)
+	// Enqueue is how the throughput phase queues its tasks: "single" (one
+	// POST /api/v1/tasks each, the default) or "batch" (POST
+	// /api/v1/tasks:batch with BatchSize tasks each).
+	Enqueue   string
+	BatchSize int // tasks per batch call (default 100, at most api.MaxTaskBatch)
 
 	Store            string // sqlite:[PATH] (default: temp file) or postgres://...
 	ServerProcess    bool   // run `drover server` as a child process
@@ -86,6 +97,19 @@ func (c *Config) defaults() error {
 	}
 	if c.DispatchSamples == 0 {
 		c.DispatchSamples = 1000
+	}
+	switch c.Enqueue {
+	case "":
+		c.Enqueue = EnqueueSingle
+	case EnqueueSingle, EnqueueBatch:
+	default:
+		return fmt.Errorf("enqueue must be %q or %q", EnqueueSingle, EnqueueBatch)
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 100
+	}
+	if c.BatchSize < 1 || c.BatchSize > api.MaxTaskBatch {
+		return fmt.Errorf("batch size must be between 1 and %d", api.MaxTaskBatch)
 	}
 	if c.Settle == 0 {
 		c.Settle = 2*time.Second + time.Duration(c.Agents/5000)*time.Second
@@ -139,7 +163,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	nofile := raiseNoFile(uint64(2*cfg.Agents + 4096))
 	f.rep.Config = ReportConfig{Agents: cfg.Agents, LongPolls: cfg.LongPolls, HeartbeatAgents: cfg.HeartbeatAgents,
 		HeartbeatRate: cfg.HeartbeatRate, DurationS: cfg.Duration.Seconds(), Tasks: cfg.Tasks,
-		DispatchSamples: cfg.DispatchSamples, NoFileLimit: nofile, Store: cfg.Store,
+		DispatchSamples: cfg.DispatchSamples, Enqueue: cfg.Enqueue, NoFileLimit: nofile, Store: cfg.Store,
 		ServerGOMAXPROCS: cfg.ServerGOMAXPROCS, ServerGOGC: cfg.ServerGOGC}
 	if need := uint64(cfg.Agents + 256); nofile != 0 && nofile < need {
 		return nil, fmt.Errorf("RLIMIT_NOFILE is %d; %d agents need at least %d", nofile, cfg.Agents, need)

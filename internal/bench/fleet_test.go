@@ -42,6 +42,26 @@ func TestFleetSmoke(t *testing.T) {
 	}
 }
 
+// TestFleetBatchEnqueue runs the throughput phase with POST
+// /api/v1/tasks:batch (batches of 7 over 40 tasks, so the last one is
+// short). It checks that every task completes; no timings.
+func TestFleetBatchEnqueue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{Agents: 10, Duration: 200 * time.Millisecond, Tasks: 40, DispatchSamples: 2,
+		Enqueue: EnqueueBatch, BatchSize: 7, Store: "sqlite:", Settle: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	tp := rep.Throughput
+	if tp.Enqueue != EnqueueBatch || tp.BatchSize != 7 || tp.Completed != 40 || tp.Errors != 0 || rep.Config.Enqueue != EnqueueBatch {
+		t.Errorf("throughput: %+v", tp)
+	}
+}
+
 func TestConfigRejectsNonLoopback(t *testing.T) {
 	for _, c := range []Config{
 		{NodeURL: "https://10.0.0.1:8443", API: "http://127.0.0.1:8080", Token: "x"},
@@ -49,6 +69,8 @@ func TestConfigRejectsNonLoopback(t *testing.T) {
 		{NodeURL: "https://127.0.0.1:8443", API: "http://127.0.0.1:8080"},
 		{NodeURL: "https://127.0.0.1:8443", API: "http://127.0.0.1:8080", Token: "x", ServerProcess: true},
 		{Agents: MaxAgents + 1},
+		{Enqueue: "bulk"},
+		{Enqueue: EnqueueBatch, BatchSize: 1001},
 	} {
 		if err := c.defaults(); err == nil {
 			t.Errorf("defaults accepted %+v", c)

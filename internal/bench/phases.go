@@ -93,21 +93,45 @@ func (f *fleet) throughput(ctx context.Context, pollers []*simAgent) error {
 	}()
 	var enqErrs atomic.Int64
 	start := time.Now()
-	_ = parallel(ctx, n, 8, func(i int) error {
-		a := pollers[i%len(pollers)]
-		pends[i].start = time.Now()
-		if err := f.op.call(ctx, http.MethodPost, "/api/v1/tasks", api.EnqueueTaskRequest{NodeID: a.id,
-			Type: task.TypeHealthProbe, Params: json.RawMessage(`{}`), CorrelationID: cids[i]}, nil); err != nil {
-			enqErrs.Add(1)
-			pends[i].finish(time.Time{}, err)
-		}
-		return nil
-	})
+	if f.cfg.Enqueue == EnqueueBatch {
+		bs := f.cfg.BatchSize
+		_ = parallel(ctx, (n+bs-1)/bs, 8, func(b int) error {
+			lo, hi := b*bs, min((b+1)*bs, n)
+			req := api.EnqueueTaskBatchRequest{Items: make([]api.EnqueueTaskRequest, 0, hi-lo)}
+			for i := lo; i < hi; i++ {
+				req.Items = append(req.Items, api.EnqueueTaskRequest{NodeID: pollers[i%len(pollers)].id,
+					Type: task.TypeHealthProbe, Params: json.RawMessage(`{}`), CorrelationID: cids[i]})
+			}
+			t0 := time.Now()
+			for i := lo; i < hi; i++ {
+				pends[i].start = t0
+			}
+			if err := f.op.call(ctx, http.MethodPost, "/api/v1/tasks:batch", req, nil); err != nil {
+				enqErrs.Add(int64(hi - lo))
+				for i := lo; i < hi; i++ {
+					pends[i].finish(time.Time{}, err)
+				}
+			}
+			return nil
+		})
+	} else {
+		_ = parallel(ctx, n, 8, func(i int) error {
+			a := pollers[i%len(pollers)]
+			pends[i].start = time.Now()
+			if err := f.op.call(ctx, http.MethodPost, "/api/v1/tasks", api.EnqueueTaskRequest{NodeID: a.id,
+				Type: task.TypeHealthProbe, Params: json.RawMessage(`{}`), CorrelationID: cids[i]}, nil); err != nil {
+				enqErrs.Add(1)
+				pends[i].finish(time.Time{}, err)
+			}
+			return nil
+		})
+	}
 	enqDone := time.Since(start)
 	var lat recorder
 	var errs int64
-	completed := 0
+	completed, afterEnq := 0, 0
 	var last time.Time
+	enqEnd := start.Add(enqDone)
 	deadline := time.After(2*time.Minute + time.Duration(n)*time.Millisecond)
 wait:
 	for _, p := range pends {
@@ -118,6 +142,9 @@ wait:
 				continue
 			}
 			completed++
+			if r.at.After(enqEnd) {
+				afterEnq++
+			}
 			lat.add(r.at.Sub(p.start))
 			if r.at.After(last) {
 				last = r.at
@@ -132,8 +159,15 @@ wait:
 	el := last.Sub(start)
 	f.rep.Throughput = ThroughputReport{Tasks: n, Completed: completed, Errors: errs, ElapsedS: secs(el),
 		TasksPerSec: perSec(completed, el), EnqueuePerSec: perSec(n-int(enqErrs.Load()), enqDone),
-		EnqueueToResult: lat.summary()}
-	f.logf("throughput: %d tasks in %.2fs = %.0f/s", completed, secs(el), f.rep.Throughput.TasksPerSec)
+		EnqueueToResult: lat.summary(), Enqueue: f.cfg.Enqueue, EnqueueS: secs(enqDone)}
+	if f.cfg.Enqueue == EnqueueBatch {
+		f.rep.Throughput.BatchSize = f.cfg.BatchSize
+	}
+	if last.After(enqEnd) {
+		f.rep.Throughput.DrainPerSec = perSec(afterEnq, last.Sub(enqEnd))
+	}
+	f.logf("throughput (%s enqueue): %d tasks in %.2fs = %.0f/s, enqueue %.0f/s", f.cfg.Enqueue, completed, secs(el),
+		f.rep.Throughput.TasksPerSec, f.rep.Throughput.EnqueuePerSec)
 	return nil
 }
 

@@ -55,6 +55,7 @@ type ReportConfig struct {
 	DurationS        float64 `json:"duration_s"`
 	Tasks            int     `json:"tasks"`
 	DispatchSamples  int     `json:"dispatch_samples"`
+	Enqueue          string  `json:"enqueue"` // throughput phase: single | batch
 	NoFileLimit      uint64  `json:"nofile_limit"`
 	ServerGOMAXPROCS int     `json:"server_gomaxprocs,omitempty"`
 	ServerGOGC       string  `json:"server_gogc,omitempty"`
@@ -111,6 +112,15 @@ type ThroughputReport struct {
 	TasksPerSec     float64 `json:"tasks_per_sec"`
 	EnqueuePerSec   float64 `json:"enqueue_per_sec"`
 	EnqueueToResult Latency `json:"enqueue_to_result"`
+	// Enqueue is single or batch; BatchSize the tasks per batch call.
+	Enqueue   string `json:"enqueue"`
+	BatchSize int    `json:"batch_size,omitempty"`
+	// EnqueueS is first enqueue call → last enqueue answered.
+	EnqueueS float64 `json:"enqueue_s"`
+	// DrainPerSec is the claim+result rate once every task was queued:
+	// results after the last enqueue answered / (last result − that
+	// moment). With batch enqueue it is the claim+result path alone.
+	DrainPerSec float64 `json:"drain_per_sec,omitempty"`
 }
 
 // MemSample is one memory observation of the control plane.

@@ -25,6 +25,8 @@ type BenchFleetCmd struct {
 	HeartbeatRate   float64       `name:"heartbeat-rate" help:"Offered heartbeats/s in total, paced per agent (open loop); 0: every agent as fast as answered (closed loop)."`
 	Tasks           int           `name:"tasks" default:"2000" help:"Tasks in the claim+result throughput phase."`
 	DispatchSamples int           `name:"dispatch-samples" default:"1000" help:"Tasks enqueued one at a time to time enqueue → agent receives."`
+	Enqueue         string        `name:"enqueue" default:"single" enum:"single,batch" help:"How the throughput phase queues its tasks: single (POST /api/v1/tasks each) or batch (POST /api/v1/tasks:batch)."`
+	BatchSize       int           `name:"batch-size" default:"100" help:"Tasks per POST /api/v1/tasks:batch call with --enqueue batch."`
 	Store           string        `name:"store" default:"sqlite:" help:"Store of the control plane the harness starts: sqlite:[PATH] (default: a temporary file) or postgres://..."`
 	ServerProcess   bool          `name:"server-process" help:"Run the control plane as a 'drover server' child process (server-only memory and CPU figures)."`
 	ServerBin       string        `name:"server-bin" help:"drover executable for --server-process (default: this one)."`
@@ -46,6 +48,7 @@ type BenchFleetCmd struct {
 func (c *BenchFleetCmd) Run(ctx context.Context, env *Env) error {
 	cfg := bench.Config{Agents: c.Agents, LongPolls: c.LongPolls, HeartbeatAgents: c.HeartbeatAgents,
 		HeartbeatRate: c.HeartbeatRate, Duration: c.Duration, Tasks: c.Tasks, DispatchSamples: c.DispatchSamples,
+		Enqueue: c.Enqueue, BatchSize: c.BatchSize,
 		Store: c.Store, ServerProcess: c.ServerProcess, ServerBin: c.ServerBin, ServerGOMAXPROCS: c.ServerProcs, ServerGOGC: c.ServerGOGC,
 		KEKFile: c.KEKFile,
 		NodeURL: c.NodeURL, API: c.API, Token: c.Token, CAHash: c.CAHash,
