@@ -167,6 +167,11 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("destroy %s: %w", id, err)
 	}
+	if mv := r.opts.MicroVM; mv != nil && mv.OCI != nil {
+		if err := mv.OCI.Release(id); err != nil { // its image may be evicted now
+			r.log.Warn("release the instance's OCI image", "id", id, "err", err)
+		}
+	}
 	if r.get(id) != nil {
 		r.forget(id)
 		r.log.Info("instance destroyed", "id", id)
