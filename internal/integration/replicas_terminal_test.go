@@ -66,3 +66,35 @@ func TestReplicaTerminalCrossReplica(t *testing.T) {
 		t.Fatalf("session read on B: state %s exit %v reason %s (states %v)", s.State, s.ExitCode, s.CloseReason, stateNames(s))
 	}
 }
+
+// TestReplicaTerminalCrashFailsSession: replica A holds a live session and
+// dies (its database connections go first, so nothing it does on the way
+// down reaches the store, as with kill -9); replica B fails the session
+// within the node-stream timeout instead of leaving it open.
+func TestReplicaTerminalCrashFailsSession(t *testing.T) {
+	const streamTimeout = 3 * time.Second
+	a, b, allocID, _ := replicaPair(t, func(c *server.Config) { c.Terminal.NodeStreamTimeout = streamTimeout })
+	tok := a.mintToken(allocID, api.TerminalTokenRequest{Cols: 80, Rows: 24})
+	br := a.dialTerminal(tok, wsOpts{})
+	br.waitReady(20 * time.Second)
+	br.send(terminal.ChanStdin, []byte("echo alive\n"))
+	br.readUntil("alive\r\n", 10*time.Second)
+
+	crashed := time.Now()
+	if err := a.st.Close(); err != nil {
+		t.Fatalf("close replica A's store: %v", err)
+	}
+	a.stop()
+	a.stop = nil
+	s := b.waitSessionClosed(tok.SessionID, 2*streamTimeout)
+	if took := time.Since(crashed); took > streamTimeout {
+		t.Errorf("session failed %s after the crash, want within the node-stream timeout %s", took, streamTimeout)
+	}
+	if s.State != string(terminal.StateFailed) || s.ErrorCode != string(terminal.CodeGatewayError) ||
+		!contains(s.ErrorMessage, a.nodeURL) {
+		t.Fatalf("session after A's crash: state %s code %s msg %q", s.State, s.ErrorCode, s.ErrorMessage)
+	}
+	if !b.auditHas("terminal.replica_lost", tok.SessionID, string(terminal.CodeGatewayError)) {
+		t.Errorf("no terminal.replica_lost audit record")
+	}
+}

@@ -231,8 +231,12 @@ func (s *Gateway) runTerminal(ctx context.Context, br *websocket.Conn, sess stor
 			"close one or retry later", sess.NodeID, cfg.MaxSessionsPerNode))
 		return
 	}
+	// The lease says this replica holds the session; a surviving replica
+	// fails the session if this one dies (lease.go).
+	s.holdLease(ctx, sess.ID)
 	defer func() {
 		s.term.remove(l)
+		s.dropLease(ctx, sess.ID)
 		close(l.done)
 	}()
 	// Checked once registered: a revocation from now on reaches the session

@@ -78,7 +78,12 @@ func New(cfg Config, st Store, nodes Nodes, tasks Tasks, auditLog *audit.Log, m 
 }
 
 // Start sets the context live sessions end with; call it before serving.
-func (s *Gateway) Start(ctx context.Context) { s.baseCtx = ctx }
+// It also starts renewing this replica's session leases and sweeping the
+// expired ones of replicas that died.
+func (s *Gateway) Start(ctx context.Context) {
+	s.baseCtx = ctx
+	go s.runLeases(ctx)
+}
 
 // Count is the number of live sessions this replica holds a browser for.
 func (s *Gateway) Count() int { return s.term.count() }
