@@ -24,7 +24,8 @@ import (
 // pulls the image, builds its ext4 root filesystem, boots it
 // (Booting → Ready by HTTP through the forward), health checks keep it
 // Ready, a stop goes Draining → Stopped through the guest init; a
-// workload that exits 3 is Failed with the code in its message.
+// workload that exits 3 is Failed with the code in its message; one that
+// outgrows the VM's memory is Failed with reason oom_killed.
 func TestMicroVMInstanceTCG(t *testing.T) {
 	t0 := time.Now()
 	kit := microvmtest.Build(t, "")
@@ -113,12 +114,26 @@ func TestMicroVMInstanceTCG(t *testing.T) {
 		return st == http.StatusOK && in.Phase == api.InstanceFailed && strings.Contains(in.Message, "exited with code 3")
 	})
 	t.Logf("exit 3: %s %q %q", failed.Phase, failed.ReasonCode, failed.Message)
-	for _, id := range []string{in.ID, in2.ID} {
+	if st := e.op(http.MethodDelete, "/api/v1/instances/"+in2.ID, nil, nil); st != http.StatusAccepted { // no restarts meanwhile
+		t.Fatalf("delete: HTTP %d", st)
+	}
+
+	// A workload that outgrows the VM's memory: the guest kernel's OOM
+	// killer ends it, drover-init reports it, the instance is Failed
+	// with reason oom_killed.
+	oom := bad
+	oom.MemoryMiB = 128
+	oom.Container = &api.ContainerSpec{Image: img.Ref, Digest: img.Digest,
+		Command: []string{"/bin/sh", "-c", "x=0123456789; while :; do x=$x$x; done"}}
+	in3 := e.createInstance(api.CreateInstanceRequest{Name: "oom", HostID: "mv-1", Spec: oom})
+	oomed := e.waitPhase(in3.ID, api.InstanceFailed, api.ReasonOOMKilled, 2*time.Minute)
+	t.Logf("oom: %s %q %q", oomed.Phase, oomed.ReasonCode, oomed.Message)
+	for _, id := range []string{in.ID, in3.ID} {
 		if st := e.op(http.MethodDelete, "/api/v1/instances/"+id, nil, nil); st != http.StatusAccepted {
 			t.Fatalf("delete: HTTP %d", st)
 		}
 	}
-	for _, id := range []string{in.ID, in2.ID} {
+	for _, id := range []string{in.ID, in2.ID, in3.ID} {
 		e.waitGone(id, 2*time.Minute)
 	}
 	if procs := qemuProcesses(t, rtDir); len(procs) != 0 {
