@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
@@ -163,6 +164,23 @@ func TestTerminalTokenNegatives(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	t.Run("no host terminal for a slice allocation", func(t *testing.T) {
+		// A slice's user lives in its VM: even with a same-named user on
+		// the host (alice, alc_1's), its terminal never opens a host PTY.
+		spec, _ := json.Marshal(api.SliceRequest{Slots: 1})
+		if err := e.st.CreateAllocation(context.Background(), store.Allocation{ID: "alc_slice", Username: "alice",
+			HostID: "node-a", State: api.AllocationActive, Spec: spec, CreatedAt: now, UpdatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		var eb api.ErrorBody
+		if st := e.op(http.MethodPost, "/api/v1/allocations/alc_slice/terminal-token", nil, &eb); st != http.StatusConflict || eb.Error.Code != "terminal_unsupported" {
+			t.Fatalf("HTTP %d %+v", st, eb)
+		}
+		var list []api.TerminalSession
+		if e.op(http.MethodGet, "/api/v1/allocations/alc_slice/sessions", nil, &list); len(list) != 0 {
+			t.Errorf("sessions %+v, want none", list)
+		}
+	})
 	t.Run("mint needs an active allocation", func(t *testing.T) {
 		var eb api.ErrorBody
 		if st := e.op(http.MethodPost, "/api/v1/allocations/alc_gone/terminal-token", nil, &eb); st != http.StatusConflict || eb.Error.Code != "allocation_not_active" {

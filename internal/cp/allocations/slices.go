@@ -16,10 +16,7 @@ import (
 type SliceValidator func(api.CreateAllocationRequest) []api.FieldError
 
 // isSlice reports whether a is a slice allocation: its spec asks for slots.
-func isSlice(a store.Allocation) bool {
-	var req api.SliceRequest
-	return len(a.Spec) > 0 && json.Unmarshal(a.Spec, &req) == nil && req.Slots > 0
-}
+func isSlice(a store.Allocation) bool { return a.IsSlice() }
 
 // createSlice is POST /api/v1/allocations for a slice allocation: the host
 // is placed (or checked) here, the allocation stored provisioning, and the

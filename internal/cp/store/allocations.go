@@ -26,6 +26,13 @@ type Allocation struct {
 	UpdatedAt       time.Time
 }
 
+// IsSlice reports whether the allocation is a GPU slice allocation (its
+// Spec asks for slots): its user lives in a slice VM, not on the host.
+func (a Allocation) IsSlice() bool {
+	var req api.SliceRequest
+	return len(a.Spec) > 0 && json.Unmarshal(a.Spec, &req) == nil && req.Slots > 0
+}
+
 // AllocationFilter narrows ListAllocations. Zero fields do not filter.
 type AllocationFilter struct {
 	HostID     string
