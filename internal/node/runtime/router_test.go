@@ -141,3 +141,27 @@ func TestRouterLogs(t *testing.T) {
 		t.Errorf("logs of an unknown id: %v", err)
 	}
 }
+
+// multiNames is a VM runtime with several names (qemu with its microVM
+// mode).
+type multiNames struct{ runtime.Runtime }
+
+func (multiNames) Names() []string { return []string{"qemu", "microvm"} }
+
+// TestRouterMicroVM: a spec with VM.MicroVM goes to the VM runtime even
+// with an OCI image; Names lists the VM runtime's own names.
+func TestRouterMicroVM(t *testing.T) {
+	vm, ct := mock.New(mock.Options{}), mock.New(mock.Options{})
+	r := runtime.NewRouter(multiNames{vm}, ct)
+	s := ociSpec("m")
+	s.VM = &runtime.VMSpec{MicroVM: true}
+	if got := r.For(s); got.Name() != vm.Name() || got == runtime.Runtime(ct) {
+		t.Errorf("microVM spec routed to %v", got)
+	}
+	if got := r.For(ociSpec("c")); got != runtime.Runtime(ct) {
+		t.Errorf("OCI spec routed to %v", got)
+	}
+	if got := r.Names(); strings.Join(got, ",") != "qemu,microvm,mock" {
+		t.Errorf("names %v", got)
+	}
+}
