@@ -26,7 +26,7 @@ var (
 // runtime.Options.Accel; docs/adr/0007-runtime-owned-config.md).
 type Config struct {
 	Binary string // NODE_AGENT_QEMU_BINARY / -qemu-binary
-	// The microVM mode (docs/adr/0010-qemu-microvm.md): its kernel and the
+	// The microVM mode (docs/adr/0012-qemu-microvm.md): its kernel and the
 	// initramfs `drover-init initramfs` built from the same kernel's
 	// modules; with both set the runtime also offers "microvm".
 	MicroVMKernel string // NODE_AGENT_QEMU_MICROVM_KERNEL

@@ -22,7 +22,7 @@ import (
 
 // MicroVMName is the runtime name of the microVM mode
 // (api.InstanceSpec.Runtime "microvm", runtime.VMSpec.MicroVM), listed
-// by Names when the mode is configured (docs/adr/0010-qemu-microvm.md).
+// by Names when the mode is configured (docs/adr/0012-qemu-microvm.md).
 const MicroVMName = "microvm"
 
 // configDriveName is the microVM's config drive in its instance
