@@ -296,6 +296,15 @@ func (e *env) startAgent(hostID, token string, o agentOpts) (a *agent.Agent, sto
 	if o.url == "" {
 		o.url = e.nodeURL
 	}
+	if _, ok := o.settings["NODE_AGENT_QEMU_CGROUP_PARENT"]; !ok {
+		// No host memory cgroups from tests (a test that wants them names
+		// a parent of its own and removes it).
+		s := map[string]string{"NODE_AGENT_QEMU_CGROUP_PARENT": "none"}
+		for k, v := range o.settings {
+			s[k] = v
+		}
+		o.settings = s
+	}
 	cfg := agent.Config{ControlPlaneURL: o.url, HostID: hostID, BootstrapToken: token, CAHash: e.srv.CAHash(),
 		OSFamily: "linux", StateDir: o.stateDir, ListenAddr: "127.0.0.1:0", HeartbeatInterval: 100 * time.Millisecond,
 		QEMUAccel: o.accel, AccelFallback: o.fallback, Runtime: o.runtime, ImageDirs: o.imageDirs, RuntimeDir: o.runtimeDir,

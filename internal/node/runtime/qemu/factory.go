@@ -4,13 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	goruntime "runtime"
+	"strings"
 
 	"github.com/drover-dev/drover/internal/node/accel"
 	"github.com/drover-dev/drover/internal/node/oci"
 	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/vmcgroup"
 )
+
+// newCgroups makes the memory cgroup manager (tests point it elsewhere).
+var newCgroups = vmcgroup.New
 
 // Name is the adapter's registry name (NODE_AGENT_RUNTIME=qemu).
 const Name = "qemu"
@@ -31,7 +37,15 @@ type Config struct {
 	// modules; with both set the runtime also offers "microvm".
 	MicroVMKernel string // NODE_AGENT_QEMU_MICROVM_KERNEL
 	MicroVMInitrd string // NODE_AGENT_QEMU_MICROVM_INITRD
+	// CgroupParent is the memory cgroup under which every QEMU process
+	// gets one of its own (NODE_AGENT_QEMU_CGROUP_PARENT, default
+	// vmcgroup.DefaultParent); CgroupsOff ("none") turns them off.
+	CgroupParent string
 }
+
+// CgroupsOff is the NODE_AGENT_QEMU_CGROUP_PARENT value that runs QEMU
+// without memory cgroups.
+const CgroupsOff = "none"
 
 // Settings are the keys the QEMU runtime owns.
 func Settings() []runtime.Setting {
@@ -40,12 +54,21 @@ func Settings() []runtime.Setting {
 			Default: accel.QEMUBinary(goruntime.GOARCH)},
 		{Name: "MICROVM_KERNEL", Usage: "kernel that boots microVMs (runtime microvm); empty: no microVMs"},
 		{Name: "MICROVM_INITRD", Usage: "initramfs of drover-init and that kernel's modules (drover-init initramfs)"},
+		{Name: "CGROUP_PARENT", Usage: "memory cgroup each QEMU process gets a cgroup of its own under (memory limit, OOM kills reported as oom_killed); none: no cgroups",
+			Default: vmcgroup.DefaultParent},
 	}
 }
 
 // ParseConfig builds the Config from the settings' values.
 func ParseConfig(v runtime.Values) (Config, error) {
-	c := Config{Binary: v["BINARY"], MicroVMKernel: v["MICROVM_KERNEL"], MicroVMInitrd: v["MICROVM_INITRD"]}
+	c := Config{Binary: v["BINARY"], MicroVMKernel: v["MICROVM_KERNEL"], MicroVMInitrd: v["MICROVM_INITRD"],
+		CgroupParent: v["CGROUP_PARENT"]}
+	if c.CgroupParent == "" {
+		c.CgroupParent = vmcgroup.DefaultParent
+	}
+	if strings.ContainsAny(c.CgroupParent, "/ \t") || c.CgroupParent == "." || c.CgroupParent == ".." {
+		return c, fmt.Errorf("CGROUP_PARENT %q: a plain cgroup name or %q", c.CgroupParent, CgroupsOff)
+	}
 	if (c.MicroVMKernel == "") != (c.MicroVMInitrd == "") {
 		return c, errors.New("MICROVM_KERNEL and MICROVM_INITRD go together")
 	}
@@ -71,6 +94,19 @@ func Factory(ctx context.Context, o runtime.Options, c Config) (runtime.Runtime,
 	}
 	opts := Options{Root: o.Root, Images: o.Images, Accel: o.Accel, QEMUBinary: c.Binary,
 		OnOrphanRemoved: o.OnOrphanRemoved, Log: o.Log}
+	log := o.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	if c.CgroupParent == CgroupsOff {
+		log.Info("qemu: memory cgroups off (NODE_AGENT_QEMU_CGROUP_PARENT=none): no per-VM memory limit, an OOM kill is reported as a plain crash")
+	} else if cg, err := newCgroups(vmcgroup.Options{Parent: c.CgroupParent}); err != nil {
+		log.Warn("qemu: memory cgroups unavailable on this host: VMs run without a per-VM memory limit and an OOM kill is reported as a plain crash",
+			"parent", c.CgroupParent, "err", err)
+	} else {
+		opts.Cgroups = cg
+		log.Info("qemu: every VM runs in a memory cgroup of its own", "dir", cg.Dir())
+	}
 	if c.MicroVMKernel != "" {
 		store, err := oci.New(oci.Options{Dir: filepath.Join(o.Root, "oci"), AllowLocalURLs: o.Images.AllowsLocalURLs(), Log: o.Log})
 		if err != nil {

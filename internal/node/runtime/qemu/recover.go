@@ -19,7 +19,8 @@ import (
 // nobody watched becomes stopped (if a stop had been asked) or crashed. A
 // half-created instance (no spec.json) is removed, and on Linux every QEMU
 // whose instance directory is gone, or that duplicates an adopted one, is
-// killed.
+// killed. With Options.Cgroups, the empty cgroups of instances that no
+// longer exist are removed last.
 func (r *Runtime) Recover(ctx context.Context) ([]runtime.Status, error) {
 	entries, err := os.ReadDir(r.instDir)
 	if err != nil {
@@ -48,6 +49,19 @@ func (r *Runtime) Recover(ctx context.Context) ([]runtime.Status, error) {
 		}
 	}
 	list, _ := r.List(ctx)
+	if r.opts.Cgroups != nil {
+		// Cgroups of instances that are gone (a crash between a destroy's
+		// steps) are removed; live instances keep theirs.
+		live := make([]string, 0, len(list))
+		for _, s := range list {
+			live = append(live, s.ID)
+		}
+		if removed, err := r.opts.Cgroups.Reconcile(live); err != nil {
+			r.log.Warn("reconcile cgroups", "err", err)
+		} else if len(removed) > 0 {
+			r.log.Info("removed orphan cgroups", "ids", removed)
+		}
+	}
 	return list, errors.Join(errs...)
 }
 
