@@ -68,7 +68,9 @@ func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 		acc := a.cfg.QEMUAccel // the probe's selection (or its fallback)
 		a.mu.Unlock()
 		opts := runtime.Options{Root: root, Images: images, Accel: acc, Log: a.log, GPUs: a.hostGPUs,
-			OnOrphanRemoved: func(string) { a.metrics.orphanOverlays.Inc() }}
+			OnOrphanRemoved:  func(string) { a.metrics.orphanOverlays.Inc() },
+			OCICacheMaxBytes: a.cfg.OCICacheMaxBytes(),
+			MicroVMBridge:    a.cfg.MicroVMBridge, MicroVMCIDR: a.cfg.MicroVMCIDR}
 		var vm, ct runtime.Runtime
 		var vmErr, ctErr error
 		if kind != "" {

@@ -73,7 +73,8 @@ func (f *recordingFactory) calls() []noderuntime.Options {
 
 // TestRuntimeFromRegistry: the agent builds NODE_AGENT_RUNTIME through the
 // registry it was configured with, passing its runtime dir, image cache,
-// the probe's accelerator and the orphan counter, and the runtime's own
+// the probe's accelerator, the orphan counter, the OCI cache bound and the
+// microVM network settings, and the runtime's own
 // settings to its typed config; it runs the runtime's
 // orphan loop while it runs and lets go of it (Close) when it stops.
 func TestRuntimeFromRegistry(t *testing.T) {
@@ -91,6 +92,7 @@ func TestRuntimeFromRegistry(t *testing.T) {
 		}, noderuntime.Setting{Name: "BINARY", Default: "fake-vmm"})
 	cfg.Runtime, cfg.Runtimes = "fake", noderuntime.Registry{"fake": entry}
 	cfg.RuntimeSettings = map[string]string{"NODE_AGENT_FAKE_BINARY": "/opt/fake-vmm"}
+	cfg.OCICacheMaxGiB, cfg.MicroVMBridge, cfg.MicroVMCIDR = 7, "brx0", "10.9.0.0/24"
 	a := startAgentConfig(t, f, cfg, (&counter{}).handlers()) // the probe finds tcg only
 
 	eventually(t, "the orphan loop", func() bool { s, _ := rt.calls(); return len(s) > 0 })
@@ -107,6 +109,10 @@ func TestRuntimeFromRegistry(t *testing.T) {
 	}
 	if got := <-binary; got != "/opt/fake-vmm" {
 		t.Errorf("the factory's own config has BINARY %q, want NODE_AGENT_FAKE_BINARY's /opt/fake-vmm", got)
+	}
+	if o.OCICacheMaxBytes != 7<<30 || o.MicroVMBridge != "brx0" || o.MicroVMCIDR != "10.9.0.0/24" {
+		t.Errorf("OCI cache bound %d, microVM bridge %q, CIDR %q: want NODE_AGENT_OCI_CACHE_MAX_GIB 7 GiB, brx0, 10.9.0.0/24",
+			o.OCICacheMaxBytes, o.MicroVMBridge, o.MicroVMCIDR)
 	}
 	if o.Images == nil || o.Log == nil || o.OnOrphanRemoved == nil {
 		t.Errorf("Images, Log or OnOrphanRemoved not set: %+v", o)

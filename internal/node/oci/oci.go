@@ -107,6 +107,9 @@ type Store struct {
 	busy map[string]int // image and blob digests a pull or build uses now
 }
 
+// MaxBytes is the cache's bound (Options.MaxBytes, defaulted).
+func (s *Store) MaxBytes() int64 { return s.maxBytes }
+
 // New creates the cache directories (0o750), loads the index and removes
 // partial files an interrupted pull or build left in tmp.
 func New(opts Options) (*Store, error) {

@@ -30,7 +30,15 @@ type Options struct {
 	// nil when the agent has none to give. A runtime that maps GPUs itself
 	// (containers) refuses one the host does not have.
 	GPUs func() []api.GPU
-	Log  *slog.Logger
+	// OCICacheMaxBytes bounds the OCI image cache of a runtime that pulls
+	// OCI images itself (NODE_AGENT_OCI_CACHE_MAX_GIB; 0: the cache's
+	// default).
+	OCICacheMaxBytes int64
+	// MicroVMBridge and MicroVMCIDR are the bridge and per-host IPv4 CIDR
+	// of microVM networking (NODE_AGENT_MICROVM_BRIDGE, _CIDR; "": the
+	// defaults of internal/node/netsetup).
+	MicroVMBridge, MicroVMCIDR string
+	Log                        *slog.Logger
 }
 
 // Factory builds one adapter. It may create the adapter's state

@@ -108,7 +108,7 @@ func Factory(ctx context.Context, o runtime.Options, c Config) (runtime.Runtime,
 		log.Info("qemu: every VM runs in a memory cgroup of its own", "dir", cg.Dir())
 	}
 	if c.MicroVMKernel != "" {
-		store, err := oci.New(oci.Options{Dir: filepath.Join(o.Root, "oci"), AllowLocalURLs: o.Images.AllowsLocalURLs(), Log: o.Log})
+		store, err := oci.New(oci.Options{Dir: filepath.Join(o.Root, "oci"), MaxBytes: o.OCICacheMaxBytes, AllowLocalURLs: o.Images.AllowsLocalURLs(), Log: o.Log})
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/drover-dev/drover/internal/node/image"
+	"github.com/drover-dev/drover/internal/node/oci"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/node/vmcgroup"
 )
@@ -97,6 +98,35 @@ func TestFactoryCgroups(t *testing.T) {
 	}
 	if _, err := ParseConfig(runtime.Values{"CGROUP_PARENT": "a/b"}); err == nil {
 		t.Error("CGROUP_PARENT a/b accepted")
+	}
+}
+
+// TestFactoryOCICacheBound: NODE_AGENT_OCI_CACHE_MAX_GIB (the agent's
+// runtime.Options.OCICacheMaxBytes) bounds the microVM mode's OCI store;
+// 0 leaves the store's default.
+func TestFactoryOCICacheBound(t *testing.T) {
+	fakeCgroups(t, nil)
+	root := shortDir(t)
+	cache, err := image.NewCache(image.Options{Dir: filepath.Join(root, "images"), Log: discardLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := runtime.Values{"MICROVM_KERNEL": "/k/vmlinux", "MICROVM_INITRD": "/k/initrd"}
+	for _, max := range []int64{3 << 30, 0} {
+		opts := runtime.Options{Root: root, Images: cache, Log: discardLog(), Accel: "tcg", OCICacheMaxBytes: max}
+		rt, err := Entry().Build(context.Background(), opts, set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rt.(*Runtime)
+		r.Close()
+		want := max
+		if want == 0 {
+			want = oci.DefaultMaxBytes
+		}
+		if r.opts.MicroVM == nil || r.opts.MicroVM.OCI.MaxBytes() != want {
+			t.Fatalf("OCICacheMaxBytes %d: microVM OCI store %+v, want its bound %d", max, r.opts.MicroVM, want)
+		}
 	}
 }
 
