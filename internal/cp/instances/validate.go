@@ -106,7 +106,7 @@ func validateSpec(s api.InstanceSpec, prefix string) []api.FieldError {
 		}
 		seen[sl] = true
 	}
-	validateNetwork(f, s.Network, s.Readiness)
+	validateNetwork(f, s.Network, s.Readiness, s.Runtime)
 	if c := s.CloudInit; c != nil {
 		if c.Hostname != "" && !instanceNameRE.MatchString(c.Hostname) {
 			f.add("cloud_init.hostname", "must match %s", instanceNameRE)
@@ -170,7 +170,7 @@ func validateArtifact(f *fieldErrs, field string, a api.Artifact) {
 	}
 }
 
-func validateNetwork(f *fieldErrs, n api.NetworkSpec, ready api.Readiness) {
+func validateNetwork(f *fieldErrs, n api.NetworkSpec, ready api.Readiness, rt string) {
 	switch n.Mode {
 	case "", api.NetworkUser:
 		if n.Bridge != "" {
@@ -183,8 +183,15 @@ func validateNetwork(f *fieldErrs, n api.NetworkSpec, ready api.Readiness) {
 		if len(n.Forwards) > 0 {
 			f.add("network.forwards", "port forwards need mode user")
 		}
+	case api.NetworkBridge:
+		if rt != api.RuntimeMicroVM {
+			f.add("network.mode", "bridge is for runtime %q (a VM names its bridge with mode tap)", api.RuntimeMicroVM)
+		}
+		if n.Bridge != "" {
+			f.add("network.bridge", "only with mode tap (mode bridge uses the agent's NODE_AGENT_MICROVM_BRIDGE)")
+		}
 	default:
-		f.add("network.mode", "must be user or tap")
+		f.add("network.mode", "must be user, tap or bridge (microVMs)")
 	}
 	if n.MAC != "" {
 		if hw, err := net.ParseMAC(n.MAC); err != nil || len(hw) != 6 {
@@ -215,7 +222,7 @@ func validateNetwork(f *fieldErrs, n api.NetworkSpec, ready api.Readiness) {
 	}
 	if ready.TCPPort < 0 || ready.TCPPort > 65535 {
 		f.add("readiness.tcp_port", "must be 1..65535")
-	} else if ready.TCPPort != 0 && n.Mode != api.NetworkTap && !guest[ready.TCPPort] {
+	} else if ready.TCPPort != 0 && n.Mode != api.NetworkTap && n.Mode != api.NetworkBridge && !guest[ready.TCPPort] {
 		f.add("readiness.tcp_port", "guest port %d has no forward (user networking reaches the guest through forwards)", ready.TCPPort)
 	}
 }

@@ -9,9 +9,10 @@ import (
 // validateMicroVM checks a spec with runtime "microvm": an OCI image
 // (container.image, optionally container.digest) or a raw ext4 root
 // filesystem artifact (image) with container.command; command, args, env
-// and registry_auth from container; user networking with forwards;
+// and registry_auth from container; user networking or mode bridge (a tap
+// on the agent's bridge, an address from its CIDR), with forwards;
 // readiness by serial marker, tcp_port or http_path. What microVMs do not
-// have yet (volumes, GPUs, tap networking) is refused by name.
+// have yet (volumes, GPUs) is refused by name.
 func validateMicroVM(f *fieldErrs, s api.InstanceSpec) {
 	c := s.Container
 	hasArtifact := s.Image != (api.Artifact{})
@@ -50,8 +51,8 @@ func validateMicroVM(f *fieldErrs, s api.InstanceSpec) {
 	if s.Boot != nil || s.CloudInit != nil || len(s.Slots) > 0 || s.GPUs != 0 {
 		f.add("runtime", "a microVM boots the host's microVM kernel and drover-init: no boot, cloud_init, slots or gpus")
 	}
-	if s.Network.Mode != "" && s.Network.Mode != api.NetworkUser || s.Network.Bridge != "" {
-		f.add("network", "a microVM has user networking with forwards (tap networking is not there yet)")
+	if s.Network.Mode != "" && s.Network.Mode != api.NetworkUser && s.Network.Mode != api.NetworkBridge || s.Network.Bridge != "" {
+		f.add("network", "a microVM has user networking or mode bridge (a tap on the agent's bridge), with forwards; no network.bridge")
 	}
 	if r := s.Readiness; r.HTTPPath != "" && (r.TCPPort == 0 || !strings.HasPrefix(r.HTTPPath, "/")) {
 		f.add("readiness.http_path", "needs tcp_port and must start with /")

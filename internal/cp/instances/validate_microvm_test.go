@@ -21,6 +21,16 @@ func TestValidateMicroVM(t *testing.T) {
 	if errs := validateSpec(rootfs, "spec"); len(errs) != 0 {
 		t.Fatalf("valid rootfs microVM: %+v", errs)
 	}
+	bridge := base
+	bridge.Network.Mode = api.NetworkBridge
+	bridge.Readiness = api.Readiness{TCPPort: 9000} // the lease's address: no forward needed
+	if errs := validateSpec(bridge, "spec"); len(errs) != 0 {
+		t.Fatalf("microVM in mode bridge: %+v", errs)
+	}
+	vm := api.InstanceSpec{VCPUs: 1, MemoryMiB: 128, Image: rootfs.Image, Network: api.NetworkSpec{Mode: api.NetworkBridge}}
+	if errs := validateSpec(vm, "spec"); len(errs) == 0 || errs[0].Field != "spec.network.mode" {
+		t.Errorf("a VM in mode bridge: %+v, want a spec.network.mode error", errs)
+	}
 	for name, tc := range map[string]struct {
 		mod   func(*api.InstanceSpec)
 		field string
@@ -30,6 +40,7 @@ func TestValidateMicroVM(t *testing.T) {
 		"rootfs no command": {func(s *api.InstanceSpec) { *s = rootfs; s.Container = nil }, "spec.container.command"},
 		"boot":              {func(s *api.InstanceSpec) { s.Boot = &api.DirectBoot{} }, "spec.runtime"},
 		"tap":               {func(s *api.InstanceSpec) { s.Network.Mode = api.NetworkTap }, "spec.network"},
+		"bridge with name":  {func(s *api.InstanceSpec) { s.Network.Mode, s.Network.Bridge = api.NetworkBridge, "br0" }, "spec.network"},
 		"volumes": {func(s *api.InstanceSpec) {
 			s.Container = &api.ContainerSpec{Image: "r/a:1", Volumes: []api.VolumeMount{{Source: "d", Target: "/d"}}}
 		}, "spec.container"},

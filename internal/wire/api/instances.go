@@ -116,11 +116,15 @@ type PortForward struct {
 const (
 	NetworkUser = "user" // QEMU user-mode networking with host port forwards (default)
 	NetworkTap  = "tap"  // a tap device enslaved to Bridge
+	// NetworkBridge (runtime microvm): a tap on the agent's own bridge
+	// (NODE_AGENT_MICROVM_BRIDGE) with an address from its CIDR
+	// (NODE_AGENT_MICROVM_CIDR), NAT out and Forwards as host DNAT rules.
+	NetworkBridge = "bridge"
 )
 
 // NetworkSpec is an instance's network.
 type NetworkSpec struct {
-	Mode     string        `json:"mode,omitempty"` // "user" (default) or "tap"
+	Mode     string        `json:"mode,omitempty"` // "user" (default), "tap" or "bridge" (microVMs)
 	Forwards []PortForward `json:"forwards,omitempty"`
 	Bridge   string        `json:"bridge,omitempty"` // tap mode only
 	MAC      string        `json:"mac,omitempty"`

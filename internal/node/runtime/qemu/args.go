@@ -31,6 +31,7 @@ type Launch struct {
 
 	Ports map[string]int // forward name → host port (user networking)
 	Tap   string         // tap device name (tap networking)
+	MAC   string         // the NIC's MAC when the spec names none (mode bridge: the lease's)
 
 	Daemonize bool
 
@@ -125,7 +126,7 @@ func CommandLine(spec runtime.Spec, l Launch) []string {
 func netArgs(n runtime.VMNetwork, ports []api.PortForward, l Launch) []string {
 	var netdev string
 	switch n.Mode {
-	case api.NetworkTap:
+	case api.NetworkTap, api.NetworkBridge:
 		netdev = "tap,id=n0,ifname=" + l.Tap + ",script=no,downscript=no"
 	default:
 		netdev = "user,id=n0"
@@ -138,6 +139,8 @@ func netArgs(n runtime.VMNetwork, ports []api.PortForward, l Launch) []string {
 	nic := "virtio-net-pci,netdev=n0"
 	if n.MAC != "" {
 		nic += ",mac=" + n.MAC
+	} else if l.MAC != "" {
+		nic += ",mac=" + l.MAC
 	}
 	return []string{"-netdev", netdev, "-device", nic}
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
 
 	"github.com/drover-dev/drover/internal/node/accel"
+	"github.com/drover-dev/drover/internal/node/netsetup"
 	"github.com/drover-dev/drover/internal/node/oci"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/node/vmcgroup"
@@ -17,6 +19,9 @@ import (
 
 // newCgroups makes the memory cgroup manager (tests point it elsewhere).
 var newCgroups = vmcgroup.New
+
+// newNet makes the microVM network manager (tests point it elsewhere).
+var newNet = netsetup.New
 
 // Name is the adapter's registry name (NODE_AGENT_RUNTIME=qemu).
 const Name = "qemu"
@@ -113,6 +118,15 @@ func Factory(ctx context.Context, o runtime.Options, c Config) (runtime.Runtime,
 			return nil, err
 		}
 		opts.MicroVM = &MicroVMOptions{Kernel: c.MicroVMKernel, Initrd: c.MicroVMInitrd, OCI: store}
+		ncfg := netsetup.Config{Bridge: o.MicroVMBridge, CIDR: o.MicroVMCIDR, StateDir: filepath.Join(o.Root, "net")}
+		if err := os.MkdirAll(ncfg.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("qemu: microVM network state: %w", err)
+		}
+		if m, err := newNet(ncfg); err != nil {
+			log.Warn("qemu: no microVM networking (network.mode bridge is refused); user networking works", "err", err)
+		} else {
+			opts.MicroVM.Net = m
+		}
 	}
 	r, err := New(ctx, opts)
 	if err != nil {

@@ -3,6 +3,7 @@ package qemu
 import (
 	"context"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"testing"
 
@@ -126,6 +127,9 @@ func TestFactoryOCICacheBound(t *testing.T) {
 		}
 		if r.opts.MicroVM == nil || r.opts.MicroVM.OCI.MaxBytes() != want {
 			t.Fatalf("OCICacheMaxBytes %d: microVM OCI store %+v, want its bound %d", max, r.opts.MicroVM, want)
+		}
+		if r.opts.MicroVM.Net == nil && goruntime.GOOS == "linux" {
+			t.Error("the microVM mode has no network manager (netsetup) on linux")
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/atomicfile"
 	"github.com/drover-dev/drover/internal/node/guestinit"
 	"github.com/drover-dev/drover/internal/node/image"
+	"github.com/drover-dev/drover/internal/node/netsetup"
 	"github.com/drover-dev/drover/internal/node/oci"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -40,6 +41,11 @@ type MicroVMOptions struct {
 	// OCI pulls OCI images and builds their root filesystems; nil allows
 	// only a disk image (a raw ext4 root filesystem) with a command.
 	OCI *oci.Store
+	// Net networks microVMs whose spec has network.mode bridge: a tap on
+	// its bridge, an address from its CIDR (the config drive's static
+	// address), NAT and the forwards as DNAT rules; nil refuses mode
+	// bridge.
+	Net *netsetup.Manager
 	// Machine is the QEMU machine: "microvm" (virtio-mmio, no PCI, no
 	// firmware tables to walk) or "q35" (virtio-pci, direct kernel boot).
 	// "" picks microvm with KVM, HVF or NVMM and q35 under TCG: microvm
@@ -95,7 +101,9 @@ func (r *Runtime) validateMicroVM(spec runtime.Spec) error {
 	case vm.BootDevice != "" || vm.Boot != nil || vm.CloudInit != nil || vm.SeedISO != "":
 		return invalid(api.ReasonVMStartFailed, id, "a microVM boots the agent's kernel and drover-init: no boot_device, boot, cloud_init or seed_iso")
 	case vm.Network.Mode == api.NetworkTap:
-		return invalid(api.ReasonNetworkSetupFailed, id, "network.mode tap: microVMs have user networking only (for now)")
+		return invalid(api.ReasonNetworkSetupFailed, id, "network.mode tap: a microVM has user networking or mode bridge")
+	case vm.Network.Mode == api.NetworkBridge && mv.Net == nil:
+		return invalid(api.ReasonNetworkSetupFailed, id, "network.mode bridge: this agent has no microVM networking (see its start log)")
 	case len(spec.Volumes) > 0:
 		return invalid(api.ReasonVolumeAttachFailed, id, "spec.volumes: not yet attached to microVMs")
 	case len(spec.Devices.PCI) > 0 || len(spec.Devices.GPUs) > 0:
@@ -113,7 +121,7 @@ func (r *Runtime) validateMicroVM(spec runtime.Spec) error {
 			return invalid(api.ReasonSecretsInjectionFailed, id, "secret name %q: want 1-128 of [A-Za-z0-9_.-]", name)
 		}
 	}
-	if p := spec.Readiness.TCPPort; p != 0 {
+	if p := spec.Readiness.TCPPort; p != 0 && vm.Network.Mode != api.NetworkBridge {
 		if _, ok := forwardFor(spec, p); !ok {
 			return invalid(api.ReasonVMStartFailed, id, "readiness.tcp_port %d has no forward for that guest port", p)
 		}
@@ -165,6 +173,16 @@ func (r *Runtime) prepareMicroVM(ctx context.Context, in *instance, spec runtime
 	cfg.Env = guestinit.MergeEnv(cfg.Env, spec.Env)
 	cfg.Hostname, cfg.Secrets = id, spec.Secrets
 	network := guestinit.UserNetwork
+	if spec.VMOrZero().Network.Mode == api.NetworkBridge {
+		// The address is leased now (a restart's Attach keeps it) so the
+		// config drive can carry it; launch attaches the forwards.
+		lease, err := mv.Net.Attach(ctx, id, nil)
+		if err != nil {
+			return err // network_setup_failed
+		}
+		network = bridgeNetwork(lease)
+		in.st.LeaseIP = lease.IP.String()
+	}
 	cfg.Network = &network
 	drive, err := guestinit.EncodeConfig(cfg)
 	if err != nil {
@@ -185,6 +203,43 @@ func (r *Runtime) prepareMicroVM(ctx context.Context, in *instance, spec runtime
 	}
 	in.st.Seed, in.st.Kernel, in.st.Initrd = seed, mv.Kernel, mv.Initrd
 	return nil
+}
+
+// bridgeNetwork is the guest side of a netsetup lease (drover-init
+// configures eth0 from it).
+func bridgeNetwork(l netsetup.Lease) guestinit.Network {
+	n := guestinit.Network{Address: fmt.Sprintf("%s/%d", l.IP, l.Prefix), Gateway: l.Gateway.String()}
+	if len(l.DNS) > 0 {
+		n.DNS = l.DNS[0].String()
+	}
+	return n
+}
+
+// bridgeForwards are the DNAT forwards of a microVM in mode bridge, with
+// the host ports chosen for this run.
+func bridgeForwards(ports []api.PortForward, hostPorts map[string]int) []netsetup.Forward {
+	var fwds []netsetup.Forward
+	for _, f := range ports {
+		fwds = append(fwds, netsetup.Forward{Proto: "tcp", HostPort: hostPorts[forwardName(f)], GuestPort: f.GuestPort})
+	}
+	return fwds
+}
+
+// probeAddr is the address the readiness probe dials for a guest port:
+// the lease's address in mode bridge (nothing in between accepts for the
+// guest), else the forward's loopback port; direct says which.
+func probeAddr(in *instance, guestPort int) (addr string, direct bool, err error) {
+	in.mu.Lock()
+	ip, ports := in.st.LeaseIP, in.st.Ports
+	in.mu.Unlock()
+	if ip != "" && in.spec.VMOrZero().Network.Mode == api.NetworkBridge {
+		return net.JoinHostPort(ip, strconv.Itoa(guestPort)), true, nil
+	}
+	f, ok := forwardFor(in.spec, guestPort)
+	if !ok {
+		return "", false, fmt.Errorf("no forward for guest port %d", guestPort)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[forwardName(f)])), false, nil
 }
 
 // microvmCmdline is the guest kernel's command line.
@@ -301,16 +356,13 @@ func (r *Runtime) probeReadiness(ctx context.Context, in *instance, p *vmProc) e
 	if rd.HTTPPath == "" {
 		return r.probeTCP(ctx, in, p)
 	}
-	f, ok := forwardFor(in.spec, rd.TCPPort)
-	if !ok {
-		return fmt.Errorf("no forward for guest port %d", rd.TCPPort)
+	addr, _, err := probeAddr(in, rd.TCPPort)
+	if err != nil {
+		return err
 	}
-	in.mu.Lock()
-	hostPort := in.st.Ports[forwardName(f)]
-	in.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(hostPort)) + rd.HTTPPath
+	url := "http://" + addr + rd.HTTPPath
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

@@ -1,12 +1,14 @@
 package qemu
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/drover-dev/drover/internal/node/guestinit"
+	"github.com/drover-dev/drover/internal/node/netsetup"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -39,6 +41,43 @@ func TestMicroVMCommandLine(t *testing.T) {
 	}
 }
 
+// TestMicroVMCommandLineBridge: a microVM in mode bridge gets netsetup's
+// tap and MAC (no user networking, no hostfwd: the forwards are DNAT
+// rules), and its config drive the lease's static address.
+func TestMicroVMCommandLineBridge(t *testing.T) {
+	spec := runtime.Spec{ID: "m1", Resources: runtime.Resources{VCPUs: 1, MemoryMiB: 128},
+		Ports: []api.PortForward{{Name: "http", GuestPort: 8080}},
+		VM:    &runtime.VMSpec{MicroVM: true, Network: runtime.VMNetwork{Mode: api.NetworkBridge}}}
+	r := newTestRuntime(t, shortDir(t), nil)
+	in := &instance{id: "m1", spec: spec}
+	l := r.launchFor(in, persisted{Disk: "/o.qcow2", DiskFormat: "qcow2", Seed: "/c.img", Kernel: "/k", Initrd: "/i"},
+		map[string]int{"http": 4000}, "")
+	l.Arch, l.Accel = "amd64", "kvm"
+	line := strings.Join(CommandLine(spec, l), " ")
+	tap, mac := netsetup.TapName("m1"), netsetup.MACFor("m1")
+	for _, want := range []string{"-netdev tap,id=n0,ifname=" + tap + ",script=no,downscript=no",
+		"-device virtio-net-device,netdev=n0,mac=" + mac} {
+		if !strings.Contains(line, want) {
+			t.Errorf("%q not in %s", want, line)
+		}
+	}
+	if strings.Contains(line, "hostfwd") || strings.Contains(line, "user,") {
+		t.Errorf("mode bridge has user networking: %s", line)
+	}
+	lease := netsetup.Lease{Tap: tap, MAC: mac, IP: netip.MustParseAddr("10.88.0.5"), Gateway: netip.MustParseAddr("10.88.0.1"),
+		Prefix: 24, DNS: []netip.Addr{netip.MustParseAddr("1.1.1.1")}}
+	if n := bridgeNetwork(lease); n != (guestinit.Network{Address: "10.88.0.5/24", Gateway: "10.88.0.1", DNS: "1.1.1.1"}) {
+		t.Errorf("guest network %+v", n)
+	}
+	if f := bridgeForwards(spec.Ports, map[string]int{"http": 4000}); len(f) != 1 || f[0] != (netsetup.Forward{Proto: "tcp", HostPort: 4000, GuestPort: 8080}) {
+		t.Errorf("forwards %+v", f)
+	}
+	in.st.LeaseIP = "10.88.0.5"
+	if addr, direct, err := probeAddr(in, 9000); err != nil || !direct || addr != "10.88.0.5:9000" {
+		t.Errorf("readiness probe address %q %v %v, want the lease's 10.88.0.5:9000", addr, direct, err)
+	}
+}
+
 func TestMicroVMValidate(t *testing.T) {
 	r := newTestRuntime(t, shortDir(t), nil)
 	ok := runtime.Spec{ID: "m1", Image: runtime.Image{URL: "file:///r.ext4", SHA256: strings.Repeat("a", 64)},
@@ -60,6 +99,9 @@ func TestMicroVMValidate(t *testing.T) {
 		"pci":        func(s *runtime.Spec) { s.Devices.PCI = []string{"0000:3b:00.0"} },
 		"memory":     func(s *runtime.Spec) { s.Resources.MemoryMiB = 32 },
 		"no forward": func(s *runtime.Spec) { s.Readiness.TCPPort = 80 },
+		"bridge without netsetup": func(s *runtime.Spec) {
+			s.VM = &runtime.VMSpec{MicroVM: true, Network: runtime.VMNetwork{Mode: api.NetworkBridge}}
+		},
 	} {
 		s := ok
 		mod(&s)

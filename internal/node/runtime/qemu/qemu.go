@@ -241,6 +241,7 @@ type persisted struct {
 	ExitDetail    string         `json:"exit_detail,omitempty"`
 	Ports         map[string]int `json:"ports,omitempty"`
 	Tap           string         `json:"tap,omitempty"`
+	LeaseIP       string         `json:"lease_ip,omitempty"`      // a microVM's netsetup address (mode bridge)
 	SerialOffset  int64          `json:"serial_offset,omitempty"` // serial.log size when this run started
 	StopRequested bool           `json:"stop_requested,omitempty"`
 	SecretsDigest string         `json:"secrets_digest,omitempty"`

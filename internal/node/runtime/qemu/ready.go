@@ -132,19 +132,19 @@ func (m *markerTail) found() bool {
 // while a guest that refuses makes QEMU close it.
 func (r *Runtime) probeTCP(ctx context.Context, in *instance, p *vmProc) error {
 	guestPort := in.spec.Readiness.TCPPort
-	f, ok := forwardFor(in.spec, guestPort)
-	if !ok {
-		return fmt.Errorf("no forward for guest port %d", guestPort)
-	}
-	in.mu.Lock()
-	hostPort := in.st.Ports[forwardName(f)]
-	in.mu.Unlock()
-	d := net.Dialer{Timeout: time.Second}
-	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(hostPort)))
+	addr, direct, err := probeAddr(in, guestPort)
 	if err != nil {
-		return fmt.Errorf("dial forward of guest port %d: %w", guestPort, err)
+		return err
+	}
+	d := net.Dialer{Timeout: time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("dial guest port %d (%s): %w", guestPort, addr, err)
 	}
 	defer func() { _ = conn.Close() }()
+	if direct {
+		return nil // the guest itself accepted
+	}
 	deadline := time.Now().Add(2 * time.Second)
 	one := make([]byte, 1)
 	for {

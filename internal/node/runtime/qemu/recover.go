@@ -20,7 +20,8 @@ import (
 // half-created instance (no spec.json) is removed, and on Linux every QEMU
 // whose instance directory is gone, or that duplicates an adopted one, is
 // killed. With Options.Cgroups, the empty cgroups of instances that no
-// longer exist are removed last.
+// longer exist are removed last, as are (microVMs in mode bridge) the
+// network leases, taps and DNAT rules of instances that no longer exist.
 func (r *Runtime) Recover(ctx context.Context) ([]runtime.Status, error) {
 	entries, err := os.ReadDir(r.instDir)
 	if err != nil {
@@ -49,13 +50,21 @@ func (r *Runtime) Recover(ctx context.Context) ([]runtime.Status, error) {
 		}
 	}
 	list, _ := r.List(ctx)
+	live := make([]string, 0, len(list))
+	for _, s := range list {
+		live = append(live, s.ID)
+	}
+	if mv := r.opts.MicroVM; mv != nil && mv.Net != nil {
+		// Leases, taps and rules of microVMs that are gone.
+		if rep, err := mv.Net.Reconcile(ctx, live); err != nil {
+			r.log.Warn("reconcile microVM networking", "err", err)
+		} else if len(rep.Released) > 0 || len(rep.TapsRemoved) > 0 || rep.RulesFreed > 0 {
+			r.log.Info("freed orphan microVM networking", "released", rep.Released, "taps", rep.TapsRemoved, "rules", rep.RulesFreed)
+		}
+	}
 	if r.opts.Cgroups != nil {
 		// Cgroups of instances that are gone (a crash between a destroy's
 		// steps) are removed; live instances keep theirs.
-		live := make([]string, 0, len(list))
-		for _, s := range list {
-			live = append(live, s.ID)
-		}
 		if removed, err := r.opts.Cgroups.Reconcile(live); err != nil {
 			r.log.Warn("reconcile cgroups", "err", err)
 		} else if len(removed) > 0 {

@@ -90,6 +90,9 @@ func (r *Runtime) validate(spec runtime.Spec) error {
 	if vm.Accel != "" && vm.Accel != r.opts.Accel && vm.Accel != "tcg" {
 		return invalid(api.ReasonVMStartFailed, id, "accel %q: this host runs %q (or tcg)", vm.Accel, r.opts.Accel)
 	}
+	if vm.Network.Mode == api.NetworkBridge {
+		return invalid(api.ReasonNetworkSetupFailed, id, "network.mode bridge is for microVMs (a VM names its bridge with mode tap)")
+	}
 	if err := validateNetwork(vm.Network, spec.Ports); err != nil {
 		return invalid(api.ReasonNetworkSetupFailed, id, "%v", err)
 	}
@@ -162,7 +165,7 @@ func validateNetwork(n runtime.VMNetwork, ports []api.PortForward) error {
 		return fmt.Errorf("network.mac %q: want xx:xx:xx:xx:xx:xx", n.MAC)
 	}
 	switch n.Mode {
-	case "", api.NetworkUser:
+	case "", api.NetworkUser, api.NetworkBridge:
 		if n.Bridge != "" {
 			return errors.New("network.bridge needs tap mode")
 		}
@@ -192,7 +195,7 @@ func validateNetwork(n runtime.VMNetwork, ports []api.PortForward) error {
 			return errors.New("ports need user networking (forwards)")
 		}
 	default:
-		return fmt.Errorf("network.mode %q: want user or tap", n.Mode)
+		return fmt.Errorf("network.mode %q: want user, tap or bridge", n.Mode)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drover-dev/drover/internal/node/netsetup"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -97,8 +98,11 @@ func (r *Runtime) launchFor(in *instance, st persisted, ports map[string]int, ta
 	if mv := r.opts.MicroVM; mv != nil {
 		l.Machine = mv.Machine
 	}
-	if in.spec.VMOrZero().Network.Mode == api.NetworkTap {
+	switch in.spec.VMOrZero().Network.Mode {
+	case api.NetworkTap:
 		l.Tap = tap
+	case api.NetworkBridge: // netsetup's names (Attach makes them)
+		l.Tap, l.MAC = netsetup.TapName(in.id), netsetup.MACFor(in.id)
 	}
 	return l
 }
@@ -148,6 +152,19 @@ func (r *Runtime) launch(ctx context.Context, in *instance) error {
 		if err := setupTap(ctx, tap, n.Bridge); err != nil {
 			return fail(api.ReasonNetworkSetupFailed, "tap %s on bridge %s: %w", tap, n.Bridge, err)
 		}
+	}
+	if n := spec.VMOrZero().Network; n.Mode == api.NetworkBridge {
+		// The tap and this run's forwards (the lease, and so the address,
+		// is the one Create took; the tap outlives a stop, Destroy
+		// releases it).
+		if r.opts.MicroVM == nil || r.opts.MicroVM.Net == nil {
+			return fail(api.ReasonNetworkSetupFailed, "network.mode bridge: this agent has no microVM networking")
+		}
+		lease, err := r.opts.MicroVM.Net.Attach(ctx, id, bridgeForwards(spec.Ports, ports))
+		if err != nil {
+			return fail(api.ReasonNetworkSetupFailed, "%w", err)
+		}
+		prev.LeaseIP = lease.IP.String()
 	}
 	for _, n := range []string{qmpSock, serialSock, pidFileName} {
 		_ = os.Remove(in.path(n))

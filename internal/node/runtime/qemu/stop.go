@@ -157,6 +157,12 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 			r.log.Warn("remove tap", "id", id, "tap", st.Tap, "err", err)
 		}
 	}
+	if mv := r.opts.MicroVM; st.LeaseIP != "" && mv != nil && mv.Net != nil {
+		// A microVM in mode bridge: its tap, forwards and address.
+		if err := mv.Net.Release(ctx, id); err != nil {
+			return fmt.Errorf("destroy %s: %w", id, err)
+		}
+	}
 	for _, p := range []string{st.Overlay, filepath.Join(r.overlayDir, id+".qcow2")} {
 		if p != "" {
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
