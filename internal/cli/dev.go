@@ -200,7 +200,7 @@ func printDevBanner(env *Env, c *DevCmd, nodeURL, hostID, newToken, tokenFile st
 	w := env.Stdout
 	fmt.Fprintf(w, "\nDrover dev is running (state in %s)\n\n", c.DataDir)
 	fmt.Fprintf(w, "  operator API   http://%s\n", c.Listen)
-	fmt.Fprintf(w, "  web console    http://%s/ui/  (log in with the operator token)\n", c.Listen)
+	fmt.Fprintf(w, "  dashboard      http://%s/ui/fleet  (log in with the operator token)\n", c.Listen)
 	fmt.Fprintf(w, "  node API       %s (mTLS, listening on %s)\n", nodeURL, c.NodeListen)
 	fmt.Fprintf(w, "  local agent    http://%s/healthz  (host %s)\n", c.AgentListen, hostID)
 	fmt.Fprintf(w, "  metrics        http://%s/metrics\n\n", c.Listen)
