@@ -27,7 +27,7 @@ func DefaultHandlers(cfg Config) Handlers {
 			res, cached := accelCache.Cached()
 			prober := diag.NewProber(diag.Config{DefaultDiagnosticPath: cfg.StateDir,
 				KVMVerdict: func() (diag.KVMVerdict, bool) { return kvmVerdict(res, cached) },
-				OtherAccel: otherAccel(cfg.QEMUAccel)})
+				OtherAccel: otherAccel(cfg.QEMUAccel, res, cached)})
 			rep, err := prober.Probe(ctx, p, t.Progress)
 			out := healthReport{Report: rep}
 			if cached {
@@ -45,15 +45,21 @@ func DefaultHandlers(cfg Config) Handlers {
 	return h
 }
 
-// otherAccel is the accelerator an operator configured instead of KVM
-// (NODE_AGENT_QEMU_ACCEL=tcg, nvmm, hvf), for which the health probe does
-// not hold a broken KVM against the host; "" when KVM is configured or the
-// choice is left to the agent (then KVM is expected to work).
-func otherAccel(configured string) string {
-	if configured == "" || configured == accel.KVM {
+// otherAccel is the accelerator this host runs VMs with instead of KVM,
+// for which the health probe does not hold a broken KVM against the host:
+// the one the operator configured (NODE_AGENT_QEMU_ACCEL=tcg, nvmm, hvf),
+// or, when the choice is left to the agent, the one its accelerator probe
+// picked. "" when KVM is configured (a broken KVM is then ill health, even
+// with a TCG fallback) or picked, or the probe has not run.
+func otherAccel(configured string, res accel.Result, probed bool) string {
+	sel := configured
+	if sel == "" && probed {
+		sel = accel.Default(res)
+	}
+	if sel == "" || sel == accel.KVM {
 		return ""
 	}
-	return configured
+	return sel
 }
 
 // healthReport is diag.health_probe's output: the probe's report plus the

@@ -32,3 +32,30 @@ func TestKVMVerdict(t *testing.T) {
 		}
 	}
 }
+
+// TestOtherAccel: the health probe holds a broken KVM against a host only
+// when the host runs its VMs with KVM: configured so (even with a TCG
+// fallback), or picked by the agent's accelerator probe.
+func TestOtherAccel(t *testing.T) {
+	kvmWorks := accel.Result{Accelerators: []accel.Status{{Name: accel.KVM, Works: true}, {Name: accel.TCG, Works: true}}}
+	kvmSlow := accel.Result{Accelerators: []accel.Status{{Name: accel.KVM, Works: false, Reason: "kvm_guest_too_slow"}, {Name: accel.TCG, Works: true}}}
+	for _, c := range []struct {
+		name       string
+		configured string
+		res        accel.Result
+		probed     bool
+		want       string
+	}{
+		{"configured tcg", "tcg", kvmSlow, true, "tcg"},
+		{"configured nvmm", "nvmm", accel.Result{}, false, "nvmm"},
+		{"configured kvm, broken: ill health", "kvm", kvmSlow, true, ""},
+		{"auto, kvm works", "", kvmWorks, true, ""},
+		{"auto, kvm broken: the probe picked tcg", "", kvmSlow, true, "tcg"},
+		{"auto, not probed yet", "", accel.Result{}, false, ""},
+		{"auto, nothing works", "", accel.Result{Accelerators: []accel.Status{{Name: accel.KVM}, {Name: accel.TCG}}}, true, ""},
+	} {
+		if got := otherAccel(c.configured, c.res, c.probed); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
