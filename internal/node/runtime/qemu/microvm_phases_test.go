@@ -17,17 +17,15 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
-// TestRealMicroVMBootPhases logs the boot-time breakdown of
-// docs/performance.md (DROVER_MICROVM_PHASES=1; it takes a minute or two
-// under TCG): pull, rootfs build, cached rootfs, then per machine (q35,
+// BenchmarkMicroVMBootPhases logs the boot-time breakdown of
+// docs/performance.md (-bench BenchmarkMicroVMBootPhases -benchtime 1x; it
+// takes a minute or two under TCG): pull, rootfs build, cached rootfs, then per machine (q35,
 // microvm) Create on the cached rootfs, the guest's uptime when the init
 // started the workload, Start → Ready by HTTP, and a bare QEMU boot of the
 // same kernel, initramfs and disks (no runtime, -serial file) to the
 // init's started report.
-func TestRealMicroVMBootPhases(t *testing.T) {
-	if os.Getenv("DROVER_MICROVM_PHASES") == "" {
-		t.Skip("set DROVER_MICROVM_PHASES=1 to measure the microVM boot phases")
-	}
+func BenchmarkMicroVMBootPhases(b *testing.B) {
+	var t testing.TB = b // one measured boot per run (-benchtime 1x); a timing, not a test
 	ctx := context.Background()
 	kit := microvmtest.Build(t, "")
 	reg := ocitest.StartRegistry()

@@ -54,7 +54,7 @@ func (e realEnv) spec(id string, knobs ...string) runtime.Spec {
 }
 
 // destroyAtEnd destroys id with r when the test ends.
-func destroyAtEnd(t *testing.T, r *Runtime, id string) {
+func destroyAtEnd(t testing.TB, r *Runtime, id string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -120,7 +120,7 @@ func countQEMU(t *testing.T, r *Runtime, qmpPath string) int {
 	return n
 }
 
-func serialLog(t *testing.T, st runtime.Status) string {
+func serialLog(t testing.TB, st runtime.Status) string {
 	b, _ := os.ReadFile(st.SerialLog)
 	return string(b)
 }
