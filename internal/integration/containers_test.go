@@ -45,35 +45,8 @@ func TestContainerInstanceThroughControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := dockertest.StartEngine(ctx, reg.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	defer func() {
-		if t.Failed() {
-			t.Logf("dockerd:\n%s", eng.Log())
-		}
-	}()
-
 	e := startEnv(t, openSQLite(t))
-	bt := e.createHost("box-1")
-	cfg := agent.Config{ControlPlaneURL: e.nodeURL, HostID: "box-1", BootstrapToken: bt.Token, CAHash: e.srv.CAHash(),
-		OSFamily: "linux", StateDir: t.TempDir(), ListenAddr: "127.0.0.1:0", HeartbeatInterval: 100 * time.Millisecond,
-		ReconcileInterval: 200 * time.Millisecond, Runtime: mock.Name, ContainerRuntime: docker.Name,
-		Runtimes: runtime.Registry{mock.Name: mock.Entry(), docker.Name: docker.Entry()},
-		RuntimeSettings: map[string]string{"NODE_AGENT_DOCKER_HOST": eng.Host, "NODE_AGENT_DOCKER_NETWORK": "host",
-			"NODE_AGENT_DOCKER_ULIMIT_NOFILE": "1024", "NODE_AGENT_DOCKER_ULIMIT_NPROC": "1024"}}
-	a, err := agent.New(cfg, agent.WithLogger(testLogger(t).With("agent", "box-1")), agent.WithAccelProbe(fixedAccel(accel.TCG)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, stopAgent := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(actx) }()
-	defer func() { stopAgent(); <-done }()
-	e.waitHostStatus("box-1", api.HostHealthy, 10*time.Second)
-	waitCapacity(t, e, "box-1")
+	eng := startContainerHost(ctx, t, e, "box-1", reg.Host)
 
 	var h api.Host
 	e.op(http.MethodGet, "/api/v1/hosts/box-1", nil, &h)
@@ -180,4 +153,40 @@ func freeLoopbackPort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startContainerHost starts a private dockerd that trusts the registry at
+// regHost, and a real agent for host id running VMs on the mock runtime
+// and containers on that engine; it returns once the host is healthy with
+// its capacity reported, and the engine. Both stop when the test ends.
+func startContainerHost(ctx context.Context, t *testing.T, e *env, id, regHost string) *dockertest.Engine {
+	t.Helper()
+	eng, err := dockertest.StartEngine(ctx, regHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("dockerd:\n%s", eng.Log())
+		}
+	})
+	bt := e.createHost(id)
+	cfg := agent.Config{ControlPlaneURL: e.nodeURL, HostID: id, BootstrapToken: bt.Token, CAHash: e.srv.CAHash(),
+		OSFamily: "linux", StateDir: t.TempDir(), ListenAddr: "127.0.0.1:0", HeartbeatInterval: 100 * time.Millisecond,
+		ReconcileInterval: 200 * time.Millisecond, Runtime: mock.Name, ContainerRuntime: docker.Name,
+		Runtimes: runtime.Registry{mock.Name: mock.Entry(), docker.Name: docker.Entry()},
+		RuntimeSettings: map[string]string{"NODE_AGENT_DOCKER_HOST": eng.Host, "NODE_AGENT_DOCKER_NETWORK": "host",
+			"NODE_AGENT_DOCKER_ULIMIT_NOFILE": "1024", "NODE_AGENT_DOCKER_ULIMIT_NPROC": "1024"}}
+	a, err := agent.New(cfg, agent.WithLogger(testLogger(t).With("agent", id)), agent.WithAccelProbe(fixedAccel(accel.TCG)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stopAgent := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(actx) }()
+	t.Cleanup(func() { stopAgent(); <-done })
+	e.waitHostStatus(id, api.HostHealthy, 10*time.Second)
+	waitCapacity(t, e, id)
+	return eng
 }

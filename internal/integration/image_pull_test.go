@@ -10,13 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/node/accel"
-	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/node/ocitest"
-	"github.com/drover-dev/drover/internal/node/runtime"
-	"github.com/drover-dev/drover/internal/node/runtime/docker"
 	"github.com/drover-dev/drover/internal/node/runtime/docker/dockertest"
-	"github.com/drover-dev/drover/internal/node/runtime/mock"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
@@ -47,35 +42,8 @@ func TestImagePullTaskThroughControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := dockertest.StartEngine(ctx, reg.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	defer func() {
-		if t.Failed() {
-			t.Logf("dockerd:\n%s", eng.Log())
-		}
-	}()
-
 	e := startEnv(t, openSQLite(t))
-	bt := e.createHost("box-1")
-	cfg := agent.Config{ControlPlaneURL: e.nodeURL, HostID: "box-1", BootstrapToken: bt.Token, CAHash: e.srv.CAHash(),
-		OSFamily: "linux", StateDir: t.TempDir(), ListenAddr: "127.0.0.1:0", HeartbeatInterval: 100 * time.Millisecond,
-		ReconcileInterval: 200 * time.Millisecond, Runtime: mock.Name, ContainerRuntime: docker.Name,
-		Runtimes: runtime.Registry{mock.Name: mock.Entry(), docker.Name: docker.Entry()},
-		RuntimeSettings: map[string]string{"NODE_AGENT_DOCKER_HOST": eng.Host, "NODE_AGENT_DOCKER_NETWORK": "host",
-			"NODE_AGENT_DOCKER_ULIMIT_NOFILE": "1024", "NODE_AGENT_DOCKER_ULIMIT_NPROC": "1024"}}
-	a, err := agent.New(cfg, agent.WithLogger(testLogger(t).With("agent", "box-1")), agent.WithAccelProbe(fixedAccel(accel.TCG)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, stopAgent := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(actx) }()
-	defer func() { stopAgent(); <-done }()
-	e.waitHostStatus("box-1", api.HostHealthy, 10*time.Second)
-	waitCapacity(t, e, "box-1")
+	startContainerHost(ctx, t, e, "box-1", reg.Host)
 
 	pull := func(params string) api.Task {
 		t.Helper()
