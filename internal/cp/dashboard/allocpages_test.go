@@ -37,6 +37,10 @@ func (f *allocAPI) handler() http.Handler {
 			ProvisionTaskID: "tsk_prov", CreatedAt: at, UpdatedAt: at},
 		"a2": {ID: "a2", Kind: api.AllocationHost, Username: "bob", HostID: "h1", State: api.AllocationFailed,
 			StateReason: "useradd_failed: exit 9", CreatedAt: at, UpdatedAt: at},
+		// a3 is an active GPU slice: its user lives in the slice VM, and the
+		// gateway refuses it a host terminal.
+		"a3": {ID: "a3", Kind: api.AllocationSlice, Username: "carol", HostID: "h1", State: api.AllocationActive,
+			CreatedAt: at, UpdatedAt: at},
 	}
 	ev := func(st terminal.State, ms int64, detail string) api.TerminalStateEvent {
 		return api.TerminalStateEvent{State: string(st), At: at.Add(time.Duration(ms) * time.Millisecond), ElapsedMS: ms, Detail: detail}
@@ -63,7 +67,7 @@ func (f *allocAPI) handler() http.Handler {
 		f.query = append(f.query, r.URL.RawQuery)
 		f.mu.Unlock()
 		var out []api.Allocation
-		for _, id := range []string{"a1", "a2"} {
+		for _, id := range []string{"a1", "a2", "a3"} {
 			if st := r.URL.Query().Get("state"); st == "" || st == string(allocs[id].State) {
 				out = append(out, allocs[id])
 			}
@@ -157,6 +161,9 @@ func TestAllocationsList(t *testing.T) {
 	_, body = get(t, c, ts.URL+"/ui/allocations")
 	if !strings.Contains(body, `href="/ui/allocations/a1/terminal"`) || strings.Count(body, "Open terminal") != 1 {
 		t.Errorf("an operator gets Open terminal for the active allocation only: %s", body)
+	}
+	if !strings.Contains(body, `id="alloc-a3"`) || strings.Contains(body, `href="/ui/allocations/a3/terminal"`) {
+		t.Errorf("the active slice allocation is listed without Open terminal: %s", body)
 	}
 	if !strings.Contains(body, `<a href="/ui/allocations">Allocations</a>`) {
 		t.Error("the nav has no Allocations link")
