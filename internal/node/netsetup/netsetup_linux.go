@@ -108,7 +108,8 @@ func (m *Manager) do(fn func() error) error {
 // address (kept across restarts), its tap enslaved to the bridge, NAT and
 // the DNAT rules of fwds (replacing earlier ones). The lease is persisted
 // before the tap is made, so a crash in between leaks nothing Reconcile
-// does not find.
+// does not find; a first Attach that fails frees its lease again (the
+// caller has none to release), a restart's keeps it.
 func (m *Manager) Attach(ctx context.Context, id string, fwds []Forward) (Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return Lease{}, fail(id, "attach", err)
@@ -133,6 +134,7 @@ func (m *Manager) Attach(ctx context.Context, id string, fwds []Forward) (Lease,
 		return Lease{}, fail(id, "allocate address", err)
 	}
 	rec := leaseRec{IP: ip.String(), Tap: TapName(id), MAC: MACFor(id), Forwards: fwds}
+	_, had := st.Leases[id]
 	st.CIDR = m.net.prefix.String()
 	st.Leases[id] = rec
 	if err := saveState(m.cfg.StateDir, st); err != nil {
@@ -151,9 +153,25 @@ func (m *Manager) Attach(ctx context.Context, id string, fwds []Forward) (Lease,
 		return m.setForwards(id, ip, fwds)
 	})
 	if err != nil {
+		if !had {
+			// A first Attach that failed takes back what it made: the
+			// caller has no lease to release (a restart's keeps its own).
+			m.rollback(id, rec.Tap)
+		}
 		return Lease{}, asFail(id, "enter namespace", err)
 	}
 	return leaseOf(id, rec, m.net, m.dns), nil
+}
+
+// rollback frees a lease a failed first Attach saved, with whatever tap
+// and rules it made (best effort: a tap or rule left behind has no lease
+// now, so Reconcile deletes it at the next agent start).
+func (m *Manager) rollback(id, tap string) {
+	_ = m.teardown(id, tap)
+	if st, err := loadState(m.cfg.StateDir); err == nil {
+		delete(st.Leases, id)
+		_ = saveState(m.cfg.StateDir, st)
+	}
 }
 
 // asFail keeps a *runtime.Error as is and wraps anything else.

@@ -250,6 +250,10 @@ func TestErrorsNameTheStep(t *testing.T) {
 	if _, err := m2.Attach(context.Background(), "y", nil); !isNetErr(err, "create bridge") {
 		t.Fatalf("veth as bridge: %v", err)
 	}
+	// The failed first Attach took its lease back: nobody would release it.
+	if leases, err := m2.Leases(); err != nil || len(leases) != 0 {
+		t.Fatalf("leases after a failed attach: %+v %v", leases, err)
+	}
 	if _, err := New(Config{CIDR: "10.0.0.0/30x", StateDir: t.TempDir()}); !isNetErr(err, "config") {
 		t.Fatalf("bad cidr: %v", err)
 	}
