@@ -107,6 +107,11 @@ type Volume struct {
 	Source   string `json:"source"` // a host path or a named volume
 	Target   string `json:"target"` // the path inside the workload
 	ReadOnly bool   `json:"read_only,omitempty"`
+	// A microVM's named volume is created on first use with SizeGiB (0:
+	// api.DefaultVolumeSizeGiB) and Format ("": raw; an existing volume
+	// keeps its own); other runtimes refuse both (api.VolumeMount).
+	SizeGiB int    `json:"size_gib,omitempty"`
+	Format  string `json:"format,omitempty"`
 }
 
 // Devices are host devices given to the workload.

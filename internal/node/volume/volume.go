@@ -4,20 +4,26 @@
 // (<name>.qcow2, the same filesystem converted with qemu-img), of a size
 // in GiB. A volume is created on its first Ensure and then kept across
 // instance restarts and recreations; only Delete removes it, and Delete is
-// refused while an instance holds it (Attach/Detach record holders).
+// refused while an instance holds it (Attach/Detach record holders). One
+// instance holds a volume at a time: Attach refuses a second one while
+// the first is live (a Live func says which holders still exist, so a
+// holder left by an agent that crashed between a destroy and its Detach
+// is dropped instead of blocking the volume forever).
 //
 // Use:
 //
 //	m, err := volume.New(volume.Options{Dir: filepath.Join(runtimeDir, "volumes")})
 //	v, err := m.Ensure(ctx, "pgdata", 10, volume.FormatRaw) // v.Path: attach as an extra drive
-//	err = m.Attach("pgdata", instanceID)                      // when the instance starts
-//	err = m.Detach("pgdata", instanceID)                      // when it stops or is destroyed
-//	err = m.Delete(ctx, "pgdata")                             // explicit delete only
+//	err = m.Check(ctx, v)                                     // a filesystem QEMU can be given
+//	err = m.Attach("pgdata", instanceID, live)                // when the instance is created
+//	err = m.Detach("pgdata", instanceID)                      // when it is destroyed
+//	existed, err := m.Delete(ctx, "pgdata", live)             // explicit delete only
 //
 // Each volume has <name>.json beside its file (format, size, holders),
 // replaced atomically. Every failure is a *runtime.Error with reason
-// volume_attach_failed (Op "volume", ID the volume name). Names are 1-63
-// of [a-z0-9_.-] starting with a letter or digit: no path tricks.
+// volume_attach_failed (Op "volume", ID the volume name). Names are
+// api.ValidVolumeName's (1-63 of [a-z0-9_.-] starting with a letter or
+// digit, no ".."): no path tricks.
 package volume
 
 import (
@@ -29,7 +35,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -37,6 +42,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/node/atomicfile"
+	"github.com/drover-dev/drover/internal/node/image"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -51,11 +57,20 @@ const (
 	FormatQCOW2 Format = "qcow2"
 )
 
-// MaxSizeGiB bounds a volume's size.
-const MaxSizeGiB = 16384
+// MaxSizeGiB bounds a volume's size; DefaultSizeGiB is the size of one
+// created with size 0.
+const (
+	MaxSizeGiB     = api.MaxVolumeSizeGiB
+	DefaultSizeGiB = api.DefaultVolumeSizeGiB
+)
 
-// ErrInUse: Delete of a volume an instance holds.
-var ErrInUse = errors.New("volume is attached to an instance")
+// ErrInUse: Delete of a volume a live instance holds, or Attach of one
+// another live instance holds (runtime.ErrVolumeInUse).
+var ErrInUse = runtime.ErrVolumeInUse
+
+// Live reports whether the instance id still exists (a holder of a volume
+// that is not live is dropped). nil counts every holder as live.
+type Live func(id string) bool
 
 // Options configure a Manager.
 type Options struct {
@@ -80,10 +95,8 @@ type Manager struct {
 	mu   sync.Mutex
 }
 
-var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
-
-// ValidName reports whether name may name a volume.
-func ValidName(name string) bool { return validName.MatchString(name) && !strings.Contains(name, "..") }
+// ValidName reports whether name may name a volume (api.ValidVolumeName).
+func ValidName(name string) bool { return api.ValidVolumeName(name) }
 
 func fail(name, format string, args ...any) error {
 	return runtime.Errorf(api.ReasonVolumeAttachFailed, "volume", name, format, args...)
@@ -141,22 +154,20 @@ func (m *Manager) save(v Volume) error {
 	return atomicfile.Write(m.metaPath(v.Name), append(b, '\n'), 0o600)
 }
 
-// Ensure returns the volume name, creating it with sizeGiB and format
-// (empty: raw) on first use. An existing volume is kept as it is; asking
-// for another format or a larger size than it has is an error (volumes are
-// not converted or grown).
+// Ensure returns the volume name, creating it with sizeGiB (0:
+// DefaultSizeGiB) and format (empty: raw) on first use. An existing volume
+// is kept as it is: size 0 and format "" take whatever it has; asking for
+// another format or a larger size than it has is an error (volumes are not
+// converted or grown).
 func (m *Manager) Ensure(ctx context.Context, name string, sizeGiB int, format Format) (Volume, error) {
 	if !ValidName(name) {
 		return Volume{}, fail(name, "invalid volume name %q: 1-63 of [a-z0-9_.-], starting with a letter or digit", name)
 	}
-	if format == "" {
-		format = FormatRaw
-	}
-	if format != FormatRaw && format != FormatQCOW2 {
+	if format != "" && format != FormatRaw && format != FormatQCOW2 {
 		return Volume{}, fail(name, "format %q: want raw or qcow2", format)
 	}
-	if sizeGiB < 1 || sizeGiB > MaxSizeGiB {
-		return Volume{}, fail(name, "size %d GiB: want 1-%d", sizeGiB, MaxSizeGiB)
+	if sizeGiB < 0 || sizeGiB > MaxSizeGiB {
+		return Volume{}, fail(name, "size %d GiB: want 1-%d (0: %d, or the existing volume's)", sizeGiB, MaxSizeGiB, DefaultSizeGiB)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -165,8 +176,8 @@ func (m *Manager) Ensure(ctx context.Context, name string, sizeGiB int, format F
 		return Volume{}, fail(name, "read metadata: %w", err)
 	}
 	if ok {
-		if v.Format != format {
-			return Volume{}, fail(name, "exists as %s, asked for %s", v.Format, format)
+		if format != "" && v.Format != format {
+			return Volume{}, fail(name, "exists as %s, asked for %s (volumes are not converted)", v.Format, format)
 		}
 		if sizeGiB > v.SizeGiB {
 			return Volume{}, fail(name, "exists with %d GiB, asked for %d (volumes are not grown)", v.SizeGiB, sizeGiB)
@@ -175,6 +186,12 @@ func (m *Manager) Ensure(ctx context.Context, name string, sizeGiB int, format F
 			return Volume{}, fail(name, "volume file: %w", err)
 		}
 		return v, nil
+	}
+	if format == "" {
+		format = FormatRaw
+	}
+	if sizeGiB == 0 {
+		sizeGiB = DefaultSizeGiB
 	}
 	v = Volume{Name: name, Format: format, SizeGiB: sizeGiB, CreatedAt: time.Now().UTC(), Path: m.filePath(name, format)}
 	if err := m.create(ctx, v); err != nil {
@@ -271,21 +288,39 @@ func (m *Manager) List() ([]Volume, error) {
 	return out, nil
 }
 
-// Attach records that instance id holds the volume (it must exist).
-func (m *Manager) Attach(name, id string) error {
-	return m.update(name, func(v *Volume) {
-		if !slices.Contains(v.Holders, id) {
-			v.Holders = append(v.Holders, id)
-			sort.Strings(v.Holders)
+// Attach records that instance id holds the volume (it must exist). A
+// volume holds one instance at a time: another holder that is live is
+// refused (ErrInUse, naming it); one that is not is dropped. Attaching
+// again is a no-op.
+func (m *Manager) Attach(name, id string, live Live) error {
+	var held []string
+	err := m.update(name, func(v *Volume) bool {
+		n := len(v.Holders)
+		v.Holders = slices.DeleteFunc(v.Holders, func(h string) bool { return h != id && live != nil && !live(h) })
+		changed := len(v.Holders) != n
+		for _, h := range v.Holders {
+			if h != id {
+				held = append(held, h)
+			}
 		}
+		if len(held) == 0 && !slices.Contains(v.Holders, id) {
+			v.Holders, changed = append(v.Holders, id), true
+		}
+		return changed
 	})
+	if err == nil && len(held) > 0 {
+		return fail(name, "%w: held by instance %s (one instance at a time)", ErrInUse, strings.Join(held, ", "))
+	}
+	return err
 }
 
 // Detach records that instance id no longer holds the volume; a missing
 // volume or holder is fine.
 func (m *Manager) Detach(name, id string) error {
-	err := m.update(name, func(v *Volume) {
+	err := m.update(name, func(v *Volume) bool {
+		n := len(v.Holders)
 		v.Holders = slices.DeleteFunc(v.Holders, func(h string) bool { return h == id })
+		return len(v.Holders) != n
 	})
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -293,7 +328,9 @@ func (m *Manager) Detach(name, id string) error {
 	return err
 }
 
-func (m *Manager) update(name string, fn func(*Volume)) error {
+// update applies fn to the volume's metadata and saves it when fn reports
+// a change.
+func (m *Manager) update(name string, fn func(*Volume) bool) error {
 	if !ValidName(name) {
 		return fail(name, "invalid volume name %q", name)
 	}
@@ -306,7 +343,10 @@ func (m *Manager) update(name string, fn func(*Volume)) error {
 	if !ok {
 		return fail(name, "no such volume: %w", os.ErrNotExist)
 	}
-	fn(&v)
+	if !fn(&v) {
+		return nil
+	}
+	sort.Strings(v.Holders)
 	if err := m.save(v); err != nil {
 		return fail(name, "write metadata: %w", err)
 	}
@@ -337,29 +377,69 @@ func (m *Manager) Reconcile(live []string) error {
 	return nil
 }
 
-// Delete removes a volume and its data. It is refused (ErrInUse) while an
-// instance holds it; a missing volume is fine.
-func (m *Manager) Delete(ctx context.Context, name string) error {
+// Delete removes a volume and its data; existed is false when there was
+// none (not an error). It is refused (ErrInUse, naming the holders) while
+// a live instance holds it; holders that are not live are dropped first.
+func (m *Manager) Delete(ctx context.Context, name string, live Live) (existed bool, err error) {
+	_ = ctx // removing two files does not block
 	if !ValidName(name) {
-		return fail(name, "invalid volume name %q", name)
+		return false, fail(name, "invalid volume name %q", name)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, ok, err := m.load(name)
 	if err != nil {
-		return fail(name, "read metadata: %w", err)
+		return false, fail(name, "read metadata: %w", err)
 	}
 	if !ok {
-		return nil
+		return false, nil
 	}
-	if len(v.Holders) > 0 {
-		return fail(name, "delete: %w (%s)", ErrInUse, strings.Join(v.Holders, ", "))
+	held := slices.DeleteFunc(slices.Clone(v.Holders), func(h string) bool { return live != nil && !live(h) })
+	if len(held) > 0 {
+		return true, fail(name, "delete: %w: held by instance %s (destroy it first)", ErrInUse, strings.Join(held, ", "))
+	}
+	// The metadata goes first: a crash in between leaves a file no
+	// metadata names (List skips it, a new Ensure writes over it), never
+	// metadata naming a file that is gone.
+	if err := os.Remove(m.metaPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return true, fail(name, "delete: %w", err)
 	}
 	if err := os.Remove(v.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fail(name, "delete: %w", err)
+		return true, fail(name, "delete: %w", err)
 	}
-	if err := os.Remove(m.metaPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fail(name, "delete: %w", err)
+	return true, nil
+}
+
+// ext4Magic is an ext2/3/4 superblock's s_magic, little-endian at byte
+// 1024+56 of the filesystem.
+const ext4MagicOffset, ext4Magic = 1024 + 56, 0xEF53
+
+// Check says whether v's file is what QEMU may be given and the guest can
+// mount: a raw volume must be a regular file of its size at least that
+// starts with an ext4 superblock; a qcow2 one must pass image.Inspect as
+// qcow2 (no backing or data file naming other host files).
+func (m *Manager) Check(ctx context.Context, v Volume) error {
+	fi, err := os.Lstat(v.Path)
+	if err != nil {
+		return fail(v.Name, "volume file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fail(v.Name, "volume file %s is not a regular file", v.Path)
+	}
+	if v.Format == FormatQCOW2 {
+		if _, err := image.Inspect(ctx, m.opts.QEMUImg, v.Path, image.FormatQCOW2); err != nil {
+			return fail(v.Name, "not a usable qcow2 image: %w", err)
+		}
+		return nil
+	}
+	f, err := os.Open(v.Path)
+	if err != nil {
+		return fail(v.Name, "volume file: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	var b [2]byte
+	if _, err := f.ReadAt(b[:], ext4MagicOffset); err != nil || int(b[0])|int(b[1])<<8 != ext4Magic {
+		return fail(v.Name, "volume file %s holds no ext4 filesystem (no superblock magic)", v.Path)
 	}
 	return nil
 }

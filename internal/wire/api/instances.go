@@ -200,10 +200,21 @@ type ContainerSpec struct {
 // VolumeMount mounts a named volume (kept when the instance is deleted) or
 // a host path (an absolute path under the agent's allowed volume
 // directories) at Target.
+//
+// A microVM's Source is a volume name (ValidVolumeName) only: the host
+// creates the volume on first use with SizeGiB (0: DefaultVolumeSizeGiB)
+// and Format ("": raw), attaches it as an extra virtio disk and mounts it
+// at Target. An existing volume is used as it is: a SizeGiB larger than
+// its size, or a Format other than its own, is volume_attach_failed
+// (volumes are neither grown nor converted). SizeGiB and Format are
+// microVM-only: a container's spec with either is refused (its named
+// volumes are the engine's).
 type VolumeMount struct {
 	Source   string `json:"source"`
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"read_only,omitempty"`
+	SizeGiB  int    `json:"size_gib,omitempty"`
+	Format   string `json:"format,omitempty"`
 }
 
 // Ulimits are a container's limits (soft = hard); 0 takes the agent's
