@@ -43,6 +43,9 @@ func TestValidateContainer(t *testing.T) {
 		{"volumes", func(r *api.CreateInstanceRequest) {
 			r.Spec.Container.Volumes = []api.VolumeMount{{Source: "../x", Target: "rel"}}
 		}, []string{"spec.container.volumes[0].target", "spec.container.volumes[0].source"}},
+		{"volume size and format are microVM-only", func(r *api.CreateInstanceRequest) {
+			r.Spec.Container.Volumes = []api.VolumeMount{{Source: "hf-cache", Target: "/cache", SizeGiB: 10, Format: "qcow2"}}
+		}, []string{"spec.container.volumes[0].size_gib", "spec.container.volumes[0].format"}},
 		{"gpus", func(r *api.CreateInstanceRequest) { r.Spec.Container.GPUs = []string{"all", "0"} },
 			[]string{"spec.container.gpus[0]"}},
 		{"ulimits", func(r *api.CreateInstanceRequest) { r.Spec.Container.Ulimits.NProc = -1 }, []string{"spec.container.ulimits"}},

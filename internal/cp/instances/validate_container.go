@@ -71,6 +71,14 @@ func validateRuntime(f *fieldErrs, s api.InstanceSpec) (container bool) {
 		if !path.IsAbs(v.Source) && !volumeRE.MatchString(v.Source) {
 			f.add(p+".source", "must be a volume name or an absolute host path (under the agent's allowed volume directories)")
 		}
+		// A container's named volume is the engine's: it has no size or
+		// format to give (those are microVM volumes').
+		if v.SizeGiB != 0 {
+			f.add(p+".size_gib", "only a microVM's volumes have a size (runtime %q); a container's named volume is the engine's", api.RuntimeMicroVM)
+		}
+		if v.Format != "" {
+			f.add(p+".format", "only a microVM's volumes have a format (runtime %q); a container's named volume is the engine's", api.RuntimeMicroVM)
+		}
 	}
 	for i, g := range c.GPUs {
 		if g == "" || strings.ContainsAny(g, ", \t") || (g == api.GPUsAll && len(c.GPUs) > 1) {

@@ -402,7 +402,7 @@ func containerSpec(d api.DesiredInstance, secrets map[string][]byte) runtime.Spe
 	s, c := d.Spec, d.Spec.Container
 	var vols []runtime.Volume
 	for _, v := range c.Volumes {
-		vols = append(vols, runtime.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
+		vols = append(vols, runtime.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly, SizeGiB: v.SizeGiB, Format: v.Format})
 	}
 	var cs *runtime.ContainerSpec
 	if u := c.Ulimits; u != nil || c.RegistryAuth != "" || c.ShmSizeMiB > 0 {

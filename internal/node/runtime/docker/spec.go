@@ -103,6 +103,11 @@ func (r *Runtime) validateVolume(id string, i int, v runtime.Volume) error {
 	if v.Target == SecretsTarget || strings.HasPrefix(v.Target, SecretsTarget+"/") {
 		return invalid(api.ReasonVolumeAttachFailed, id, field+".target", "%s is the secrets mount", SecretsTarget)
 	}
+	if v.SizeGiB != 0 || v.Format != "" {
+		// The engine's named volumes have no size or format to give:
+		// those are a microVM's volumes' (runtime microvm).
+		return invalid(api.ReasonVolumeAttachFailed, id, field, "size_gib and format are for microVM volumes; a container's named volume is the engine's")
+	}
 	if !filepath.IsAbs(v.Source) {
 		if !volumeNameRE.MatchString(v.Source) {
 			return invalid(api.ReasonVolumeAttachFailed, id, field+".source", "%q: want a volume name or an absolute host path", v.Source)

@@ -43,6 +43,8 @@ func TestValidate(t *testing.T) {
 		}, "spec.container.volumes[0].source", api.ReasonVolumeAttachFailed},
 		{"over the secrets", func(s *runtime.Spec) { s.Volumes = []runtime.Volume{{Source: "v", Target: SecretsTarget}} },
 			"spec.container.volumes[0].target", api.ReasonVolumeAttachFailed},
+		{"microVM volume size", func(s *runtime.Spec) { s.Volumes = []runtime.Volume{{Source: "v", Target: "/v", SizeGiB: 5}} },
+			"spec.container.volumes[0]", api.ReasonVolumeAttachFailed},
 		{"serial marker", func(s *runtime.Spec) { s.Readiness.SerialMarker = "READY" }, "spec.readiness.serial_marker", api.ReasonContainerStartFailed},
 		{"ulimit", func(s *runtime.Spec) { s.Container = &runtime.ContainerSpec{Ulimits: map[string]int64{"core": 1}} },
 			"spec.container.ulimits", api.ReasonContainerStartFailed},
