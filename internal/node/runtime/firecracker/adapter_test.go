@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,7 +116,7 @@ func TestLifecycleAgainstSpec(t *testing.T) {
 		"PUT /mmds/config":             `"version":"V2","network_interfaces":["eth0"]`,
 		"PUT /mmds":                    `"instance_id":"web-1"`,
 		"PUT /boot-source":             `"boot_args":"console=ttyS0 reboot=k panic=1"`,
-		"PUT /vsock":                   `"guest_cid":3,"uds_path":"` + filepath.Join(r.instDir, "web-1", vsockName) + `"`,
+		"PUT /vsock":                   fmt.Sprintf(`"guest_cid":%d,"uds_path":"%s"`, vsockCID("web-1"), filepath.Join(r.instDir, "web-1", vsockName)),
 		"PUT /drives/rootfs":           `"is_root_device":true`,
 	} {
 		if !strings.Contains(string(bodies[key]), sub) {

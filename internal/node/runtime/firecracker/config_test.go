@@ -26,12 +26,18 @@ func TestValidateRefuses(t *testing.T) {
 		reason api.ReasonCode
 		want   string
 	}{
-		{"oci", func(s *runtime.Spec) { s.Image = runtime.Image{Kind: runtime.ImageOCI, Ref: "nginx:1"} }, api.ReasonRootfsBuildFailed, "spec.image.kind"},
+		{"oci without a guest kernel", func(s *runtime.Spec) {
+			s.Image = runtime.Image{Kind: runtime.ImageOCI, Ref: "nginx:1"}
+			s.VM.Boot = nil
+		},
+			api.ReasonImagePullFailed, "NODE_AGENT_FIRECRACKER_KERNEL"},
+		{"command on a disk image", func(s *runtime.Spec) { s.Command = []string{"/bin/sh"} }, api.ReasonFirecrackerStartFailed, "own init"},
+		{"bridge without networking", func(s *runtime.Spec) { s.VM.Network = runtime.VMNetwork{Mode: api.NetworkBridge} }, api.ReasonNetworkSetupFailed, "mode bridge"},
 		{"no kernel", func(s *runtime.Spec) { s.VM.Boot = nil }, api.ReasonImagePullFailed, "spec.vm.boot.kernel"},
 		{"vcpus", func(s *runtime.Spec) { s.Resources.VCPUs = 33 }, api.ReasonFirecrackerStartFailed, "vcpus"},
 		{"ports", func(s *runtime.Spec) { s.Ports = []api.PortForward{{Name: "http", GuestPort: 80}} }, api.ReasonNetworkSetupFailed, "spec.ports"},
 		{"tcp readiness without tap", func(s *runtime.Spec) { s.Readiness.TCPPort = 80 }, api.ReasonFirecrackerStartFailed, "tcp_port"},
-		{"secrets", func(s *runtime.Spec) { s.Secrets = map[string][]byte{"k": []byte("v")} }, api.ReasonSecretsInjectionFailed, "spec.secrets"},
+		{"secrets on a disk image", func(s *runtime.Spec) { s.Secrets = map[string][]byte{"k": []byte("v")} }, api.ReasonSecretsInjectionFailed, "spec.secrets"},
 		{"bad mac", func(s *runtime.Spec) { s.VM.Network = runtime.VMNetwork{Mode: api.NetworkTap, MAC: "nope"} }, api.ReasonNetworkSetupFailed, "mac"},
 		{"accel", func(s *runtime.Spec) { s.VM.Accel = "tcg" }, api.ReasonFirecrackerStartFailed, "kvm only"},
 	}
@@ -80,7 +86,7 @@ func TestDetect(t *testing.T) {
 	if p, err := Detect(e.bin, "kvm"); err != nil || p != e.bin {
 		t.Errorf("Detect = %q, %v", p, err)
 	}
-	t.Setenv("PATH", e.files+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("PATH", filepath.Dir(e.bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	if p, err := Detect("", "kvm"); err != nil || p != e.bin {
 		t.Errorf("Detect on PATH = %q, %v", p, err)
 	}

@@ -22,7 +22,10 @@ import (
 // ErrInvalidSpec is wrapped by every spec validation failure.
 var ErrInvalidSpec = errors.New("invalid spec")
 
-var macRE = regexp.MustCompile(`^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$`)
+var (
+	macRE    = regexp.MustCompile(`^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$`)
+	secretRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+)
 
 const maxSunPath = 107
 
@@ -34,17 +37,13 @@ func invalid(reason api.ReasonCode, id, format string, args ...any) *runtime.Err
 func (r *Runtime) validate(spec runtime.Spec) error {
 	id, vm := spec.ID, spec.VMOrZero()
 	fail := api.ReasonFirecrackerStartFailed
-	switch {
-	case !runtime.ValidID(id):
+	if !runtime.ValidID(id) {
 		return invalid(fail, id, "id %q: want 1-63 of [a-z0-9_-], starting with a letter or digit", id)
-	case spec.Image.IsOCI():
-		return invalid(api.ReasonRootfsBuildFailed, id, "spec.image.kind: oci images need the OCI rootfs builder, not yet plugged into the firecracker runtime (give a disk image: an ext4 rootfs by url and sha256)")
-	case spec.Image.URL == "" || spec.Image.SHA256 == "":
-		return invalid(api.ReasonImagePullFailed, id, "spec.image: an ext4 rootfs needs both url and sha256")
-	case vm.Boot == nil || vm.Boot.Kernel.URL == "" || vm.Boot.Kernel.SHA256 == "":
-		return invalid(api.ReasonImagePullFailed, id, "spec.vm.boot.kernel: firecracker boots a kernel directly (url and sha256)")
-	case vm.Boot.Initrd != nil && (vm.Boot.Initrd.URL == "" || vm.Boot.Initrd.SHA256 == ""):
-		return invalid(api.ReasonImagePullFailed, id, "spec.vm.boot.initrd needs both url and sha256")
+	}
+	if err := r.validateImage(spec); err != nil {
+		return err
+	}
+	switch {
 	case vm.BootDevice != "":
 		return invalid(api.ReasonVolumeAttachFailed, id, "spec.vm.boot_device: not supported by the firecracker runtime")
 	case vm.CloudInit != nil || vm.SeedISO != "":
@@ -57,16 +56,12 @@ func (r *Runtime) validate(spec runtime.Spec) error {
 		return invalid(fail, id, "spec.resources.memory_mib %d: want at least 16", spec.Resources.MemoryMiB)
 	case spec.Resources.DiskGiB < 0:
 		return invalid(api.ReasonRootfsBuildFailed, id, "spec.resources.disk_gib %d is negative", spec.Resources.DiskGiB)
-	case len(spec.Command) > 0 || len(spec.Args) > 0 || len(spec.Env) > 0:
-		return invalid(fail, id, "spec.command, args and env: need the guest init (not yet in the firecracker runtime)")
 	case len(spec.Volumes) > 0:
 		return invalid(api.ReasonVolumeAttachFailed, id, "spec.volumes: not supported by the firecracker runtime yet")
 	case len(spec.Devices.GPUs) > 0 || len(spec.Devices.PCI) > 0:
 		return invalid(fail, id, "spec.devices: firecracker has no device passthrough")
-	case len(spec.Secrets) > 0:
-		return invalid(api.ReasonSecretsInjectionFailed, id, "spec.secrets: the firecracker runtime does not deliver secrets yet")
 	case len(spec.Ports) > 0:
-		return invalid(api.ReasonNetworkSetupFailed, id, "spec.ports: firecracker has no user-mode networking (forwards need the networking layer on a tap)")
+		return invalid(api.ReasonNetworkSetupFailed, id, "spec.ports: not forwarded by the firecracker runtime (reach the guest at its tap address)")
 	case strings.ContainsAny(spec.Readiness.SerialMarker, "\r\n"):
 		return invalid(fail, id, "spec.readiness.serial_marker must be one line")
 	}
@@ -78,15 +73,56 @@ func (r *Runtime) validate(spec runtime.Spec) error {
 		if spec.Readiness.TCPPort != 0 {
 			return invalid(fail, id, "spec.readiness.tcp_port needs a tap network (the guest has no other)")
 		}
-	case api.NetworkTap:
+	case api.NetworkTap, api.NetworkBridge:
 		if n.MAC != "" && !macRE.MatchString(n.MAC) {
 			return invalid(api.ReasonNetworkSetupFailed, id, "spec.vm.network.mac %q: want 6 hex pairs", n.MAC)
 		}
+		if n.Mode == api.NetworkBridge && r.opts.Taps == nil {
+			return invalid(api.ReasonNetworkSetupFailed, id, "spec.vm.network.mode bridge: this agent has no microVM networking (see its start log)")
+		}
 	default:
-		return invalid(api.ReasonNetworkSetupFailed, id, "spec.vm.network.mode %q: want tap (or none)", n.Mode)
+		return invalid(api.ReasonNetworkSetupFailed, id, "spec.vm.network.mode %q: want tap or bridge (or none)", n.Mode)
 	}
 	if p := filepath.Join(r.instDir, id, apiSockName); len(p) > maxSunPath {
 		return invalid(fail, id, "state path %s is too long for a unix socket (%d > %d bytes): use a shorter runtime dir", p, len(p), maxSunPath)
+	}
+	return nil
+}
+
+// validateImage checks the image and what comes with it: an OCI image
+// boots the agent's kernel and drover-init (which takes command, env and
+// secrets); a disk image boots the spec's kernel and its own init.
+func (r *Runtime) validateImage(spec runtime.Spec) error {
+	id, vm := spec.ID, spec.VMOrZero()
+	fail := api.ReasonFirecrackerStartFailed
+	if spec.Image.IsOCI() {
+		switch {
+		case r.opts.Guest == nil:
+			return invalid(api.ReasonImagePullFailed, id, "spec.image.kind oci: this agent boots no OCI images on firecracker (set %s and %s)",
+				runtime.EnvKey(Name, "KERNEL"), runtime.EnvKey(Name, "INITRD"))
+		case spec.Image.Ref == "":
+			return invalid(api.ReasonImagePullFailed, id, "spec.image.ref is required")
+		case vm.Boot != nil:
+			return invalid(fail, id, "spec.vm.boot: an OCI image boots the agent's kernel and drover-init, not its own")
+		}
+		for name := range spec.Secrets {
+			if !secretRE.MatchString(name) {
+				return invalid(api.ReasonSecretsInjectionFailed, id, "secret name %q: want 1-128 of [A-Za-z0-9_.-]", name)
+			}
+		}
+		return nil
+	}
+	switch {
+	case spec.Image.URL == "" || spec.Image.SHA256 == "":
+		return invalid(api.ReasonImagePullFailed, id, "spec.image: an ext4 rootfs needs both url and sha256")
+	case vm.Boot == nil || vm.Boot.Kernel.URL == "" || vm.Boot.Kernel.SHA256 == "":
+		return invalid(api.ReasonImagePullFailed, id, "spec.vm.boot.kernel: firecracker boots a kernel directly (url and sha256)")
+	case vm.Boot.Initrd != nil && (vm.Boot.Initrd.URL == "" || vm.Boot.Initrd.SHA256 == ""):
+		return invalid(api.ReasonImagePullFailed, id, "spec.vm.boot.initrd needs both url and sha256")
+	case len(spec.Command) > 0 || len(spec.Args) > 0 || len(spec.Env) > 0:
+		return invalid(fail, id, "spec.command, args and env: a disk image runs its own init (use an OCI image: drover-init runs its command)")
+	case len(spec.Secrets) > 0:
+		return invalid(api.ReasonSecretsInjectionFailed, id, "spec.secrets: a disk image has no drover-init to receive them (use an OCI image)")
 	}
 	return nil
 }
@@ -156,32 +192,9 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec) (_ *instance, 
 	}
 	defer func() {
 		if err != nil {
-			_ = os.RemoveAll(dir)
-			if in.st.Chroot != "" {
-				_ = os.RemoveAll(filepath.Dir(in.st.Chroot))
-			}
+			r.undoPrepare(context.WithoutCancel(ctx), in)
 		}
 	}()
-	fetch := func(what string, a api.Artifact) (string, error) {
-		res, err := r.opts.Images.Fetch(ctx, a.URL, a.SHA256)
-		if err != nil {
-			return "", runtime.Errorf(api.ReasonImagePullFailed, "create", id, "%s: %w", what, err)
-		}
-		return res.Path, nil
-	}
-	base, err := fetch("spec.image", spec.Image.Artifact())
-	if err != nil {
-		return nil, err
-	}
-	boot := spec.VMOrZero().Boot
-	if in.st.Kernel, err = fetch("spec.vm.boot.kernel", boot.Kernel); err != nil {
-		return nil, err
-	}
-	if boot.Initrd != nil {
-		if in.st.Initrd, err = fetch("spec.vm.boot.initrd", *boot.Initrd); err != nil {
-			return nil, err
-		}
-	}
 	rootDir := dir
 	if j := r.opts.Jailer; j != nil {
 		// Jailed, the rootfs lives in the chroot from the start: the jailed
@@ -195,8 +208,13 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec) (_ *instance, 
 		rootDir = in.st.Chroot
 	}
 	in.st.Rootfs = filepath.Join(rootDir, rootfsName)
-	if err := copyRootfs(base, in.st.Rootfs, int64(spec.Resources.DiskGiB)<<30); err != nil {
-		return nil, runtime.Errorf(api.ReasonRootfsBuildFailed, "create", id, "rootfs copy: %w", err)
+	if spec.Image.IsOCI() {
+		err = r.prepareGuest(ctx, in, spec, in.st.Rootfs)
+	} else {
+		err = r.prepareDisk(ctx, in, spec)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if err := in.persistLocked(); err != nil {
 		return nil, runtime.Errorf(api.ReasonRootfsBuildFailed, "create", id, "write state: %w", err)
@@ -205,6 +223,54 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec) (_ *instance, 
 		return nil, runtime.Errorf(api.ReasonRootfsBuildFailed, "create", id, "write spec: %w", err)
 	}
 	return in, nil
+}
+
+// prepareDisk is prepare for a disk image: the rootfs, kernel and initrd
+// through the image cache, the rootfs copied to in.st.Rootfs.
+func (r *Runtime) prepareDisk(ctx context.Context, in *instance, spec runtime.Spec) error {
+	id := spec.ID
+	fetch := func(what string, a api.Artifact) (string, error) {
+		res, err := r.opts.Images.Fetch(ctx, a.URL, a.SHA256)
+		if err != nil {
+			return "", runtime.Errorf(api.ReasonImagePullFailed, "create", id, "%s: %w", what, err)
+		}
+		return res.Path, nil
+	}
+	base, err := fetch("spec.image", spec.Image.Artifact())
+	if err != nil {
+		return err
+	}
+	boot := spec.VMOrZero().Boot
+	if in.st.Kernel, err = fetch("spec.vm.boot.kernel", boot.Kernel); err != nil {
+		return err
+	}
+	if boot.Initrd != nil {
+		if in.st.Initrd, err = fetch("spec.vm.boot.initrd", *boot.Initrd); err != nil {
+			return err
+		}
+	}
+	if err := copyRootfs(base, in.st.Rootfs, int64(spec.Resources.DiskGiB)<<30); err != nil {
+		return runtime.Errorf(api.ReasonRootfsBuildFailed, "create", id, "rootfs copy: %w", err)
+	}
+	return nil
+}
+
+// undoPrepare removes what a failed prepare made: the state dir, chroot,
+// a config drive on a tmpfs, the tap and the OCI image's lease.
+func (r *Runtime) undoPrepare(ctx context.Context, in *instance) {
+	_ = os.RemoveAll(in.dir)
+	if in.st.Chroot != "" {
+		_ = os.RemoveAll(filepath.Dir(in.st.Chroot))
+	}
+	_ = removeConfig(in.st)
+	if in.st.Tap != "" && r.opts.Taps != nil {
+		if err := r.opts.Taps.Release(ctx, in.id, in.st.Tap); err != nil {
+			r.log.Warn("release tap", "id", in.id, "tap", in.st.Tap, "err", err)
+		}
+	}
+	if g := r.opts.Guest; g != nil && g.OCI != nil {
+		_ = g.OCI.Release(in.id)
+	}
 }
 
 // copyRootfs copies base to dst (a reflink clone where the filesystem can,

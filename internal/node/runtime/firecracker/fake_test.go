@@ -28,7 +28,8 @@ const (
 	fakeEnv       = "DROVER_FAKE_FC"        // "1": be the fake
 	fakeSpecEnv   = "DROVER_FAKE_FC_SPEC"   // the spec's absolute path
 	fakeLogEnv    = "DROVER_FAKE_FC_LOG"    // where requests are recorded (JSON lines)
-	fakeFailEnv   = "DROVER_FAKE_FC_FAIL"   // an action_type answered 400 with DROVER_FAKE_FC_FAULT
+	fakeFailEnv   = "DROVER_FAKE_FC_FAIL"   // an action_type, or "METHOD /path", answered 400 with DROVER_FAKE_FC_FAULT
+	fakeExitEnv   = "DROVER_FAKE_FC_EXIT"   // a message: print it to stderr and exit 1 before serving (a firecracker that dies at start)
 	fakeFaultEnv  = "DROVER_FAKE_FC_FAULT"  // that fault_message
 	fakeNoCADEnv  = "DROVER_FAKE_FC_NO_CAD" // "1": ignore SendCtrlAltDel (a guest that never shuts down)
 	fakeBootedMsg = "fake-firecracker: guest booted"
@@ -74,6 +75,10 @@ func fakeFirecracker(args []string) int {
 	if sock == "" {
 		fmt.Fprintln(os.Stderr, "fake firecracker: --api-sock is required")
 		return 2
+	}
+	if msg := os.Getenv(fakeExitEnv); msg != "" {
+		fmt.Fprintln(os.Stderr, msg)
+		return 1
 	}
 	spec, err := loadSpec(os.Getenv(fakeSpecEnv))
 	if err != nil {
@@ -136,6 +141,10 @@ func (f *fake) handle(method, path string, body []byte, rec *record) (int, any) 
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failWhat == method+" "+path {
+		fmt.Fprintf(os.Stderr, "[fake-firecracker:fc_api] The API server received a %s request on %q; refused: %s\n", method, path, f.fault)
+		return http.StatusBadRequest, faultMsg(f.fault)
+	}
 	state := StateNotStarted
 	if f.started {
 		state = StateRunning

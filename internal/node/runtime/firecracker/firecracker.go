@@ -4,22 +4,26 @@
 // small client written against the API's specification, checked request
 // by request by the contract test) and started with InstanceStart.
 //
-// An instance is a rootfs ext4 image (Spec.Image, kind disk: URL and
-// SHA256 through the image cache) copied per instance, booted with the
-// kernel of Spec.VM.Boot (and its initrd and command line). State lives in
-// Root/instances/<id>/ (spec.json without secrets, state.json, api.sock,
-// v.sock, serial.log, firecracker.pid, rootfs.ext4). Processes outlive the
-// agent; Recover re-adopts them by pid file, /proc command line and an API
-// that answers GET /.
+// An instance is one of two kinds. A disk image (Spec.Image kind disk: an
+// ext4 rootfs by URL and SHA256 through the image cache) is copied per
+// instance and booted with the kernel of Spec.VM.Boot (and its initrd and
+// command line); the guest brings its own init. An OCI image (kind oci,
+// guest.go) needs the operator's guest kernel and drover-init initramfs
+// (Options.Guest): internal/node/oci builds the image's ext4 rootfs once
+// per digest, the instance gets a sparse or reflink copy of it, and
+// drover-init, booted as the initrd, reads a second, read-only drive (the
+// guestinit config drive: entrypoint, env, secrets, the guest's address)
+// and runs the image's entrypoint. State lives in Root/instances/<id>/
+// (spec.json without secrets, state.json, api.sock, v.sock, serial.log,
+// firecracker.pid, rootfs.ext4, config.img unless it holds secrets: then
+// it lives on a tmpfs, see configDriveDir). Processes outlive the agent;
+// Recover re-adopts them by pid file, /proc command line and an API that
+// answers GET /.
 //
-// An OCI image (Spec.Image kind oci) is refused today: the OCI work turns
-// an image into an ext4 rootfs; once it exposes that as a resolver (image
-// ref → local ext4 path), Create asks it instead of the image cache and the
-// rest is unchanged (docs/runbooks/firecracker.md).
-//
-// It must not create tap devices (the networking layer does: TapProvider),
-// nor probe KVM itself (the agent's accelerator verdict says whether KVM
-// works: runtime.Options.Accel).
+// It must not create tap devices (the networking layer does: TapProvider,
+// NetsetupTaps over internal/node/netsetup), nor probe KVM itself (the
+// agent's accelerator verdict says whether KVM works:
+// runtime.Options.Accel).
 package firecracker
 
 import (
@@ -28,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,6 +60,12 @@ type Config struct {
 	Jailer    string // NODE_AGENT_FIRECRACKER_JAILER: the jailer binary; "" runs firecracker directly
 	JailerUID int    // NODE_AGENT_FIRECRACKER_JAILER_UID
 	JailerGID int    // NODE_AGENT_FIRECRACKER_JAILER_GID
+	// Kernel and Initrd boot OCI images: a guest kernel (an uncompressed
+	// vmlinux, as Firecracker loads) and the drover-init initramfs built
+	// for it (`drover-init initramfs`). Both or neither; neither refuses
+	// OCI images.
+	Kernel string // NODE_AGENT_FIRECRACKER_KERNEL
+	Initrd string // NODE_AGENT_FIRECRACKER_INITRD
 }
 
 // Settings are the keys the Firecracker runtime owns.
@@ -64,12 +75,17 @@ func Settings() []runtime.Setting {
 		{Name: "JAILER", Usage: "jailer binary: when set, firecracker runs chrooted under it as JAILER_UID:JAILER_GID (production)"},
 		{Name: "JAILER_UID", Usage: "uid the jailer drops to (with JAILER)", Default: "0"},
 		{Name: "JAILER_GID", Usage: "gid the jailer drops to (with JAILER)", Default: "0"},
+		{Name: "KERNEL", Usage: "guest kernel (vmlinux) that boots OCI images; empty: OCI images are refused"},
+		{Name: "INITRD", Usage: "drover-init initramfs for KERNEL (drover-init initramfs)"},
 	}
 }
 
 // ParseConfig builds the Config, naming the key of a bad value.
 func ParseConfig(v runtime.Values) (Config, error) {
-	c := Config{Binary: v["BINARY"], Jailer: v["JAILER"]}
+	c := Config{Binary: v["BINARY"], Jailer: v["JAILER"], Kernel: v["KERNEL"], Initrd: v["INITRD"]}
+	if (c.Kernel == "") != (c.Initrd == "") {
+		return c, fmt.Errorf("%s and %s go together", runtime.EnvKey(Name, "KERNEL"), runtime.EnvKey(Name, "INITRD"))
+	}
 	for _, f := range []struct {
 		key string
 		dst *int
@@ -121,18 +137,48 @@ func Factory(ctx context.Context, o runtime.Options, c Config) (runtime.Runtime,
 		}
 		opts.Jailer = &JailerConfig{Binary: jp, UID: c.JailerUID, GID: c.JailerGID}
 	}
+	if c.Kernel != "" {
+		g, err := newGuest(o, c)
+		if err != nil {
+			return nil, err
+		}
+		opts.Guest = g
+		if g.Net != nil {
+			opts.Taps = g.Net
+		}
+	}
 	return New(ctx, opts)
 }
 
 // TapProvider hands out the host tap device of an instance's network
 // interface (the networking layer creates and deletes taps; this adapter
-// only names one to Firecracker).
+// only names one to Firecracker). In the agent it is NetsetupTaps.
 type TapProvider interface {
-	// Tap returns the tap device for id and the guest's IPv4 address ("" if
-	// unknown: a readiness TCP port then cannot be checked).
-	Tap(ctx context.Context, id string, n runtime.VMNetwork) (dev, guestIP string, err error)
-	// Release is called when the instance stops for good (Destroy).
+	// Tap returns the tap of id, made if missing; asked again for the same
+	// id (a restart) it gives the same device and address.
+	Tap(ctx context.Context, id string, n runtime.VMNetwork) (Tap, error)
+	// Release is called when the instance goes for good (Destroy).
 	Release(ctx context.Context, id, dev string) error
+}
+
+// Tap is an instance's network interface as the networking layer made it.
+type Tap struct {
+	Dev string // host tap device
+	MAC string // the guest NIC's MAC ("": Firecracker picks one)
+	// Guest is the guest's address and prefix (invalid when unknown: a
+	// readiness TCP port then cannot be checked, and drover-init leaves
+	// eth0 down); Gateway and DNS go with it.
+	Guest   netip.Prefix
+	Gateway netip.Addr
+	DNS     []netip.Addr
+}
+
+// guestIP is the guest's address as a string ("" when unknown).
+func (t Tap) guestIP() string {
+	if !t.Guest.IsValid() {
+		return ""
+	}
+	return t.Guest.Addr().String()
 }
 
 // JailerConfig runs firecracker under the jailer.
@@ -151,8 +197,11 @@ type Options struct {
 	Binary string
 	Jailer *JailerConfig
 	// Taps names tap devices; nil: a spec in tap mode uses the tap named
-	// TapName(id), which must exist when it starts.
+	// TapName(id), which must exist when it starts, and mode bridge is
+	// refused.
 	Taps TapProvider
+	// Guest boots OCI images with drover-init; nil refuses them.
+	Guest *GuestOptions
 	// StartTimeout bounds the wait for the API socket (default 10s).
 	StartTimeout time.Duration
 	Log          *slog.Logger
@@ -170,6 +219,7 @@ const (
 	rootfsName    = "rootfs.ext4"
 	kernelName    = "vmlinux"
 	initrdName    = "initrd"
+	configName    = "config.img"
 )
 
 var errUnsupportedOS = errors.New("firecracker: the Firecracker runtime needs Linux")
@@ -281,10 +331,16 @@ type persisted struct {
 	SerialOffset  int64          `json:"serial_offset,omitempty"`
 	Tap           string         `json:"tap,omitempty"`
 	GuestIP       string         `json:"guest_ip,omitempty"`
+	MAC           string         `json:"mac,omitempty"`
 	// What Create prepared (host paths).
 	Rootfs string `json:"rootfs"`
 	Kernel string `json:"kernel"`
 	Initrd string `json:"initrd,omitempty"`
+	// Config is the guestinit config drive (OCI images); ConfigTmpfs says
+	// it lives outside the instance directory, on a tmpfs (it holds
+	// secrets), and is removed on Destroy.
+	Config      string `json:"config,omitempty"`
+	ConfigTmpfs bool   `json:"config_tmpfs,omitempty"`
 	// Jailed runs: the jail id and chroot (its root directory).
 	JailID string `json:"jail_id,omitempty"`
 	Chroot string `json:"chroot,omitempty"`

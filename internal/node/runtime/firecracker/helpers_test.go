@@ -33,6 +33,17 @@ func newTestEnv(t *testing.T, extra ...string) *testEnv {
 	t.Helper()
 	e := &testEnv{root: shortDir(t), files: t.TempDir()}
 	e.reqLog = filepath.Join(e.files, "requests.jsonl")
+	e.bin = writeFakeBinary(t, e, extra...)
+	e.rootfs = e.artifact(t, "rootfs.ext4", strings.Repeat("ext4", 4096))
+	e.kernel = e.artifact(t, "vmlinux", "\x7fELF fake kernel")
+	return e
+}
+
+// writeFakeBinary writes a script that re-executes this test binary as the
+// contract server with extra environment (KEY=value pairs); each call
+// writes a new one.
+func writeFakeBinary(t *testing.T, e *testEnv, extra ...string) string {
+	t.Helper()
 	specAbs, err := filepath.Abs(specPath)
 	if err != nil {
 		t.Fatal(err)
@@ -49,13 +60,15 @@ func newTestEnv(t *testing.T, extra ...string) *testEnv {
 		fmt.Fprintf(&b, " '%s'", kv)
 	}
 	b.WriteString(" \"$@\"\n")
-	e.bin = filepath.Join(e.files, "firecracker")
-	if err := os.WriteFile(e.bin, []byte(b.String()), 0o755); err != nil {
+	d, err := os.MkdirTemp(e.files, "bin")
+	if err != nil {
 		t.Fatal(err)
 	}
-	e.rootfs = e.artifact(t, "rootfs.ext4", strings.Repeat("ext4", 4096))
-	e.kernel = e.artifact(t, "vmlinux", "\x7fELF fake kernel")
-	return e
+	bin := filepath.Join(d, "firecracker")
+	if err := os.WriteFile(bin, []byte(b.String()), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
 
 func (e *testEnv) artifact(t *testing.T, name, content string) api.Artifact {
@@ -135,8 +148,8 @@ func (e *testEnv) requests(t *testing.T) []record {
 // fake opens none).
 type fakeTaps struct{ released []string }
 
-func (f *fakeTaps) Tap(_ context.Context, id string, _ runtime.VMNetwork) (string, string, error) {
-	return "fctap0", "", nil
+func (f *fakeTaps) Tap(_ context.Context, id string, _ runtime.VMNetwork) (Tap, error) {
+	return Tap{Dev: "fctap0"}, nil
 }
 
 func (f *fakeTaps) Release(_ context.Context, id, dev string) error {

@@ -96,3 +96,10 @@ func tapExists(name string) bool {
 	_, err := os.Stat("/sys/class/net/" + name)
 	return err == nil
 }
+
+// isTmpfs reports whether dir is on a tmpfs (memory only: what a config
+// drive with secrets is written to).
+func isTmpfs(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Type == unix.TMPFS_MAGIC
+}

@@ -2,7 +2,6 @@ package firecracker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,19 +20,20 @@ import (
 // drive).
 const DefaultBootArgs = "console=ttyS0 reboot=k panic=1 pci=off"
 
-// Interface and drive ids, and the MMDS address.
+// Interface and drive ids.
 const (
 	rootDriveID = "rootfs"
 	ifaceID     = "eth0"
-	guestCID    = 3 // Firecracker's vsock is per process (UDS-backed): the CID need not be unique on the host
 )
 
 // Start boots a created or stopped instance: it spawns firecracker (or the
 // jailer), configures the machine through the API (machine config, boot
-// source, root drive, tap interface with MMDS V2 metadata, vsock) and sends
-// InstanceStart. It returns once the guest runs. Any failure stops the
-// process and is firecracker_start_failed naming the step and
-// Firecracker's fault_message. Starting a running instance is a no-op.
+// source, root drive, config drive, tap interface with MMDS V2 metadata,
+// vsock) and sends InstanceStart. It returns once the guest runs. Any
+// failure stops the process and is firecracker_start_failed naming the
+// step, Firecracker's fault_message and the tail of its log (the serial
+// log: firecracker's own output and the guest console). Starting a running
+// instance is a no-op.
 func (r *Runtime) Start(ctx context.Context, id string) (runtime.Status, error) {
 	unlock := r.lockID(id)
 	defer unlock()
@@ -78,7 +78,8 @@ func (r *Runtime) launch(ctx context.Context, in *instance) error {
 	for _, f := range []struct {
 		path   string
 		reason api.ReasonCode
-	}{{prev.Rootfs, api.ReasonRootfsBuildFailed}, {prev.Kernel, api.ReasonImagePullFailed}, {prev.Initrd, api.ReasonImagePullFailed}} {
+	}{{prev.Rootfs, api.ReasonRootfsBuildFailed}, {prev.Kernel, api.ReasonImagePullFailed}, {prev.Initrd, api.ReasonImagePullFailed},
+		{prev.Config, api.ReasonSecretsInjectionFailed}} {
 		if f.path == "" {
 			continue
 		}
@@ -89,17 +90,17 @@ func (r *Runtime) launch(ctx context.Context, in *instance) error {
 	next := prev
 	next.State, next.PID, next.StartedAt = runtime.StateRunning, 0, r.now()
 	next.ExitedAt, next.ExitReason, next.ExitDetail, next.StopRequested = time.Time{}, "", "", false
-	next.Tap, next.GuestIP = "", ""
-	if n := spec.VMOrZero().Network; n.Mode == api.NetworkTap {
-		var err error
-		if r.opts.Taps != nil {
-			next.Tap, next.GuestIP, err = r.opts.Taps.Tap(ctx, id, n)
-		} else if next.Tap = TapName(id); !tapExists(next.Tap) {
-			err = fmt.Errorf("tap %s does not exist (the networking layer creates it before start)", next.Tap)
-		}
+	next.Tap, next.GuestIP, next.MAC = "", "", ""
+	if n := spec.VMOrZero().Network; n.Mode == api.NetworkTap || n.Mode == api.NetworkBridge {
+		t, err := r.tapFor(ctx, id, n)
 		if err != nil {
 			return fail(api.ReasonNetworkSetupFailed, "tap: %w", err)
 		}
+		if prev.Config != "" && prev.GuestIP != t.guestIP() {
+			// The config drive carries the address it was made with.
+			return fail(api.ReasonNetworkSetupFailed, "tap: the guest's address changed from %s to %s since create", prev.GuestIP, t.guestIP())
+		}
+		next.Tap, next.GuestIP, next.MAC = t.Dev, t.guestIP(), t.MAC
 	}
 	kernel, initrd := prev.Kernel, prev.Initrd
 	if prev.Chroot != "" {
@@ -148,8 +149,8 @@ func (r *Runtime) launch(ctx context.Context, in *instance) error {
 		case <-time.After(killWait):
 		}
 		_ = os.Remove(in.path(pidFileName))
-		if tail := logTail(in.path(serialLogName), next.SerialOffset, 2048); tail != "" && !isAPIError(err) {
-			return fail(api.ReasonFirecrackerStartFailed, "%s: %v (output: %s)", step, err, tail)
+		if tail := logTail(in.path(serialLogName), next.SerialOffset, 2048); tail != "" {
+			return fail(api.ReasonFirecrackerStartFailed, "%s: %v (firecracker log: %s)", step, err, tail)
 		}
 		return fail(api.ReasonFirecrackerStartFailed, "%s: %v", step, err)
 	}
@@ -204,9 +205,11 @@ func (r *Runtime) configure(ctx context.Context, c *Client, in *instance, st per
 	if err := step("machine-config", c.PutMachineConfig(ctx, MachineConfiguration{VCPUCount: spec.Resources.VCPUs, MemSizeMiB: spec.Resources.MemoryMiB})); err != nil {
 		return err
 	}
-	bootArgs := vm.Boot.Cmdline
-	if bootArgs == "" {
-		bootArgs = DefaultBootArgs
+	bootArgs := GuestBootArgs
+	if vm.Boot != nil {
+		if bootArgs = vm.Boot.Cmdline; bootArgs == "" {
+			bootArgs = DefaultBootArgs
+		}
 	}
 	if err := step("boot-source", c.PutBootSource(ctx, BootSource{KernelImagePath: guestPath(st, kernel), InitrdPath: guestPath(st, initrd), BootArgs: bootArgs})); err != nil {
 		return err
@@ -215,8 +218,19 @@ func (r *Runtime) configure(ctx context.Context, c *Client, in *instance, st per
 		PathOnHost: guestPath(st, st.Rootfs), CacheType: "Unsafe", IOEngine: "Sync"})); err != nil {
 		return err
 	}
+	if st.Config != "" {
+		// The guestinit config drive: the second drive, vdb to drover-init.
+		if err := step("drives/"+configDriveID, c.PutDrive(ctx, Drive{DriveID: configDriveID, IsRootDevice: false, IsReadOnly: true,
+			PathOnHost: guestPath(st, st.Config), CacheType: "Unsafe", IOEngine: "Sync"})); err != nil {
+			return err
+		}
+	}
 	if st.Tap != "" {
-		if err := step("network-interfaces/"+ifaceID, c.PutNetworkInterface(ctx, NetworkInterface{IfaceID: ifaceID, HostDevName: st.Tap, GuestMAC: vm.Network.MAC})); err != nil {
+		mac := vm.Network.MAC
+		if mac == "" {
+			mac = st.MAC
+		}
+		if err := step("network-interfaces/"+ifaceID, c.PutNetworkInterface(ctx, NetworkInterface{IfaceID: ifaceID, HostDevName: st.Tap, GuestMAC: mac})); err != nil {
 			return err
 		}
 		if err := step("mmds/config", c.PutMMDSConfig(ctx, MMDSConfig{Version: "V2", NetworkInterfaces: []string{ifaceID}})); err != nil {
@@ -230,11 +244,13 @@ func (r *Runtime) configure(ctx context.Context, c *Client, in *instance, st per
 	if st.Chroot != "" {
 		vsock = "/" + vsockName
 	}
-	return step("vsock", c.PutVsock(ctx, Vsock{GuestCID: guestCID, UDSPath: vsock}))
+	return step("vsock", c.PutVsock(ctx, Vsock{GuestCID: vsockCID(in.id), UDSPath: vsock}))
 }
 
 // metadata is the MMDS contents: what the guest may read about itself at
-// 169.254.169.254 (MMDS V2: a session token first). No secrets.
+// 169.254.169.254 (MMDS V2: a session token first). No secrets, no
+// environment, no command: those travel on the config drive only (MMDS is
+// readable by any process in the guest).
 func metadata(spec runtime.Spec, st persisted) map[string]any {
 	host := spec.ID
 	if ci := spec.VMOrZero().CloudInit; ci != nil && ci.Hostname != "" {
@@ -276,7 +292,10 @@ func (r *Runtime) fillChroot(st persisted) (kernel, initrd string, err error) {
 	if err := os.MkdirAll(filepath.Join(st.Chroot, "run"), 0o750); err != nil {
 		return "", "", err
 	}
-	for _, p := range []string{st.Chroot, filepath.Join(st.Chroot, "run"), st.Rootfs} {
+	for _, p := range []string{st.Chroot, filepath.Join(st.Chroot, "run"), st.Rootfs, st.Config} {
+		if p == "" {
+			continue
+		}
 		if err := os.Lchown(p, j.UID, j.GID); err != nil {
 			return "", "", err
 		}
@@ -285,7 +304,7 @@ func (r *Runtime) fillChroot(st persisted) (kernel, initrd string, err error) {
 }
 
 // waitAPI polls GET / until the API answers, the process exits or d passes.
-func waitAPI(ctx context.Context, c *Client, waited <-chan error, d time.Duration) error {
+func waitAPI(ctx context.Context, c *Client, waited chan error, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -299,17 +318,13 @@ func waitAPI(ctx context.Context, c *Client, waited <-chan error, d time.Duratio
 		}
 		select {
 		case werr := <-waited:
+			waited <- werr // for whoever waits next (the failed start's cleanup)
 			return fmt.Errorf("firecracker exited before its API answered (%v)", werr)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-func isAPIError(err error) bool {
-	var e *APIError
-	return errors.As(err, &e)
 }
 
 // logTail is the last n bytes of the log written after off, one line.

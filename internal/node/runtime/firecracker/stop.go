@@ -83,7 +83,8 @@ func (r *Runtime) awaitExit(p *vmProc) {
 }
 
 // Destroy kills the instance if it runs and removes its state directory,
-// rootfs copy, chroot and tap (through the TapProvider). Files of an id
+// rootfs copy, chroot, config drive, tap (through the TapProvider) and
+// its lease on an OCI image. Files of an id
 // this Runtime does not know are removed too, after killing its process.
 // Destroying an unknown id is a no-op.
 func (r *Runtime) Destroy(ctx context.Context, id string) error {
@@ -128,8 +129,16 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 			return fmt.Errorf("destroy %s: chroot: %w", id, err)
 		}
 	}
+	if err := removeConfig(st); err != nil {
+		return fmt.Errorf("destroy %s: config drive: %w", id, err)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("destroy %s: %w", id, err)
+	}
+	if g := r.opts.Guest; g != nil && g.OCI != nil {
+		if err := g.OCI.Release(id); err != nil { // its image may be evicted now
+			r.log.Warn("release the instance's OCI image", "id", id, "err", err)
+		}
 	}
 	r.mu.Lock()
 	_, known := r.insts[id]
