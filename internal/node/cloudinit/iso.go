@@ -38,7 +38,6 @@ func BuildISO(ctx context.Context, seedDir, out string) (err error) {
 		return errors.New("cloudinit: iso: out path is required")
 	}
 	contents := make(map[string][]byte, len(seedFiles))
-	var total int64
 	for _, f := range seedFiles {
 		b, err := os.ReadFile(filepath.Join(seedDir, f.name))
 		if errors.Is(err, fs.ErrNotExist) && !f.required {
@@ -48,7 +47,6 @@ func BuildISO(ctx context.Context, seedDir, out string) (err error) {
 			return fmt.Errorf("cloudinit: iso: read seed %s: %w", f.name, err)
 		}
 		contents[f.name] = b
-		total += int64(len(b))
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("cloudinit: iso: %w", err)
@@ -71,27 +69,67 @@ func BuildISO(ctx context.Context, seedDir, out string) (err error) {
 		}
 	}()
 
+	if err = packISO(ctx, contents, tmp, work); err != nil {
+		return err
+	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("cloudinit: iso: sync: %w", err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("cloudinit: iso: close: %w", err)
+	}
+	if err = os.Rename(tmp.Name(), out); err != nil {
+		return fmt.Errorf("cloudinit: iso: %w", err)
+	}
+	return nil
+}
+
+// WriteISO validates c and packs its user-data and meta-data into f, an
+// empty writable file (a memfd: the seed never touches a disk), as BuildISO
+// does. workspace is the directory the ISO library stages the files in
+// while it packs them (a private directory on a tmpfs when the seed holds
+// secrets); it is left empty.
+func WriteISO(ctx context.Context, c Config, f *os.File, workspace string) error {
+	ud, err := c.UserData()
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp(workspace, ".cidata-work-*")
+	if err != nil {
+		return fmt.Errorf("cloudinit: iso: workspace: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(work) }()
+	return packISO(ctx, map[string][]byte{"user-data": ud, "meta-data": c.MetaData()}, f, work)
+}
+
+// packISO writes the ISO9660 image of contents into f, staging the files
+// in work.
+func packISO(ctx context.Context, contents map[string][]byte, f *os.File, work string) error {
+	var total int64
+	for _, b := range contents {
+		total += int64(len(b))
+	}
 	// Room for the system area, descriptors, path tables and directories,
 	// plus every file rounded up to a block; trimmed after Finalize.
 	size := int64(1<<20) + total + int64(len(contents))*isoBlock
 	size = (size + isoBlock - 1) / isoBlock * isoBlock
-	if err = tmp.Truncate(size); err != nil {
+	if err := f.Truncate(size); err != nil {
 		return fmt.Errorf("cloudinit: iso: size image: %w", err)
 	}
-	isofs, err := iso9660.Create(file.New(tmp, false), size, 0, isoBlock, work)
+	isofs, err := iso9660.Create(file.New(f, false), size, 0, isoBlock, work)
 	if err != nil {
 		return fmt.Errorf("cloudinit: iso: create filesystem: %w", err)
 	}
-	for _, f := range seedFiles {
-		b, ok := contents[f.name]
+	for _, sf := range seedFiles {
+		b, ok := contents[sf.name]
 		if !ok {
 			continue
 		}
-		if err = writeISOFile(isofs, f.name, b); err != nil {
+		if err := writeISOFile(isofs, sf.name, b); err != nil {
 			return err
 		}
 	}
-	if err = ctx.Err(); err != nil {
+	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("cloudinit: iso: %w", err)
 	}
 	err = isofs.Finalize(iso9660.FinalizeOptions{
@@ -102,16 +140,7 @@ func BuildISO(ctx context.Context, seedDir, out string) (err error) {
 	if err != nil {
 		return fmt.Errorf("cloudinit: iso: finalize: %w", err)
 	}
-	if err = fixPVD(tmp, size); err != nil {
-		return fmt.Errorf("cloudinit: iso: %w", err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("cloudinit: iso: sync: %w", err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("cloudinit: iso: close: %w", err)
-	}
-	if err = os.Rename(tmp.Name(), out); err != nil {
+	if err := fixPVD(f, size); err != nil {
 		return fmt.Errorf("cloudinit: iso: %w", err)
 	}
 	return nil

@@ -239,6 +239,9 @@ func (w *worker) readSecrets(ctx context.Context, names []string) (map[string][]
 // start boots a created, stopped or crashed instance.
 func (w *worker) start(ctx context.Context, d api.DesiredInstance) time.Time {
 	st, err := w.r.rt.Start(ctx, w.id)
+	if errors.Is(err, runtime.ErrSecretsNeeded) {
+		st, err = w.resupply(ctx, d)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			w.startFailed(ctx, d, runtime.ReasonOf(err, api.ReasonVMStartFailed), err)
@@ -255,6 +258,30 @@ func (w *worker) start(ctx context.Context, d api.DesiredInstance) time.Time {
 	w.bootDeadline = now.Add(readinessTimeout(d))
 	w.set(ctx, d.Generation, api.InstanceBooting, "", "")
 	return w.bootDeadline
+}
+
+// resupply gives the runtime the instance's secrets again (it held them
+// only in memory, and they went with an earlier agent: the QEMU runtime's
+// in-memory seeds), read afresh through Options.Secrets, and starts it.
+// Secrets whose values changed meanwhile make Create answer ErrExists:
+// the instance is torn down, and the next pass creates it anew.
+func (w *worker) resupply(ctx context.Context, d api.DesiredInstance) (runtime.Status, error) {
+	w.log.Info("the runtime no longer holds the instance's secrets; reading them again")
+	secrets, reason, err := w.readSecrets(ctx, d.Spec.Secrets)
+	if err != nil {
+		return runtime.Status{}, runtime.Errorf(reason, "start", w.id, "%w", err)
+	}
+	if _, err := w.r.rt.Create(ctx, ToRuntimeSpec(d, secrets)); err != nil {
+		if errors.Is(err, runtime.ErrExists) {
+			if terr := w.teardown(ctx, d); terr != nil {
+				w.logErr(ctx, "recreate: tear down", terr)
+			}
+			return runtime.Status{}, runtime.Errorf(api.ReasonSecretsInjectionFailed, "start", w.id,
+				"the secrets changed since the instance was created; recreating it: %w", err)
+		}
+		return runtime.Status{}, err
+	}
+	return w.r.rt.Start(ctx, w.id)
 }
 
 // watch checks a running instance: readiness while booting, health after.

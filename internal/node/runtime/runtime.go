@@ -76,6 +76,11 @@ type Runtime interface {
 var (
 	ErrNotFound = errors.New("instance not found")
 	ErrExists   = errors.New("instance exists with a different spec")
+	// ErrSecretsNeeded: the instance's secrets were held only in the
+	// agent's memory (never on its disk) and are gone (the agent
+	// restarted); Create with the same spec and secrets gives them back,
+	// then Start boots it. Adapters wrap it with secrets_injection_failed.
+	ErrSecretsNeeded = errors.New("the instance's secrets are no longer in memory: create it again with them")
 )
 
 // Error is a runtime failure with the reason code the reconciler reports.

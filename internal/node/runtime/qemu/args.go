@@ -21,6 +21,7 @@ type Launch struct {
 	DiskFormat string // "qcow2" or "raw"
 	BlockDisk  bool   // Disk is a block device: no host page cache
 	Seed       string // cloud-init seed ISO; "" for none
+	SeedFD     bool   // the seed is in memory: QEMU inherits it as fd memSeedFD
 	Kernel     string // direct boot kernel; "" for none
 	Initrd     string // direct boot initrd; "" for none
 
@@ -85,9 +86,11 @@ func CommandLine(spec runtime.Spec, l Launch) []string {
 		drive += ",cache=none,aio=threads"
 	}
 	a = append(a, "-drive", drive, "-device", "virtio-blk-pci,drive=disk0,bootindex=1")
-	if l.Seed != "" {
+	if l.Seed != "" || l.SeedFD {
+		addFD, file := seedArgs(l)
+		a = append(a, addFD...)
 		a = append(a,
-			"-drive", "if=none,id=seed0,file="+qemuValue(l.Seed)+",format=raw,media=cdrom,readonly=on",
+			"-drive", "if=none,id=seed0,file="+file+",format=raw,media=cdrom,readonly=on",
 			"-device", "virtio-scsi-pci,id=scsi0",
 			"-device", "scsi-cd,bus=scsi0.0,drive=seed0",
 		)

@@ -54,6 +54,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Status
 		if !same {
 			return runtime.Status{}, &runtime.Error{Reason: api.ReasonVMStartFailed, Op: "create", ID: id, Err: runtime.ErrExists}
 		}
+		if err := r.resupplySeed(ctx, in, spec); err != nil { // its seed went with an earlier agent
+			return runtime.Status{}, err
+		}
 		return in.status(), nil
 	}
 
@@ -62,7 +65,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Status
 		return runtime.Status{}, err
 	}
 	r.put(in)
-	r.log.Info("instance created", "id", id, "disk", in.st.Disk, "seed", in.st.Seed != "")
+	r.log.Info("instance created", "id", id, "disk", in.st.Disk, "seed", in.st.Seed != "" || in.st.SeedInMemory)
 	return in.status(), nil
 }
 
@@ -86,6 +89,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 	}
 	defer func() {
 		if err != nil {
+			in.closeSeed()
 			if in.st.Overlay != "" {
 				_ = os.Remove(in.st.Overlay)
 			}
@@ -132,6 +136,11 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 		}
 	}
 	switch {
+	case vm.CloudInit != nil && memSeeds && len(spec.Secrets) > 0:
+		if in.seed, err = memSeedISO(ctx, id, seedConfig(spec)); err != nil {
+			return nil, runtime.Errorf(api.ReasonSecretsInjectionFailed, "create", id, "cloud-init seed: %w", err)
+		}
+		in.st.SeedInMemory = true
 	case vm.CloudInit != nil:
 		if in.st.Seed, err = buildSeed(ctx, dir, spec); err != nil {
 			reason := api.ReasonRootfsBuildFailed
@@ -236,10 +245,26 @@ func runTool(ctx context.Context, name string, args ...string) ([]byte, error) {
 	return out, nil
 }
 
-// buildSeed writes the NoCloud seed ISO into dir and returns its path.
-// Secrets become files under SecretsDir (0400); the plain seed directory is
-// removed once the ISO exists.
+// buildSeed writes the NoCloud seed ISO into dir and returns its path (a
+// seed with secrets is built so only where there is no memfd: memseed.go).
+// The plain seed directory is removed once the ISO exists.
 func buildSeed(ctx context.Context, dir string, spec runtime.Spec) (string, error) {
+	cfg := seedConfig(spec)
+	seedDir := filepath.Join(dir, seedDirName)
+	defer func() { _ = os.RemoveAll(seedDir) }()
+	if err := cloudinit.WriteSeedDir(seedDir, cfg); err != nil {
+		return "", err
+	}
+	iso := filepath.Join(dir, seedName)
+	if err := cloudinit.BuildISO(ctx, seedDir, iso); err != nil {
+		return "", err
+	}
+	return iso, nil
+}
+
+// seedConfig is spec's cloud-init configuration; secrets become files
+// under SecretsDir (0400).
+func seedConfig(spec runtime.Spec) cloudinit.Config {
 	ci := spec.VMOrZero().CloudInit
 	cfg := cloudinit.Config{
 		InstanceID:        spec.ID,
@@ -256,16 +281,7 @@ func buildSeed(ctx context.Context, dir string, spec runtime.Spec) (string, erro
 	for _, n := range names {
 		cfg.Files = append(cfg.Files, cloudinit.File{Path: SecretsDir + "/" + n, Content: spec.Secrets[n], Permissions: 0o400})
 	}
-	seedDir := filepath.Join(dir, seedDirName)
-	defer func() { _ = os.RemoveAll(seedDir) }()
-	if err := cloudinit.WriteSeedDir(seedDir, cfg); err != nil {
-		return "", err
-	}
-	iso := filepath.Join(dir, seedName)
-	if err := cloudinit.BuildISO(ctx, seedDir, iso); err != nil {
-		return "", err
-	}
-	return iso, nil
+	return cfg
 }
 
 // readSpec reads an instance's spec.json.

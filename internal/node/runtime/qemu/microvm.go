@@ -197,11 +197,36 @@ func (r *Runtime) prepareMicroVM(ctx context.Context, in *instance, spec runtime
 		return runtime.Errorf(api.ReasonRootfsBuildFailed, "create", id, "%w", err)
 	}
 	in.st.Disk, in.st.DiskFormat, in.st.Overlay = overlay, "qcow2", overlay
-	seed := in.path(configDriveName)
-	if err := atomicfile.Write(seed, drive, 0o600); err != nil {
+	if err := r.writeConfigDrive(in, cfg, drive); err != nil {
 		return runtime.Errorf(api.ReasonSecretsInjectionFailed, "create", id, "config drive: %w", err)
 	}
-	in.st.Seed, in.st.Kernel, in.st.Initrd = seed, mv.Kernel, mv.Initrd
+	in.st.Kernel, in.st.Initrd = mv.Kernel, mv.Initrd
+	return nil
+}
+
+// writeConfigDrive writes a microVM's config drive (drive, cfg encoded)
+// into its directory (0600). With secrets on Linux the file is cfg
+// without them (the copy secretSeed builds the drive from again) and the
+// drive QEMU gets is a sealed memfd (memseed.go).
+func (r *Runtime) writeConfigDrive(in *instance, cfg guestinit.Config, drive []byte) error {
+	path := in.path(configDriveName)
+	if !memSeeds || len(cfg.Secrets) == 0 {
+		in.st.Seed = path
+		return atomicfile.Write(path, drive, 0o600)
+	}
+	cfg.Secrets = nil
+	public, err := guestinit.EncodeConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(path, public, 0o600); err != nil {
+		return err
+	}
+	f, err := memSeedBytes(in.id, drive)
+	if err != nil {
+		return err
+	}
+	in.seed, in.st.SeedInMemory = f, true
 	return nil
 }
 
@@ -282,7 +307,11 @@ func microvmCommandLine(spec runtime.Spec, l Launch, machine string) []string {
 		"-kernel", l.Kernel, "-initrd", l.Initrd, "-append", microvmCmdline(l.Arch),
 		"-drive", "if=none,id=disk0,file="+qemuValue(l.Disk)+",format="+l.DiskFormat,
 		"-device", "virtio-blk-"+bus+",drive=disk0,serial="+guestinit.RootSerial,
-		"-drive", "if=none,id=cfg0,file="+qemuValue(l.Seed)+",format=raw,readonly=on",
+	)
+	addFD, seedFile := seedArgs(l) // the config drive
+	a = append(a, addFD...)
+	a = append(a,
+		"-drive", "if=none,id=cfg0,file="+seedFile+",format=raw,readonly=on",
 		"-device", "virtio-blk-"+bus+",drive=cfg0,serial="+guestinit.ConfigSerial,
 	)
 	net := netArgs(spec.VMOrZero().Network, spec.Ports, l)

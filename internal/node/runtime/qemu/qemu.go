@@ -251,8 +251,11 @@ type persisted struct {
 	BlockDisk  bool   `json:"block_disk,omitempty"`
 	Overlay    string `json:"overlay,omitempty"`
 	Seed       string `json:"seed,omitempty"`
-	Kernel     string `json:"kernel,omitempty"`
-	Initrd     string `json:"initrd,omitempty"`
+	// SeedInMemory: the seed holds secrets and lives only in the agent's
+	// memory (instance.seed; memseed.go); Seed is empty.
+	SeedInMemory bool   `json:"seed_in_memory,omitempty"`
+	Kernel       string `json:"kernel,omitempty"`
+	Initrd       string `json:"initrd,omitempty"`
 }
 
 // instance is one instance the runtime knows.
@@ -265,7 +268,8 @@ type instance struct {
 	st      persisted
 	ready   bool
 	adopted bool
-	proc    *vmProc // the running process, nil when none is watched
+	proc    *vmProc  // the running process, nil when none is watched
+	seed    *os.File // the in-memory seed (persisted.SeedInMemory); nil when gone
 }
 
 func (in *instance) path(name string) string { return filepath.Join(in.dir, name) }

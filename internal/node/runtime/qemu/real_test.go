@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"os"
 	"os/exec"
@@ -409,21 +410,26 @@ func TestRealCreateFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 		dir := filepath.Join(r.instDir, id)
-		iso, err := os.ReadFile(filepath.Join(dir, seedName))
-		if err != nil {
-			t.Fatalf("seed iso: %v", err)
-		}
+		iso := seedBytes(t, r, id)
 		if !strings.Contains(string(iso), "cidata") && !strings.Contains(string(iso), "CIDATA") {
 			t.Error("seed iso has no cidata label")
 		}
-		for _, f := range []string{specFile, stateFile} {
-			b, _ := os.ReadFile(filepath.Join(dir, f))
-			if strings.Contains(string(b), "s3cr3t-value") {
-				t.Errorf("%s contains the secret", f)
-			}
+		if !strings.Contains(string(iso), base64.StdEncoding.EncodeToString([]byte("s3cr3t-value"))) {
+			t.Error("seed iso lacks the secret")
 		}
 		if _, err := os.Stat(filepath.Join(dir, seedDirName)); !os.IsNotExist(err) {
 			t.Error("the plain seed directory survived")
+		}
+		noSecretOnDisk(t, []byte("s3cr3t-value"), r.opts.Root)
+		// QEMU opens the in-memory seed, after a stop too.
+		for i := 0; i < 2; i++ {
+			if _, err := r.Start(ctx, id); err != nil {
+				t.Fatalf("start %d: %v", i, err)
+			}
+			noSecretOnDisk(t, []byte("s3cr3t-value"), r.opts.Root)
+			if _, err := r.Stop(ctx, id, 0); err != nil {
+				t.Fatalf("stop %d: %v", i, err)
+			}
 		}
 		if st.Spec.Secrets != nil {
 			t.Error("status carries secrets")

@@ -86,6 +86,7 @@ func (r *Runtime) launchFor(in *instance, st persisted, ports map[string]int, ta
 		DiskFormat:   st.DiskFormat,
 		BlockDisk:    st.BlockDisk,
 		Seed:         st.Seed,
+		SeedFD:       st.SeedInMemory,
 		Kernel:       st.Kernel,
 		Initrd:       st.Initrd,
 		QMPSocket:    in.path(qmpSock),
@@ -133,6 +134,20 @@ func (r *Runtime) launch(ctx context.Context, in *instance) error {
 		if _, err := os.Stat(f.path); err != nil {
 			return fail(f.reason, "%w", err)
 		}
+	}
+	var seedFD *os.File // the in-memory seed, opened read-only for QEMU
+	if prev.SeedInMemory {
+		in.mu.Lock()
+		seed := in.seed
+		in.mu.Unlock()
+		if seed == nil {
+			return fail(api.ReasonSecretsInjectionFailed, "%w", runtime.ErrSecretsNeeded)
+		}
+		var err error
+		if seedFD, err = reopenReadOnly(seed); err != nil {
+			return fail(api.ReasonSecretsInjectionFailed, "seed: %w", err)
+		}
+		defer func() { _ = seedFD.Close() }()
 	}
 	if prev.Overlay != "" {
 		// An instance made before Create inspected its base, or whose
@@ -201,6 +216,9 @@ func (r *Runtime) launch(ctx context.Context, in *instance) error {
 	cmd := exec.CommandContext(ctx, r.opts.QEMUBinary, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	if seedFD != nil {
+		cmd.ExtraFiles = []*os.File{seedFD} // fd memSeedFD
+	}
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
 		cleanup()

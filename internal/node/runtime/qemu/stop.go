@@ -133,6 +133,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 		if _, err := r.stopLocked(ctx, in, 0); err != nil {
 			return fmt.Errorf("destroy %s: %w", id, err)
 		}
+		in.closeSeed()
 	}
 	dir := filepath.Join(r.instDir, id)
 	qmpPath := filepath.Join(dir, qmpSock)
