@@ -101,6 +101,9 @@ func TestConfig(t *testing.T) {
 	if err := entry.Check(runtime.Values{"JAILER_UID": "-1"}); err == nil || !strings.Contains(err.Error(), "NODE_AGENT_FIRECRACKER_JAILER_UID") {
 		t.Errorf("Check(bad uid) = %v", err)
 	}
+	if _, err := ParseConfig(runtime.Values{"JAILER_UID": "0", "JAILER_GID": "0", "KERNEL": "/vmlinux"}); err == nil || !strings.Contains(err.Error(), "NODE_AGENT_FIRECRACKER_INITRD") {
+		t.Errorf("ParseConfig(kernel without initrd) = %v", err)
+	}
 	c, err := ParseConfig(runtime.Values{"BINARY": "/usr/bin/firecracker", "JAILER": "jailer", "JAILER_UID": "123", "JAILER_GID": "456"})
 	if err != nil || c.JailerUID != 123 || c.JailerGID != 456 || c.Jailer != "jailer" {
 		t.Errorf("ParseConfig = %+v, %v", c, err)
