@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drover-dev/drover/internal/node/netsetup"
 	noderuntime "github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -48,11 +49,15 @@ type Config struct {
 	RuntimeDir       string // NODE_AGENT_RUNTIME_DIR: instances, overlays, image cache (default <state dir>/runtime)
 	ImageDirs        string // NODE_AGENT_IMAGE_DIRS: comma-separated dirs local images and file:// URLs may come from (default /var/lib/drover/images)
 	SecretsDir       string // NODE_AGENT_SECRETS_DIR: one file per secret an instance may name
-	// NODE_AGENT_MICROVM_BRIDGE and NODE_AGENT_MICROVM_CIDR: the bridge and
-	// the per-host IPv4 CIDR microVM taps get their addresses from
-	// (package netsetup; empty means netsetup.DefaultBridge/DefaultCIDR).
+	// NODE_AGENT_MICROVM_BRIDGE, NODE_AGENT_MICROVM_CIDR and
+	// NODE_AGENT_MICROVM_DNS: the bridge microVM taps are enslaved to, the
+	// per-host IPv4 CIDR they get their addresses from and the resolvers
+	// (comma-separated IPv4 addresses) their guests are given (package
+	// netsetup; LoadConfig's defaults are netsetup.DefaultBridge,
+	// DefaultCIDR and DefaultDNS).
 	MicroVMBridge     string
 	MicroVMCIDR       string
+	MicroVMDNS        string
 	ReconcileInterval time.Duration // NODE_AGENT_RECONCILE_INTERVAL: resync period (default 5s)
 
 	// NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS: let http(s) image URLs point at
@@ -119,6 +124,7 @@ func (c *Config) fields() map[string]*string {
 		"NODE_AGENT_SECRETS_DIR":       &c.SecretsDir,
 		"NODE_AGENT_MICROVM_BRIDGE":    &c.MicroVMBridge,
 		"NODE_AGENT_MICROVM_CIDR":      &c.MicroVMCIDR,
+		"NODE_AGENT_MICROVM_DNS":       &c.MicroVMDNS,
 	}
 	for k, p := range c.presetStringKeys() {
 		m[k] = p
@@ -184,6 +190,7 @@ func newFlagSet(f *Config, configDefault, envFileDefault string, runtimes noderu
 	fs.StringVar(&f.SecretsDir, "secrets-dir", "", "directory with one file per instance secret")
 	fs.StringVar(&f.MicroVMBridge, "microvm-bridge", "", "bridge microVM taps are enslaved to, created if missing (default drbr0)")
 	fs.StringVar(&f.MicroVMCIDR, "microvm-cidr", "", "per-host IPv4 CIDR microVMs get addresses from; its first address is the gateway on the bridge (default 10.88.0.0/24)")
+	fs.StringVar(&f.MicroVMDNS, "microvm-dns", "", "comma-separated IPv4 resolvers microVM guests are given in /etc/resolv.conf (default 1.1.1.1)")
 	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
 	definePresetFlags(fs, f)
 	for _, name := range runtimes.Names() {
@@ -325,6 +332,16 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("NODE_AGENT_CONTAINER_RUNTIME %s: %w", cr, err))
 		}
 	}
+	for _, e := range []struct {
+		key string
+		cfg netsetup.Config
+	}{{"NODE_AGENT_MICROVM_BRIDGE", netsetup.Config{Bridge: c.MicroVMBridge}},
+		{"NODE_AGENT_MICROVM_CIDR", netsetup.Config{CIDR: c.MicroVMCIDR}},
+		{"NODE_AGENT_MICROVM_DNS", netsetup.Config{DNS: c.microVMDNS()}}} {
+		if err := e.cfg.Check(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", e.key, err))
+		}
+	}
 	for _, d := range c.imageDirs() {
 		if !filepath.IsAbs(d) {
 			errs = append(errs, fmt.Errorf("NODE_AGENT_IMAGE_DIRS: %q is not an absolute path", d))
@@ -344,6 +361,17 @@ func (c Config) Validate() error {
 // runtimes, then none.
 func (c Config) runtimeNames() []string {
 	return append(c.Runtimes.Names(), RuntimeNone)
+}
+
+// microVMDNS splits MicroVMDNS (comma-separated; nil: netsetup's default).
+func (c Config) microVMDNS() []string {
+	var out []string
+	for _, d := range strings.Split(c.MicroVMDNS, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // imageDirs splits ImageDirs (comma-separated).

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/drover-dev/drover/internal/configfile"
+	"github.com/drover-dev/drover/internal/node/netsetup"
 	noderuntime "github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -69,6 +70,7 @@ func load(args []string, getenv func(string) string, runtimes noderuntime.Regist
 	}
 	l := &loaded{src: map[string]string{}, cfg: Config{OSFamily: api.OSFamilyOf(runtime.GOOS), StateDir: defaultStateDir(),
 		ListenAddr: "127.0.0.1:9000", Runtime: DefaultRuntime, ImageDirs: DefaultImageDir, Runtimes: runtimes,
+		MicroVMBridge: netsetup.DefaultBridge, MicroVMCIDR: netsetup.DefaultCIDR, MicroVMDNS: netsetup.DefaultDNS,
 		Local: DefaultLocalWorkloads()}}
 	envFileDefault, envFileExplicit := o.envFile, false
 	if v := getenv("NODE_AGENT_ENV_FILE"); v != "" {

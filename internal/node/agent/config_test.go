@@ -154,6 +154,9 @@ NODE_AGENT_SECRETS_DIR=/etc/drover/secrets
 NODE_AGENT_RECONCILE_INTERVAL=2s
 NODE_AGENT_TERMINAL_URL=https://term.example:9443
 NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS=true
+NODE_AGENT_MICROVM_BRIDGE=brvm0
+NODE_AGENT_MICROVM_CIDR=172.30.0.0/16
+NODE_AGENT_MICROVM_DNS=10.0.0.53, 9.9.9.9
 `)
 	c, err := loadConfig([]string{"-config", file}, env(nil))
 	if err != nil {
@@ -165,7 +168,8 @@ NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS=true
 		HeartbeatInterval: 250 * time.Millisecond, Runtime: "mock", RuntimeDir: "/srv/rt",
 		ImageDirs: "/srv/images,/var/lib/libvirt/images", RuntimeSettings: map[string]string{"NODE_AGENT_QEMU_BINARY": "/opt/qemu/bin/qemu-system-x86_64"},
 		SecretsDir: "/etc/drover/secrets", ReconcileInterval: 2 * time.Second, TerminalURL: "https://term.example:9443",
-		ImageAllowLocalURLs: true, Local: agent.DefaultLocalWorkloads()}
+		ImageAllowLocalURLs: true, Local: agent.DefaultLocalWorkloads(),
+		MicroVMBridge: "brvm0", MicroVMCIDR: "172.30.0.0/16", MicroVMDNS: "10.0.0.53, 9.9.9.9"}
 	if diff := cmp.Diff(c, want, cmpopts.IgnoreFields(agent.Config{}, "Runtimes")); diff != "" {
 		t.Errorf("config (-got +want):\n%s", diff)
 	}
@@ -291,6 +295,12 @@ func TestLoadConfigValidation(t *testing.T) {
 			[]string{`NODE_AGENT_RUNTIME "xen"`, "one of mock, qemu, none"}},
 		{"relative image dir", append([]string{"-image-dirs", "/ok,images"}, url...), nil, "",
 			[]string{"NODE_AGENT_IMAGE_DIRS", `"images" is not an absolute path`}},
+		{"microVM bridge name too long", append([]string{"-microvm-bridge", "a-bridge-too-long"}, url...), nil, "",
+			[]string{"NODE_AGENT_MICROVM_BRIDGE", `"a-bridge-too-long"`, "1-15 characters"}},
+		{"microVM CIDR too small", url, map[string]string{"NODE_AGENT_MICROVM_CIDR": "10.0.0.0/30"}, "",
+			[]string{"NODE_AGENT_MICROVM_CIDR", "/8 to /29"}},
+		{"microVM DNS not an IPv4 address", url, nil, "NODE_AGENT_MICROVM_DNS=10.0.0.53,dns.example\n",
+			[]string{"NODE_AGENT_MICROVM_DNS", `"dns.example"`, "IPv4"}},
 		{"reconcile below 100ms", append([]string{"-reconcile-interval", "10ms"}, url...), nil, "",
 			[]string{"NODE_AGENT_RECONCILE_INTERVAL 10ms", "at least 100ms"}},
 		{"heartbeat env not a duration", url, map[string]string{"NODE_AGENT_HEARTBEAT_INTERVAL": "often"}, "",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -92,7 +93,7 @@ func TestRuntimeFromRegistry(t *testing.T) {
 		}, noderuntime.Setting{Name: "BINARY", Default: "fake-vmm"})
 	cfg.Runtime, cfg.Runtimes = "fake", noderuntime.Registry{"fake": entry}
 	cfg.RuntimeSettings = map[string]string{"NODE_AGENT_FAKE_BINARY": "/opt/fake-vmm"}
-	cfg.OCICacheMaxGiB, cfg.MicroVMBridge, cfg.MicroVMCIDR = 7, "brx0", "10.9.0.0/24"
+	cfg.OCICacheMaxGiB, cfg.MicroVMBridge, cfg.MicroVMCIDR, cfg.MicroVMDNS = 7, "brx0", "10.9.0.0/24", "10.9.0.53, 9.9.9.9"
 	a := startAgentConfig(t, f, cfg, (&counter{}).handlers()) // the probe finds tcg only
 
 	eventually(t, "the orphan loop", func() bool { s, _ := rt.calls(); return len(s) > 0 })
@@ -110,9 +111,9 @@ func TestRuntimeFromRegistry(t *testing.T) {
 	if got := <-binary; got != "/opt/fake-vmm" {
 		t.Errorf("the factory's own config has BINARY %q, want NODE_AGENT_FAKE_BINARY's /opt/fake-vmm", got)
 	}
-	if o.OCICacheMaxBytes != 7<<30 || o.MicroVMBridge != "brx0" || o.MicroVMCIDR != "10.9.0.0/24" {
-		t.Errorf("OCI cache bound %d, microVM bridge %q, CIDR %q: want NODE_AGENT_OCI_CACHE_MAX_GIB 7 GiB, brx0, 10.9.0.0/24",
-			o.OCICacheMaxBytes, o.MicroVMBridge, o.MicroVMCIDR)
+	if o.OCICacheMaxBytes != 7<<30 || o.MicroVMBridge != "brx0" || o.MicroVMCIDR != "10.9.0.0/24" || !slices.Equal(o.MicroVMDNS, []string{"10.9.0.53", "9.9.9.9"}) {
+		t.Errorf("OCI cache bound %d, microVM bridge %q, CIDR %q, DNS %q: want NODE_AGENT_OCI_CACHE_MAX_GIB 7 GiB, brx0, 10.9.0.0/24, [10.9.0.53 9.9.9.9]",
+			o.OCICacheMaxBytes, o.MicroVMBridge, o.MicroVMCIDR, o.MicroVMDNS)
 	}
 	if o.Images == nil || o.Log == nil || o.OnOrphanRemoved == nil {
 		t.Errorf("Images, Log or OnOrphanRemoved not set: %+v", o)

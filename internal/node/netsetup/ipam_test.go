@@ -2,6 +2,7 @@ package netsetup
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -36,5 +37,30 @@ func TestAllocate(t *testing.T) {
 	}
 	if TapName("x") == TapName("y") || len(TapName("x")) != 15 || MACFor("x")[:6] != "02:d5:" {
 		t.Fatal("names")
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	cases := []struct {
+		name    string
+		cfg     Config
+		wantErr string
+	}{
+		{"defaults", Config{}, ""},
+		{"set", Config{Bridge: "br-vm", CIDR: "172.30.0.0/16", DNS: []string{"10.0.0.53", "9.9.9.9"}}, ""},
+		{"long bridge", Config{Bridge: "a-bridge-name-too-long"}, "bridge name"},
+		{"bridge with slash", Config{Bridge: "br/0"}, "bridge name"},
+		{"ipv6 cidr", Config{CIDR: "fd00::/64"}, "cidr"},
+		{"cidr too small", Config{CIDR: "10.0.0.0/30"}, "cidr"},
+		{"dns not an address", Config{DNS: []string{"dns.example"}}, "dns"},
+		{"ipv6 dns", Config{DNS: []string{"2606:4700::1111"}}, "dns"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.cfg.Check()
+			if (err == nil) != (c.wantErr == "") || (err != nil && !strings.HasPrefix(err.Error(), c.wantErr)) {
+				t.Fatalf("Check: %v, want %q", err, c.wantErr)
+			}
+		})
 	}
 }

@@ -53,11 +53,12 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
-// Defaults of the agent keys NODE_AGENT_MICROVM_BRIDGE and
-// NODE_AGENT_MICROVM_CIDR.
+// Defaults of the agent keys NODE_AGENT_MICROVM_BRIDGE,
+// NODE_AGENT_MICROVM_CIDR and NODE_AGENT_MICROVM_DNS.
 const (
 	DefaultBridge = "drbr0"
 	DefaultCIDR   = "10.88.0.0/24"
+	DefaultDNS    = "1.1.1.1"
 )
 
 // TableName is the nftables table (family ip) Drover owns.
@@ -77,10 +78,26 @@ type Config struct {
 	Bridge   string   // bridge device (default DefaultBridge)
 	CIDR     string   // per-host IPv4 CIDR; the first host address is the gateway (default DefaultCIDR)
 	StateDir string   // required: ipam.json lives here
-	DNS      []string // resolvers given to guests (default: the gateway's upstream is not known, so 1.1.1.1)
+	DNS      []string // resolvers given to guests (default DefaultDNS: the host's upstream is not known)
 	// NetNSPath, when set, makes every operation happen inside that
 	// network namespace (tests build their own: traffic stays inside it).
 	NetNSPath string
+}
+
+// Check validates the bridge name, the CIDR and the resolvers (an empty
+// one stands for its default); New runs it, the agent runs it on its
+// configuration. It changes nothing and works on every platform.
+func (c Config) Check() error {
+	if c.Bridge != "" && (len(c.Bridge) > 15 || strings.ContainsAny(c.Bridge, "/ \t")) {
+		return fmt.Errorf("bridge name %q: 1-15 characters, no '/' or spaces", c.Bridge)
+	}
+	if c.CIDR != "" {
+		if _, err := parseNetwork(c.CIDR); err != nil {
+			return err
+		}
+	}
+	_, err := parseDNS(c.DNS)
+	return err
 }
 
 // Forward is a DNAT port forward: traffic to any host address on HostPort
@@ -298,13 +315,13 @@ func leaseOf(id string, r leaseRec, n network, dns []netip.Addr) Lease {
 // parseDNS parses the configured resolvers.
 func parseDNS(list []string) ([]netip.Addr, error) {
 	if len(list) == 0 {
-		list = []string{"1.1.1.1"}
+		list = []string{DefaultDNS}
 	}
 	var out []netip.Addr
 	for _, s := range list {
 		a, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil {
-			return nil, fmt.Errorf("dns %q: %w", s, err)
+		if err != nil || !a.Is4() {
+			return nil, fmt.Errorf("dns %q: want an IPv4 address", s)
 		}
 		out = append(out, a)
 	}

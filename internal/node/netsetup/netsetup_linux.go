@@ -39,17 +39,11 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.CIDR == "" {
 		cfg.CIDR = DefaultCIDR
 	}
-	if len(cfg.Bridge) > 15 || strings.ContainsAny(cfg.Bridge, "/ \t") {
-		return nil, fail("", "config", fmt.Errorf("bridge name %q: 1-15 characters, no '/' or spaces", cfg.Bridge))
-	}
-	n, err := parseNetwork(cfg.CIDR)
-	if err != nil {
+	if err := cfg.Check(); err != nil {
 		return nil, fail("", "config", err)
 	}
-	dns, err := parseDNS(cfg.DNS)
-	if err != nil {
-		return nil, fail("", "config", err)
-	}
+	n, _ := parseNetwork(cfg.CIDR)
+	dns, _ := parseDNS(cfg.DNS)
 	if cfg.StateDir == "" {
 		return nil, fail("", "config", errors.New("no state directory"))
 	}

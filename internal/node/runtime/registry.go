@@ -35,9 +35,11 @@ type Options struct {
 	// default).
 	OCICacheMaxBytes int64
 	// MicroVMBridge and MicroVMCIDR are the bridge and per-host IPv4 CIDR
-	// of microVM networking (NODE_AGENT_MICROVM_BRIDGE, _CIDR; "": the
-	// defaults of internal/node/netsetup).
+	// of microVM networking, MicroVMDNS the resolvers its guests get
+	// (NODE_AGENT_MICROVM_BRIDGE, _CIDR, _DNS; empty: the defaults of
+	// internal/node/netsetup).
 	MicroVMBridge, MicroVMCIDR string
+	MicroVMDNS                 []string
 	Log                        *slog.Logger
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/oci"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/node/vmcgroup"
+	"github.com/drover-dev/drover/internal/node/volume"
 )
 
 // newCgroups makes the memory cgroup manager (tests point it elsewhere).
@@ -117,8 +118,12 @@ func Factory(ctx context.Context, o runtime.Options, c Config) (runtime.Runtime,
 		if err != nil {
 			return nil, err
 		}
-		opts.MicroVM = &MicroVMOptions{Kernel: c.MicroVMKernel, Initrd: c.MicroVMInitrd, OCI: store}
-		ncfg := netsetup.Config{Bridge: o.MicroVMBridge, CIDR: o.MicroVMCIDR, StateDir: filepath.Join(o.Root, "net")}
+		vols, err := volume.New(volume.Options{Dir: filepath.Join(o.Root, "volumes")})
+		if err != nil {
+			return nil, fmt.Errorf("qemu: microVM volumes: %w", err)
+		}
+		opts.MicroVM = &MicroVMOptions{Kernel: c.MicroVMKernel, Initrd: c.MicroVMInitrd, OCI: store, Volumes: vols}
+		ncfg := netsetup.Config{Bridge: o.MicroVMBridge, CIDR: o.MicroVMCIDR, DNS: o.MicroVMDNS, StateDir: filepath.Join(o.Root, "net")}
 		if err := os.MkdirAll(ncfg.StateDir, 0o700); err != nil {
 			return nil, fmt.Errorf("qemu: microVM network state: %w", err)
 		}
