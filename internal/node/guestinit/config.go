@@ -66,6 +66,10 @@ type Config struct {
 	Network    *Network          `json:"network,omitempty"`
 }
 
+// VolumeErrorPrefix starts the init's error when it cannot mount a volume
+// (reported as a failed event: the host maps it to volume_attach_failed).
+const VolumeErrorPrefix = "volume "
+
 // Volume is a disk (found by its virtio serial) mounted at Target.
 type Volume struct {
 	Serial   string `json:"serial"`

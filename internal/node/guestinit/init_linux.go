@@ -254,10 +254,11 @@ func writeSecrets(s map[string][]byte) error {
 	return nil
 }
 
+// mountVolume mounts a volume; its errors start with VolumeErrorPrefix.
 func mountVolume(v Volume) error {
 	disks, err := waitDisks([]string{v.Serial}, 10*time.Second)
 	if err != nil {
-		return fmt.Errorf("volume %s: %w", v.Target, err)
+		return fmt.Errorf(VolumeErrorPrefix+"%s: %w", v.Target, err)
 	}
 	fstype := v.FSType
 	if fstype == "" {
@@ -268,10 +269,10 @@ func mountVolume(v Volume) error {
 		flags |= unix.MS_RDONLY
 	}
 	if err := os.MkdirAll(v.Target, 0o755); err != nil {
-		return fmt.Errorf("volume %s: %w", v.Target, err)
+		return fmt.Errorf(VolumeErrorPrefix+"%s: %w", v.Target, err)
 	}
 	if err := unix.Mount(disks[v.Serial], v.Target, fstype, flags, ""); err != nil {
-		return fmt.Errorf("volume %s: mount %s: %w", v.Target, disks[v.Serial], err)
+		return fmt.Errorf(VolumeErrorPrefix+"%s: mount %s: %w", v.Target, disks[v.Serial], err)
 	}
 	return nil
 }

@@ -38,6 +38,9 @@ type Launch struct {
 
 	// Machine is a microVM's QEMU machine (MicroVMOptions.Machine).
 	Machine string
+
+	// Volumes are a microVM's named volumes, one virtio disk each.
+	Volumes []VolumeDrive
 }
 
 // qemuValue escapes a value inside a comma-separated QEMU option string.

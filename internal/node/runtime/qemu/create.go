@@ -93,6 +93,7 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 			if in.st.Overlay != "" {
 				_ = os.Remove(in.st.Overlay)
 			}
+			r.detachVolumes(id, in.st.Volumes)
 			_ = os.RemoveAll(dir)
 		}
 	}()

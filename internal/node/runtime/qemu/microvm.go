@@ -18,6 +18,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/netsetup"
 	"github.com/drover-dev/drover/internal/node/oci"
 	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/volume"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -53,6 +54,9 @@ type MicroVMOptions struct {
 	// host can fail to calibrate its TSC against the PIT and hang early
 	// in boot (seen here); q35 gives it those references. arm64 uses virt.
 	Machine string
+	// Volumes keeps the named volumes microVMs mount (spec.volumes:
+	// microvm_volumes.go); nil refuses a spec with volumes.
+	Volumes *volume.Manager
 }
 
 // Names are "qemu" and, with the microVM mode, "microvm".
@@ -104,8 +108,8 @@ func (r *Runtime) validateMicroVM(spec runtime.Spec) error {
 		return invalid(api.ReasonNetworkSetupFailed, id, "network.mode tap: a microVM has user networking or mode bridge")
 	case vm.Network.Mode == api.NetworkBridge && mv.Net == nil:
 		return invalid(api.ReasonNetworkSetupFailed, id, "network.mode bridge: this agent has no microVM networking (see its start log)")
-	case len(spec.Volumes) > 0:
-		return invalid(api.ReasonVolumeAttachFailed, id, "spec.volumes: not yet attached to microVMs")
+	case len(spec.Volumes) > 0 && mv.Volumes == nil:
+		return invalid(api.ReasonVolumeAttachFailed, id, "spec.volumes: this agent keeps no microVM volumes")
 	case len(spec.Devices.PCI) > 0 || len(spec.Devices.GPUs) > 0:
 		return invalid(api.ReasonVMStartFailed, id, "a microVM has no PCI bus: no devices")
 	case vm.Accel != "" && vm.Accel != r.opts.Accel && vm.Accel != "tcg":
@@ -115,6 +119,9 @@ func (r *Runtime) validateMicroVM(spec runtime.Spec) error {
 	}
 	if err := validateNetwork(vm.Network, spec.Ports); err != nil {
 		return invalid(api.ReasonNetworkSetupFailed, id, "%v", err)
+	}
+	if err := validateVolumes(id, spec.Volumes); err != nil {
+		return err
 	}
 	for name := range spec.Secrets {
 		if !secretRE.MatchString(name) {
@@ -184,6 +191,11 @@ func (r *Runtime) prepareMicroVM(ctx context.Context, in *instance, spec runtime
 		in.st.LeaseIP = lease.IP.String()
 	}
 	cfg.Network = &network
+	vols, drives, err := r.attachVolumes(ctx, id, spec.Volumes) // prepare's cleanup detaches them
+	if err != nil {
+		return err // volume_attach_failed
+	}
+	cfg.Volumes, in.st.Volumes = vols, drives
 	drive, err := guestinit.EncodeConfig(cfg)
 	if err != nil {
 		reason := api.ReasonVMStartFailed
@@ -314,6 +326,7 @@ func microvmCommandLine(spec runtime.Spec, l Launch, machine string) []string {
 		"-drive", "if=none,id=cfg0,file="+seedFile+",format=raw,readonly=on",
 		"-device", "virtio-blk-"+bus+",drive=cfg0,serial="+guestinit.ConfigSerial,
 	)
+	a = append(a, volumeArgs(l.Volumes, bus)...)
 	net := netArgs(spec.VMOrZero().Network, spec.Ports, l)
 	net[len(net)-1] = strings.Replace(net[len(net)-1], "virtio-net-pci", "virtio-net-"+bus, 1)
 	a = append(a, net...)
@@ -342,6 +355,8 @@ func (r *Runtime) microvmVerdict(in *instance, stopRequested bool, state runtime
 	switch {
 	case !ok || stopRequested:
 		return state, reason, detail
+	case initVolumeFailure(rep):
+		return runtime.StateCrashed, api.ReasonVolumeAttachFailed, "drover-init: " + rep.Error
 	case rep.Event == guestinit.EventFailed:
 		return runtime.StateCrashed, api.ReasonVMStartFailed, "drover-init: " + rep.Error
 	case rep.Event != guestinit.EventExited:

@@ -256,6 +256,10 @@ type persisted struct {
 	SeedInMemory bool   `json:"seed_in_memory,omitempty"`
 	Kernel       string `json:"kernel,omitempty"`
 	Initrd       string `json:"initrd,omitempty"`
+
+	// Volumes are a microVM's named volumes as Create attached them
+	// (microvm_volumes.go).
+	Volumes []VolumeDrive `json:"volumes,omitempty"`
 }
 
 // instance is one instance the runtime knows.

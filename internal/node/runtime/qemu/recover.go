@@ -54,6 +54,7 @@ func (r *Runtime) Recover(ctx context.Context) ([]runtime.Status, error) {
 	for _, s := range list {
 		live = append(live, s.ID)
 	}
+	r.reconcileVolumes() // holders of microVMs that are gone
 	if mv := r.opts.MicroVM; mv != nil && mv.Net != nil {
 		// Leases, taps and rules of microVMs that are gone.
 		if rep, err := mv.Net.Reconcile(ctx, live); err != nil {

@@ -99,6 +99,7 @@ func (r *Runtime) launchFor(in *instance, st persisted, ports map[string]int, ta
 	if mv := r.opts.MicroVM; mv != nil {
 		l.Machine = mv.Machine
 	}
+	l.Volumes = st.Volumes
 	switch in.spec.VMOrZero().Network.Mode {
 	case api.NetworkTap:
 		l.Tap = tap
@@ -155,6 +156,9 @@ func (r *Runtime) launch(ctx context.Context, in *instance) error {
 		if reason, err := r.recheckBase(ctx, prev.Overlay); err != nil {
 			return fail(reason, "%w", err)
 		}
+	}
+	if err := r.claimVolumes(ctx, id, prev.Volumes); err != nil {
+		return fail(api.ReasonVolumeAttachFailed, "%w", err)
 	}
 
 	ports, err := pickPorts(spec.Ports)

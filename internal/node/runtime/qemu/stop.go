@@ -153,6 +153,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 	}
 	r.removeCgroup(id)
 	st, _ := readState(dir)
+	r.detachVolumes(id, st.Volumes) // the QEMU is gone; the volumes stay
 	if st.Tap != "" {
 		if err := removeTap(ctx, st.Tap); err != nil {
 			r.log.Warn("remove tap", "id", id, "tap", st.Tap, "err", err)
