@@ -1,7 +1,13 @@
 package keys
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+
+	"github.com/drover-dev/drover/internal/cp/kek"
+	"github.com/drover-dev/drover/internal/cp/store"
 )
 
 // workloadSecretName is a workload secret's name as associated data: a
@@ -29,4 +35,62 @@ func (k *Keys) OpenWorkloadSecret(name string, sealed []byte) ([]byte, error) {
 		return nil, fmt.Errorf("workload secret %q: %w", name, ErrNoKEK)
 	}
 	return k.rest.open(workloadSecretName(name), sealed)
+}
+
+// WorkloadSecretStore is what SealWorkloadSecrets reads and rewrites;
+// store.Store is one.
+type WorkloadSecretStore interface {
+	ListWorkloadSecrets(ctx context.Context) ([]store.WorkloadSecret, error)
+	GetWorkloadSecret(ctx context.Context, name string) (store.WorkloadSecret, error)
+	ReplaceWorkloadSecret(ctx context.Context, name string, old, value []byte) error
+}
+
+// SealWorkloadSecrets seals again with ring's primary KEK every workload
+// secret sealed with a previous KEK of the ring (a KEK rotation), as
+// SealAtRest does for the private keys: each row is opened, sealed anew
+// and replaced only if unchanged since it was read (an operator's write
+// meanwhile wins; it is sealed with the primary already). A row that does
+// not open is an error naming it, and nothing after it is rewritten. It
+// returns how many rows it rewrote; the control plane runs it on every
+// start with a KEK, `drover keys rotate-kek` runs it offline, after which
+// the old KEK opens none of them.
+func SealWorkloadSecrets(ctx context.Context, st WorkloadSecretStore, ring *kek.Ring, log *slog.Logger) (int, error) {
+	list, err := st.ListWorkloadSecrets(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("list workload secrets: %w", err)
+	}
+	rest := atRest{ring: ring}
+	n := 0
+	for _, meta := range list {
+		ws, err := st.GetWorkloadSecret(ctx, meta.Name)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // deleted meanwhile
+		} else if err != nil {
+			return n, fmt.Errorf("read workload secret %q: %w", meta.Name, err)
+		}
+		ad := workloadSecretName(ws.Name)
+		id, _ := kek.KeyID(ws.Value)
+		plain, err := rest.open(ad, ws.Value)
+		if err != nil {
+			return n, fmt.Errorf("workload secret %q: %w", ws.Name, err)
+		}
+		if id == ring.PrimaryID() {
+			continue
+		}
+		sealed, err := ring.Seal(ad, plain)
+		clear(plain)
+		if err != nil {
+			return n, fmt.Errorf("workload secret %q: %w", ws.Name, err)
+		}
+		switch err := st.ReplaceWorkloadSecret(ctx, ws.Name, ws.Value, sealed); {
+		case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
+			log.Info("workload secret changed while sealing it again; left to the other writer", "name", ws.Name)
+			continue
+		case err != nil:
+			return n, err
+		}
+		n++
+		log.Info("workload secret sealed with the new key-encryption key", "name", ws.Name, "kek_id", ring.PrimaryID(), "was", id)
+	}
+	return n, nil
 }

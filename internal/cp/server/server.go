@@ -224,10 +224,16 @@ var (
 	ErrKEKMismatch = keys.ErrKEKMismatch
 )
 
-// SealAtRest encrypts every private key in st with ring's primary KEK
-// (see keys.SealAtRest): `drover keys rotate-kek` runs it offline.
+// SealAtRest encrypts every private key and workload secret in st with
+// ring's primary KEK (see keys.SealAtRest and keys.SealWorkloadSecrets):
+// `drover keys rotate-kek` runs it offline.
 func SealAtRest(ctx context.Context, st store.Store, ring *kek.Ring, log *slog.Logger) (int, error) {
-	return keys.SealAtRest(ctx, st, ring, log)
+	n, err := keys.SealAtRest(ctx, st, ring, log)
+	if err != nil {
+		return n, err
+	}
+	m, err := keys.SealWorkloadSecrets(ctx, st, ring, log)
+	return n + m, err
 }
 
 // Server is one control-plane replica.
@@ -285,6 +291,11 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 		return nil, err
 	}
 	s.keys, s.ca = kr, kr.CA()
+	if cfg.KEK != nil { // workload secrets sealed with a previous KEK of the ring
+		if _, err := keys.SealWorkloadSecrets(ctx, st, cfg.KEK, s.log); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.NodeURL == "" {
 		_, port, err := net.SplitHostPort(cfg.NodeAddr)
 		if err != nil {

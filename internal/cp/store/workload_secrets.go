@@ -34,4 +34,9 @@ type WorkloadSecretStore interface {
 	ListWorkloadSecrets(ctx context.Context) ([]WorkloadSecret, error)
 	// DeleteWorkloadSecret removes a secret; ErrNotFound if absent.
 	DeleteWorkloadSecret(ctx context.Context, name string) error
+	// ReplaceWorkloadSecret swaps a secret's sealed value for value (the
+	// same plaintext sealed again: a KEK rotation) if it still is old,
+	// keeping its version and times; ErrConflict if it changed meanwhile,
+	// ErrNotFound if absent.
+	ReplaceWorkloadSecret(ctx context.Context, name string, old, value []byte) error
 }

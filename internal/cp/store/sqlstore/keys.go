@@ -20,6 +20,12 @@ func (s *Store) ReplaceSigningKey(ctx context.Context, kid string, old, priv []b
 		`SELECT COUNT(*) FROM signing_keys WHERE kid = $1`, kid, old, priv)
 }
 
+// ReplaceWorkloadSecret implements store.Store like ReplaceSecret.
+func (s *Store) ReplaceWorkloadSecret(ctx context.Context, name string, old, value []byte) error {
+	return s.replace(ctx, "workload secret", `UPDATE workload_secrets SET value = $3 WHERE name = $1 AND value = $2`,
+		`SELECT COUNT(*) FROM workload_secrets WHERE name = $1`, name, old, value)
+}
+
 func (s *Store) replace(ctx context.Context, what, update, count, id string, old, value []byte) error {
 	n, err := s.db.Exec(ctx, update, id, b64(old), b64(value))
 	if err != nil {
