@@ -50,8 +50,9 @@ type WorkloadSecretStore interface {
 // SealAtRest does for the private keys: each row is opened, sealed anew
 // and replaced only if unchanged since it was read (an operator's write
 // meanwhile wins; it is sealed with the primary already). A row that does
-// not open is an error naming it, and nothing after it is rewritten. It
-// returns how many rows it rewrote; the control plane runs it on every
+// not open is left as it is and named in the error returned once every
+// other row is done (errors.Join; ErrKEKMismatch when its KEK is not in
+// the ring). It returns how many rows it rewrote; the control plane runs it on every
 // start with a KEK, `drover keys rotate-kek` runs it offline, after which
 // the old KEK opens none of them.
 func SealWorkloadSecrets(ctx context.Context, st WorkloadSecretStore, ring *kek.Ring, log *slog.Logger) (int, error) {
@@ -61,6 +62,7 @@ func SealWorkloadSecrets(ctx context.Context, st WorkloadSecretStore, ring *kek.
 	}
 	rest := atRest{ring: ring}
 	n := 0
+	var unopened []error
 	for _, meta := range list {
 		ws, err := st.GetWorkloadSecret(ctx, meta.Name)
 		if errors.Is(err, store.ErrNotFound) {
@@ -72,7 +74,8 @@ func SealWorkloadSecrets(ctx context.Context, st WorkloadSecretStore, ring *kek.
 		id, _ := kek.KeyID(ws.Value)
 		plain, err := rest.open(ad, ws.Value)
 		if err != nil {
-			return n, fmt.Errorf("workload secret %q: %w", ws.Name, err)
+			unopened = append(unopened, fmt.Errorf("workload secret %q: %w", ws.Name, err))
+			continue
 		}
 		if id == ring.PrimaryID() {
 			continue
@@ -92,5 +95,5 @@ func SealWorkloadSecrets(ctx context.Context, st WorkloadSecretStore, ring *kek.
 		n++
 		log.Info("workload secret sealed with the new key-encryption key", "name", ws.Name, "kek_id", ring.PrimaryID(), "was", id)
 	}
-	return n, nil
+	return n, errors.Join(unopened...)
 }

@@ -293,7 +293,9 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	s.keys, s.ca = kr, kr.CA()
 	if cfg.KEK != nil { // workload secrets sealed with a previous KEK of the ring
 		if _, err := keys.SealWorkloadSecrets(ctx, st, cfg.KEK, s.log); err != nil {
-			return nil, err
+			// Those rows stay as they are: fetching them fails
+			// (secrets_injection_failed on the node) until set again.
+			s.log.Warn("workload secrets that do not open with the key-encryption key", "err", err)
 		}
 	}
 	if cfg.NodeURL == "" {
