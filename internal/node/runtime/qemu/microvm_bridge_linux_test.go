@@ -3,6 +3,7 @@ package qemu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +20,10 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/vishvananda/netlink"
 )
+
+// testDNS is the resolver the rigs give their guests (not the default,
+// so the guest's /etc/resolv.conf shows the setting arrived).
+const testDNS = "192.0.2.53"
 
 // bridgeRig is an agent's microVM side inside the test's network
 // namespace: a runtime root and a netsetup state directory that outlive
@@ -41,7 +46,7 @@ func newBridgeRig(t *testing.T, kit bridgeKit, bridge, cidr string) *bridgeRig {
 // the QEMU factory does at agent start.
 func (g *bridgeRig) agent(t *testing.T) (*Runtime, *netsetup.Manager) {
 	t.Helper()
-	m, err := netsetup.New(netsetup.Config{Bridge: g.bridge, CIDR: g.cidr, StateDir: g.netDir})
+	m, err := netsetup.New(netsetup.Config{Bridge: g.bridge, CIDR: g.cidr, DNS: []string{testDNS}, StateDir: g.netDir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +188,8 @@ func TestRealMicroVMBridge(t *testing.T) {
 	// Boot, Ready through the bridge, the guest on its lease.
 	const id = "brvm1"
 	s := g.spec(id)
+	// The guest's resolver and routes on the console, then the server.
+	s.Command = []string{"/bin/sh", "-c", "cat /etc/resolv.conf /proc/net/route; exec /testserver"}
 	if _, err := r.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
@@ -208,6 +215,13 @@ func TestRealMicroVMBridge(t *testing.T) {
 	getOK(t, "the DNAT forward from the host's port", net.JoinHostPort(lease.Gateway.String(), strconv.Itoa(hostPort)))
 	if err := r.Probe(ctx, id); err != nil {
 		t.Errorf("probe: %v", err)
+	}
+	// drover-init set the lease's resolver and its default route via the
+	// gateway (/proc/net/route: destination 0, gateway little-endian hex).
+	gw := lease.Gateway.As4()
+	route := fmt.Sprintf("eth0\t00000000\t%02X%02X%02X%02X", gw[3], gw[2], gw[1], gw[0])
+	if log := serialLog(t, st); !strings.Contains(log, "nameserver "+testDNS) || !strings.Contains(log, route) {
+		t.Errorf("the guest lacks nameserver %s or a default route via %s (%q):\n%s", testDNS, lease.Gateway, route, log)
 	}
 	br, tap := link(t, g.bridge), link(t, lease.Tap)
 	if br == nil || tap == nil || tap.Attrs().MasterIndex != br.Attrs().Index || tap.Attrs().OperState == netlink.OperDown {
