@@ -94,6 +94,12 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 				_ = os.Remove(in.st.Overlay)
 			}
 			r.detachVolumes(id, in.st.Volumes)
+			if mv := r.opts.MicroVM; in.st.LeaseIP != "" && mv != nil && mv.Net != nil {
+				// A microVM's address and tap: no Destroy will come for it.
+				if err := mv.Net.Release(context.WithoutCancel(ctx), id); err != nil {
+					r.log.Warn("release the network of a failed create", "id", id, "err", err)
+				}
+			}
 			_ = os.RemoveAll(dir)
 		}
 	}()

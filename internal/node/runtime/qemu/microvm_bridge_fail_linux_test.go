@@ -3,11 +3,13 @@ package qemu
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/drover-dev/drover/internal/node/netsetup"
 	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/volume"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/vishvananda/netlink"
 )
@@ -114,4 +116,35 @@ func TestRealMicroVMBridgeSetupFailed(t *testing.T) {
 			}
 		})
 	}
+
+	// A create that fails after the lease (here at its volume, which
+	// another instance holds) frees the lease and the tap too.
+	t.Run("create failing after the lease", func(t *testing.T) {
+		g := newBridgeRig(t, kit, "drbrq4", "10.76.4.0/24")
+		r, m := g.agent(t)
+		vm, err := volume.New(volume.Options{Dir: filepath.Join(g.root, "volumes")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.opts.MicroVM.Volumes = vm
+		vol := runtime.Volume{Source: "data", Target: "/data", SizeGiB: 1}
+		holder := g.spec("holder")
+		holder.Volumes = []runtime.Volume{vol}
+		if _, err := r.Create(ctx, holder); err != nil {
+			t.Fatal(err)
+		}
+		destroyAtEnd(t, r, "holder")
+		victim := g.spec("victim")
+		victim.Volumes = []runtime.Volume{vol}
+		destroyAtEnd(t, r, "victim")
+		if _, err := r.Create(ctx, victim); runtime.ReasonOf(err, "") != api.ReasonVolumeAttachFailed {
+			t.Fatalf("create with a held volume: %v, want volume_attach_failed", err)
+		}
+		if _, ok, _ := m.Lease("victim"); ok || link(t, netsetup.TapName("victim")) != nil || instRules(t, m, "victim") != 0 {
+			t.Fatalf("the failed create leaked: lease %v, taps %v", ok, taps(t))
+		}
+		if l, ok, _ := m.Lease("holder"); !ok || l.IP.String() != "10.76.4.2" {
+			t.Fatalf("holder's lease %+v %v", l, ok)
+		}
+	})
 }
