@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/kek"
 	"github.com/drover-dev/drover/internal/cp/server"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/node/agent"
@@ -278,8 +279,11 @@ func (r *secretsRT) got(id string) (map[string][]byte, bool) {
 // secret set through the API (and, for a name the control plane does not
 // hold, the file in NODE_AGENT_SECRETS_DIR) into the runtime's Create; an
 // instance naming a secret neither has fails with secrets_missing before
-// any Create. The value is in neither the agent's state directory nor its
-// log, nor the control plane's.
+// any Create; one naming a secret sealed with a KEK the control plane does
+// not have fails with secrets_injection_failed, also before any Create.
+// The value is in neither the agent's state directory nor its log, nor the
+// control plane's, nor any answer of its instance, task, host or audit
+// API.
 func TestSecretsDeliveredToAgent(t *testing.T) {
 	var cpLogs, agentLogs logBuf
 	e := startEnv(t, openSQLite(t), func(c *server.Config) { c.Logger = cpLogs.logger() })
@@ -342,6 +346,53 @@ func TestSecretsDeliveredToAgent(t *testing.T) {
 		t.Errorf("message %q does not name the missing secret", failed.Message)
 	}
 	assertNoValue(t, "the failed instance's message", failed.Message, value)
+
+	// A value sealed with a KEK the control plane does not have (a
+	// database restored from elsewhere, a KEK dropped from the ring too
+	// early).
+	foreignValue := "foreign-kek-value-" + fmt.Sprint(time.Now().UnixNano())
+	foreignKey, err := kek.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := kek.NewRing(foreignKey).Seal("workload_secret/foreign", []byte(foreignValue))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "foreign", Value: sealed, UpdatedBy: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	spec.Secrets = []string{"foreign"}
+	wrong := e.createInstance(api.CreateInstanceRequest{Name: "wrong-kek", HostID: "sec-agent", Spec: spec})
+	failed = e.waitPhase(wrong.ID, api.InstanceFailed, api.ReasonSecretsInjectionFailed, 10*time.Second)
+	if _, created := rt.got(wrong.ID); created {
+		t.Error("the runtime's Create ran for an instance whose secret does not open")
+	}
+	if !strings.Contains(failed.Message, "control plane") {
+		t.Errorf("message %q does not say the control plane's fetch failed", failed.Message)
+	}
+	t.Logf("wrong KEK: %s", failed.Message)
+
+	// What the operator API shows of it all.
+	var tasks []api.Task
+	e.op(http.MethodGet, "/api/v1/tasks?limit=1000", nil, &tasks)
+	paths := []string{"/api/v1/instances", "/api/v1/tasks?limit=1000", "/api/v1/hosts", "/api/v1/hosts/sec-agent",
+		"/api/v1/audit?limit=1000", "/api/v1/secrets", "/api/v1/secrets/db-password", "/api/v1/secrets/foreign"}
+	for _, id := range []string{ok.ID, bad.ID, wrong.ID} {
+		paths = append(paths, "/api/v1/instances/"+id, "/api/v1/instances/"+id+"/events")
+	}
+	for _, tk := range tasks {
+		paths = append(paths, "/api/v1/tasks/"+tk.ID)
+	}
+	for _, p := range paths {
+		code, raw := e.rawOp(http.MethodGet, p, "")
+		if code != http.StatusOK {
+			t.Errorf("GET %s: %d %s", p, code, raw)
+		}
+		for _, v := range []string{value, localValue, foreignValue} {
+			assertNoValue(t, "GET "+p, string(raw), v)
+		}
+	}
 	stop()
 
 	err = filepath.WalkDir(stateDir, func(p string, d fs.DirEntry, err error) error {
@@ -354,6 +405,7 @@ func TestSecretsDeliveredToAgent(t *testing.T) {
 		}
 		assertNoValue(t, "agent state file "+p, string(b), value)
 		assertNoValue(t, "agent state file "+p, string(b), localValue)
+		assertNoValue(t, "agent state file "+p, string(b), foreignValue)
 		return nil
 	})
 	if err != nil {
@@ -362,6 +414,7 @@ func TestSecretsDeliveredToAgent(t *testing.T) {
 	for where, text := range map[string]string{"the agent's log": agentLogs.String(), "the control plane's log": cpLogs.String()} {
 		assertNoValue(t, where, text, value)
 		assertNoValue(t, where, text, localValue)
+		assertNoValue(t, where, text, foreignValue)
 	}
 	if !strings.Contains(agentLogs.String(), "agent running") {
 		t.Error("the agent's log capture holds no 'agent running' line: is it working?")
