@@ -83,7 +83,7 @@ func TestRealMicroVMBridgeSetupFailed(t *testing.T) {
 			_, err := r.Start(ctx, "victim")
 			return err
 		},
-		wantMsg: "forwards: host port tcp/18080 is forwarded to instance holder",
+		wantMsg: "start victim: network_setup_failed: forwards: host port tcp/18080 is forwarded to instance holder",
 		created: true,
 	}}
 	for _, c := range cases {

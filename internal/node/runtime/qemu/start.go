@@ -181,6 +181,10 @@ func (r *Runtime) launch(ctx context.Context, in *instance) error {
 		}
 		lease, err := r.opts.MicroVM.Net.Attach(ctx, id, bridgeForwards(spec.Ports, ports))
 		if err != nil {
+			var re *runtime.Error
+			if errors.As(err, &re) {
+				err = re.Err // the failing step, without netsetup's own "network <id>:" prefix
+			}
 			return fail(api.ReasonNetworkSetupFailed, "%w", err)
 		}
 		prev.LeaseIP = lease.IP.String()
