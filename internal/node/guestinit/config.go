@@ -82,7 +82,19 @@ type Volume struct {
 type Network struct {
 	Address string `json:"address"`           // CIDR, e.g. 10.0.2.15/24
 	Gateway string `json:"gateway,omitempty"` // default route
-	DNS     string `json:"dns,omitempty"`     // written to /etc/resolv.conf
+	DNS     string `json:"dns,omitempty"`     // resolvers, comma-separated: ResolvConf
+}
+
+// ResolvConf is the /etc/resolv.conf of n: a nameserver line per
+// resolver in DNS, nil when there is none.
+func (n Network) ResolvConf() []byte {
+	var b bytes.Buffer
+	for _, d := range strings.Split(n.DNS, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			b.WriteString("nameserver " + d + "\n")
+		}
+	}
+	return b.Bytes()
 }
 
 // UserNetwork is QEMU user-mode networking's guest side.

@@ -109,3 +109,15 @@ func TestInitramfs(t *testing.T) {
 		t.Error("a module dir without modules was accepted")
 	}
 }
+
+func TestResolvConf(t *testing.T) {
+	for _, c := range []struct{ dns, want string }{
+		{"", ""},
+		{"10.0.2.3", "nameserver 10.0.2.3\n"},
+		{"10.88.0.53, 9.9.9.9,", "nameserver 10.88.0.53\nnameserver 9.9.9.9\n"},
+	} {
+		if got := string(Network{DNS: c.dns}.ResolvConf()); got != c.want {
+			t.Errorf("ResolvConf(%q) = %q, want %q", c.dns, got, c.want)
+		}
+	}
+}
