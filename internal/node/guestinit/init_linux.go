@@ -54,6 +54,7 @@ func Main() {
 	}
 	_ = code
 	unix.Sync()
+	unmountVolumes()
 	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
 	// Power off failed: a reset ends QEMU run with -no-reboot.
 	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
@@ -271,10 +272,56 @@ func mountVolume(v Volume) error {
 	if err := os.MkdirAll(v.Target, 0o755); err != nil {
 		return fmt.Errorf(VolumeErrorPrefix+"%s: %w", v.Target, err)
 	}
-	if err := unix.Mount(disks[v.Serial], v.Target, fstype, flags, ""); err != nil {
+	err = unix.Mount(disks[v.Serial], v.Target, fstype, flags, "")
+	if errors.Is(err, unix.EROFS) && v.ReadOnly && fstype == "ext4" {
+		// The last writer did not unmount it (a hard stop): its journal
+		// needs a replay a read-only disk cannot take. Mount without it.
+		logf("volume %s: its journal is not replayed (read-only disk; the last writer stopped uncleanly)", v.Target)
+		err = unix.Mount(disks[v.Serial], v.Target, fstype, flags, "noload")
+	}
+	if err != nil {
 		return fmt.Errorf(VolumeErrorPrefix+"%s: mount %s: %w", v.Target, disks[v.Serial], err)
 	}
+	volumeMounts = append(volumeMounts, v.Target)
 	return nil
+}
+
+// volumeMounts are the volumes mountVolume mounted, in order.
+var volumeMounts []string
+
+// unmountVolumes unmounts the volumes before the power goes off, so each
+// journal is clean (a read-only mount elsewhere needs no replay). The
+// workload's processes were killed just before; one still exiting keeps
+// a volume busy for a moment, so each try is repeated for up to a second,
+// and a volume that stays busy is remounted read-only (also clean).
+func unmountVolumes() {
+	for i := len(volumeMounts) - 1; i >= 0; i-- {
+		t := volumeMounts[i]
+		var err error
+		for try := 0; try < 20; try++ {
+			if err = unix.Unmount(t, 0); err == nil || !errors.Is(err, unix.EBUSY) {
+				break
+			}
+			reapZombies()
+			time.Sleep(50 * time.Millisecond)
+		}
+		if errors.Is(err, unix.EBUSY) {
+			err = unix.Mount("", t, "", unix.MS_REMOUNT|unix.MS_RDONLY, "")
+		}
+		if err != nil {
+			logf("volume %s: unmount: %v", t, err)
+		}
+	}
+}
+
+// reapZombies collects exited children without waiting.
+func reapZombies() {
+	for {
+		var ws unix.WaitStatus
+		if pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil); pid <= 0 || err != nil {
+			return
+		}
+	}
 }
 
 // ifUp brings an interface up with an IPv4 address (CIDR) and a default
