@@ -127,7 +127,7 @@ func reasonCodeMeaning() map[string]string {
 		"vm_start_failed":          "QEMU failed to start the VM",
 		"container_start_failed":   "the container engine could not create, start or stop the container, or the container spec is invalid (docker runtime)",
 		"network_setup_failed":     "the network (forwards, tap on a bridge) could not be set up",
-		"volume_attach_failed":     "the boot device, or a container's volume, could not be attached",
+		"volume_attach_failed":     "the boot device, a container's volume or a microVM's named volume could not be attached: a microVM volume held by another instance, asked for with a larger size or another format than it has, holding no filesystem, or failing the guest's mount",
 		"secrets_missing":          "a secret the instance names is not on the host",
 		"secrets_injection_failed": "secrets could not be put into the guest's cloud-init seed",
 		"healthcheck_failed":       "readiness timed out or a health check failed",

@@ -141,6 +141,8 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 		a.handlers = DefaultHandlers(a.cfg)
 		a.handlers[task.TypeCollect] = a.CollectHandler()
 		a.handlers[task.TypeImagePull] = ImagePullHandler(a.imagePullRuntime, a.readSecret, time.Now)
+		a.handlers[task.TypeVolumeList] = VolumeListHandler(a.volumeRuntime)
+		a.handlers[task.TypeVolumeDelete] = VolumeDeleteHandler(a.volumeRuntime)
 	}
 	if a.probe == nil {
 		p := accel.New(accel.Config{CacheDir: cfg.StateDir})

@@ -396,7 +396,7 @@ func (m *Manager) Delete(ctx context.Context, name string, live Live) (existed b
 	}
 	held := slices.DeleteFunc(slices.Clone(v.Holders), func(h string) bool { return live != nil && !live(h) })
 	if len(held) > 0 {
-		return true, fail(name, "delete: %w: held by instance %s (destroy it first)", ErrInUse, strings.Join(held, ", "))
+		return true, fail(name, "%w: held by instance %s (destroy it first)", ErrInUse, strings.Join(held, ", "))
 	}
 	// The metadata goes first: a crash in between leaves a file no
 	// metadata names (List skips it, a new Ensure writes over it), never

@@ -64,6 +64,8 @@ func Builtin() []Spec {
 		CollectSpec(),
 		PreflightSpec(),
 		ImagePullSpec(),
+		VolumeListSpec(),
+		VolumeDeleteSpec(),
 	}
 }
 
