@@ -228,8 +228,8 @@ func setup(cfg Config) error {
 		if err := ifUp("eth0", n.Address, n.Gateway); err != nil {
 			return fmt.Errorf("network: %w", err)
 		}
-		if n.DNS != "" {
-			_ = os.WriteFile("/etc/resolv.conf", []byte("nameserver "+n.DNS+"\n"), 0o644)
+		if rc := n.ResolvConf(); rc != nil {
+			_ = os.WriteFile("/etc/resolv.conf", rc, 0o644)
 		}
 	}
 	return nil

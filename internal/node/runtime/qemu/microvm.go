@@ -246,9 +246,11 @@ func (r *Runtime) writeConfigDrive(in *instance, cfg guestinit.Config, drive []b
 // configures eth0 from it).
 func bridgeNetwork(l netsetup.Lease) guestinit.Network {
 	n := guestinit.Network{Address: fmt.Sprintf("%s/%d", l.IP, l.Prefix), Gateway: l.Gateway.String()}
-	if len(l.DNS) > 0 {
-		n.DNS = l.DNS[0].String()
+	dns := make([]string, 0, len(l.DNS))
+	for _, d := range l.DNS {
+		dns = append(dns, d.String())
 	}
+	n.DNS = strings.Join(dns, ",")
 	return n
 }
 

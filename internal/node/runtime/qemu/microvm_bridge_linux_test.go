@@ -21,9 +21,9 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// testDNS is the resolver the rigs give their guests (not the default,
-// so the guest's /etc/resolv.conf shows the setting arrived).
-const testDNS = "192.0.2.53"
+// testDNS are the resolvers the rigs give their guests (not the default,
+// so the guest's /etc/resolv.conf shows the setting arrived, every one).
+var testDNS = []string{"192.0.2.53", "192.0.2.54"}
 
 // bridgeRig is an agent's microVM side inside the test's network
 // namespace: a runtime root and a netsetup state directory that outlive
@@ -46,7 +46,7 @@ func newBridgeRig(t *testing.T, kit bridgeKit, bridge, cidr string) *bridgeRig {
 // the QEMU factory does at agent start.
 func (g *bridgeRig) agent(t *testing.T) (*Runtime, *netsetup.Manager) {
 	t.Helper()
-	m, err := netsetup.New(netsetup.Config{Bridge: g.bridge, CIDR: g.cidr, DNS: []string{testDNS}, StateDir: g.netDir})
+	m, err := netsetup.New(netsetup.Config{Bridge: g.bridge, CIDR: g.cidr, DNS: testDNS, StateDir: g.netDir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,12 +216,13 @@ func TestRealMicroVMBridge(t *testing.T) {
 	if err := r.Probe(ctx, id); err != nil {
 		t.Errorf("probe: %v", err)
 	}
-	// drover-init set the lease's resolver and its default route via the
+	// drover-init set the lease's resolvers and its default route via the
 	// gateway (/proc/net/route: destination 0, gateway little-endian hex).
 	gw := lease.Gateway.As4()
 	route := fmt.Sprintf("eth0\t00000000\t%02X%02X%02X%02X", gw[3], gw[2], gw[1], gw[0])
-	if log := serialLog(t, st); !strings.Contains(log, "nameserver "+testDNS) || !strings.Contains(log, route) {
-		t.Errorf("the guest lacks nameserver %s or a default route via %s (%q):\n%s", testDNS, lease.Gateway, route, log)
+	resolv := "nameserver " + strings.Join(testDNS, "\nnameserver ") + "\n"
+	if log := strings.ReplaceAll(serialLog(t, st), "\r\n", "\n"); !strings.Contains(log, resolv) || !strings.Contains(log, route) {
+		t.Errorf("the guest lacks %q or a default route via %s (%q):\n%s", resolv, lease.Gateway, route, log)
 	}
 	br, tap := link(t, g.bridge), link(t, lease.Tap)
 	if br == nil || tap == nil || tap.Attrs().MasterIndex != br.Attrs().Index || tap.Attrs().OperState == netlink.OperDown {
