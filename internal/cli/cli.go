@@ -35,6 +35,7 @@ type CLI struct {
 	Allocations AllocationsCmd `cmd:"" help:"Bind users to hosts or instances; terminal tokens, sessions and recordings."`
 	Secrets     SecretsCmd     `cmd:"" help:"Workload secrets instances name in spec.secrets (values go in, never out)."`
 	Images      ImagesCmd      `cmd:"" help:"Container images on nodes: pre-pull with live phases."`
+	Volumes     VolumesCmd     `cmd:"" help:"Named microVM volumes on a host: list, delete (kept otherwise across instance deletes)."`
 	Token       TokenCmd       `cmd:"" help:"Manage operator tokens."`
 	Keys        KeysCmd        `cmd:"" help:"Manage task-signing keys."`
 	Audit       AuditCmd       `cmd:"" help:"Read the audit log."`
