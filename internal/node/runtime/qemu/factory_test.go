@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
@@ -130,6 +131,11 @@ func TestFactoryOCICacheBound(t *testing.T) {
 		}
 		if r.opts.MicroVM.Net == nil && goruntime.GOOS == "linux" {
 			t.Error("the microVM mode has no network manager (netsetup) on linux")
+		}
+		if r.opts.MicroVM.Volumes == nil {
+			t.Error("the microVM mode keeps no volumes")
+		} else if fi, err := os.Stat(filepath.Join(root, "volumes")); err != nil || !fi.IsDir() {
+			t.Errorf("volumes directory under the runtime root: %v", err)
 		}
 	}
 }
