@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -37,7 +38,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Status
 	unlock := r.lockID(id)
 	defer unlock()
 
-	digest := secretsDigest(spec.Secrets)
+	digest := secretsDigest(r.digestKey, spec.Secrets)
 	in := r.get(id)
 	if _, err := os.Stat(filepath.Join(r.instDir, id)); in == nil && err == nil {
 		// Not known but on disk (Recover was not called): adopt it first,
@@ -48,8 +49,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Status
 		in = r.get(id)
 	}
 	if in != nil {
+		// An instance this agent created has its secrets' digest; one it
+		// recovered does not (it is never persisted): then the names must
+		// match, and the values given are taken as the instance's.
 		in.mu.Lock()
-		same := sameSpec(in.spec, spec) && in.st.SecretsDigest == digest
+		same := sameSpec(in.spec, spec) && slices.Equal(in.st.SecretNames, secretNames(spec.Secrets)) &&
+			(!in.digestKnown || in.digest == digest)
 		in.mu.Unlock()
 		if !same {
 			return runtime.Status{}, &runtime.Error{Reason: api.ReasonVMStartFailed, Op: "create", ID: id, Err: runtime.ErrExists}
@@ -57,6 +62,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.Spec) (runtime.Status
 		if err := r.resupplySeed(ctx, in, spec); err != nil { // its seed went with an earlier agent
 			return runtime.Status{}, err
 		}
+		in.mu.Lock()
+		in.digest, in.digestKnown = digest, true
+		in.mu.Unlock()
 		return in.status(), nil
 	}
 
@@ -79,7 +87,8 @@ func (r *Runtime) prepare(ctx context.Context, spec runtime.Spec, digest string)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, runtime.Errorf(api.ReasonRootfsBuildFailed, "create", id, "state dir: %w", err)
 	}
-	in := &instance{id: id, dir: dir, st: persisted{State: runtime.StateCreated, SecretsDigest: digest}}
+	in := &instance{id: id, dir: dir, st: persisted{State: runtime.StateCreated, SecretNames: secretNames(spec.Secrets)},
+		digest: digest, digestKnown: true}
 	specBytes, err := specJSON(spec)
 	if err == nil {
 		err = json.Unmarshal(specBytes, &in.spec) // a deep copy, as persisted (no secrets)

@@ -1,9 +1,12 @@
 package qemu
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +25,9 @@ import (
 // stop and start too. A new agent (a second Runtime over the same root)
 // has no seed: Start is secrets_injection_failed wrapping
 // ErrSecretsNeeded, and Create with the same spec and secret gives the
-// seed back, so the instance boots again.
+// seed back, so the instance boots again. Other values are ErrExists for
+// the agent that created the instance; state.json holds no digest of
+// them.
 func TestRealMicroVMSecretsInMemory(t *testing.T) {
 	secret := []byte("drover-test-secret-3b9f0c2e")
 	kit := microvmtest.Build(t, "")
@@ -90,6 +95,14 @@ func TestRealMicroVMSecretsInMemory(t *testing.T) {
 	}
 	bootReady(r, "first boot")
 	bootReady(r, "after a stop")
+	other := spec
+	other.Secrets = map[string][]byte{"api_token": []byte("another value")}
+	if _, err := r.Create(ctx, other); !errors.Is(err, runtime.ErrExists) {
+		t.Errorf("create with another secret value: %v, want ErrExists", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "instances", id, stateFile)); err != nil || bytes.Contains(b, []byte("digest")) {
+		t.Errorf("state.json (%v) holds a digest of the secrets:\n%s", err, b)
+	}
 
 	// A new agent: the seed went with the old one.
 	r2 := mk()
@@ -101,10 +114,10 @@ func TestRealMicroVMSecretsInMemory(t *testing.T) {
 	if !errors.Is(err, runtime.ErrSecretsNeeded) || runtime.ReasonOf(err, "") != api.ReasonSecretsInjectionFailed {
 		t.Fatalf("start without the seed: %v, want secrets_injection_failed (ErrSecretsNeeded)", err)
 	}
-	other := spec
-	other.Secrets = map[string][]byte{"api_token": []byte("another value")}
-	if _, err := r2.Create(ctx, other); !errors.Is(err, runtime.ErrExists) {
-		t.Errorf("create with another secret value: %v, want ErrExists", err)
+	renamed := spec
+	renamed.Secrets = map[string][]byte{"other_name": secret}
+	if _, err := r2.Create(ctx, renamed); !errors.Is(err, runtime.ErrExists) {
+		t.Errorf("create with another secret name: %v, want ErrExists", err)
 	}
 	if _, err := r2.Create(ctx, spec); err != nil {
 		t.Fatalf("create again with the secret: %v", err)

@@ -15,6 +15,7 @@ package qemu
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -110,6 +111,8 @@ type Runtime struct {
 	infoMu sync.Mutex
 	infos  map[infoKey]image.Info // accepted base images (Inspect)
 
+	digestKey []byte // keys secretsDigest; random, in memory only
+
 	wg sync.WaitGroup // monitor and readiness goroutines
 }
 
@@ -170,6 +173,10 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		insts:      map[string]*instance{},
 		subs:       map[chan runtime.Event]struct{}{},
 		infos:      map[infoKey]image.Info{},
+		digestKey:  make([]byte, 32),
+	}
+	if _, err := rand.Read(r.digestKey); err != nil {
+		return nil, fmt.Errorf("qemu: digest key: %w", err)
 	}
 	for _, d := range []string{root, r.instDir, r.overlayDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -244,7 +251,9 @@ type persisted struct {
 	LeaseIP       string         `json:"lease_ip,omitempty"`      // a microVM's netsetup address (mode bridge)
 	SerialOffset  int64          `json:"serial_offset,omitempty"` // serial.log size when this run started
 	StopRequested bool           `json:"stop_requested,omitempty"`
-	SecretsDigest string         `json:"secrets_digest,omitempty"`
+	// SecretNames are the names of the instance's secrets (never their
+	// values, nor a digest of them: instance.digest is in memory only).
+	SecretNames []string `json:"secret_names,omitempty"`
 	// What Create prepared.
 	Disk       string `json:"disk"`
 	DiskFormat string `json:"disk_format"`
@@ -274,6 +283,10 @@ type instance struct {
 	adopted bool
 	proc    *vmProc  // the running process, nil when none is watched
 	seed    *os.File // the in-memory seed (persisted.SeedInMemory); nil when gone
+	// digest is secretsDigest of the secrets Create was given, known
+	// only to the agent that created the instance (digestKnown).
+	digest      string
+	digestKnown bool
 }
 
 func (in *instance) path(name string) string { return filepath.Join(in.dir, name) }

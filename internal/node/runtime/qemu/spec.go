@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -251,8 +252,11 @@ func sameSpec(a, b runtime.Spec) bool {
 }
 
 // secretsDigest identifies a set of secrets (names and values) without
-// storing them; "" for none.
-func secretsDigest(s map[string][]byte) string {
+// storing them: an HMAC-SHA256 under key (Runtime.digestKey, random and in
+// memory only, so a digest is of no use to someone who reads it, and none
+// is ever persisted: a low-entropy value could be guessed from a plain
+// hash); "" for none.
+func secretsDigest(key []byte, s map[string][]byte) string {
 	if len(s) == 0 {
 		return ""
 	}
@@ -261,10 +265,20 @@ func secretsDigest(s map[string][]byte) string {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	h := sha256.New()
+	h := hmac.New(sha256.New, key)
 	for _, n := range names {
 		fmt.Fprintf(h, "%d:%s%d:", len(n), n, len(s[n]))
 		h.Write(s[n])
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// secretNames are the sorted names of s; nil for none.
+func secretNames(s map[string][]byte) []string {
+	var names []string
+	for n := range s {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }

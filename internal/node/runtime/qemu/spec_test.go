@@ -144,13 +144,17 @@ func TestSameSpecAndSecretsDigest(t *testing.T) {
 	if sameSpec(a, b) {
 		t.Error("different memory compared equal")
 	}
-	if secretsDigest(nil) != "" {
+	key, other := []byte("key-1"), []byte("key-2")
+	if secretsDigest(key, nil) != "" {
 		t.Error("no secrets should have an empty digest")
 	}
-	d1 := secretsDigest(map[string][]byte{"a": []byte("bc")})
-	d2 := secretsDigest(map[string][]byte{"ab": []byte("c")})
-	if d1 == d2 || d1 != secretsDigest(map[string][]byte{"a": []byte("bc")}) {
+	d1 := secretsDigest(key, map[string][]byte{"a": []byte("bc")})
+	d2 := secretsDigest(key, map[string][]byte{"ab": []byte("c")})
+	if d1 == d2 || d1 != secretsDigest(key, map[string][]byte{"a": []byte("bc")}) {
 		t.Error("digest must be stable and unambiguous")
+	}
+	if d1 == secretsDigest(other, map[string][]byte{"a": []byte("bc")}) {
+		t.Error("digest does not depend on the key")
 	}
 }
 
