@@ -59,6 +59,16 @@ type Config struct {
 	MicroVMCIDR       string
 	MicroVMDNS        string
 	ReconcileInterval time.Duration // NODE_AGENT_RECONCILE_INTERVAL: resync period (default 5s)
+	// The restart policy of instances that exit, crash or fail their
+	// health checks (package reconcile): NODE_AGENT_RESTART_BACKOFF (the
+	// first wait, doubling per restart; default 1s),
+	// NODE_AGENT_RESTART_BACKOFF_MAX (default 5m) and
+	// NODE_AGENT_CRASH_LOOP_THRESHOLD (restarts within 10 minutes after
+	// which the reason is crash_loop_backoff; default 5). 0 takes the
+	// default.
+	RestartBackoff     time.Duration
+	RestartBackoffMax  time.Duration
+	CrashLoopThreshold int
 
 	// NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS: let http(s) image URLs point at
 	// loopback, link-local (cloud metadata) and unspecified addresses
@@ -192,6 +202,9 @@ func newFlagSet(f *Config, configDefault, envFileDefault string, runtimes noderu
 	fs.StringVar(&f.MicroVMCIDR, "microvm-cidr", "", "per-host IPv4 CIDR microVMs get addresses from; its first address is the gateway on the bridge (default 10.88.0.0/24)")
 	fs.StringVar(&f.MicroVMDNS, "microvm-dns", "", "comma-separated IPv4 resolvers microVM guests are given in /etc/resolv.conf (default 1.1.1.1)")
 	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
+	fs.DurationVar(&f.RestartBackoff, "restart-backoff", 0, "first wait before an exited or unhealthy instance restarts, doubling per restart (default 1s)")
+	fs.DurationVar(&f.RestartBackoffMax, "restart-backoff-max", 0, "longest wait between restarts (default 5m)")
+	fs.IntVar(&f.CrashLoopThreshold, "crash-loop-threshold", 0, "restarts within 10 minutes after which an instance's reason is crash_loop_backoff (default 5)")
 	definePresetFlags(fs, f)
 	for _, name := range runtimes.Names() {
 		for _, st := range runtimes[name].Settings {
@@ -215,7 +228,8 @@ func (c Config) terminalURL() string {
 func numericKeys() []string {
 	return append([]string{"NODE_AGENT_HEARTBEAT_INTERVAL", "NODE_AGENT_RESERVED_VCPUS",
 		"NODE_AGENT_RESERVED_MEMORY_MIB", "NODE_AGENT_RECONCILE_INTERVAL", "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS",
-		"NODE_AGENT_DISK_PRESSURE_PERCENT", "NODE_AGENT_OCI_CACHE_MAX_GIB"}, presetNumericKeys()...)
+		"NODE_AGENT_DISK_PRESSURE_PERCENT", "NODE_AGENT_OCI_CACHE_MAX_GIB", "NODE_AGENT_RESTART_BACKOFF",
+		"NODE_AGENT_RESTART_BACKOFF_MAX", "NODE_AGENT_CRASH_LOOP_THRESHOLD"}, presetNumericKeys()...)
 }
 
 // setNumeric sets one of the non-string keys.
@@ -231,16 +245,12 @@ func (c *Config) setNumeric(key, val string) error {
 		c.ImageAllowLocalURLs = b
 		return nil
 	}
-	if key == "NODE_AGENT_HEARTBEAT_INTERVAL" || key == "NODE_AGENT_RECONCILE_INTERVAL" {
+	if dst := c.durationField(key); dst != nil {
 		d, err := time.ParseDuration(val)
 		if err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
-		if key == "NODE_AGENT_HEARTBEAT_INTERVAL" {
-			c.HeartbeatInterval = d
-		} else {
-			c.ReconcileInterval = d
-		}
+		*dst = d
 		return nil
 	}
 	n, err := strconv.Atoi(val)
@@ -257,8 +267,25 @@ func (c *Config) setNumeric(key, val string) error {
 		c.ReservedVCPUs = n
 	case "NODE_AGENT_OCI_CACHE_MAX_GIB":
 		c.OCICacheMaxGiB = n
+	case "NODE_AGENT_CRASH_LOOP_THRESHOLD":
+		c.CrashLoopThreshold = n
 	default:
 		c.ReservedMemoryMiB = n
+	}
+	return nil
+}
+
+// durationField is the field of a duration key, nil for other keys.
+func (c *Config) durationField(key string) *time.Duration {
+	switch key {
+	case "NODE_AGENT_HEARTBEAT_INTERVAL":
+		return &c.HeartbeatInterval
+	case "NODE_AGENT_RECONCILE_INTERVAL":
+		return &c.ReconcileInterval
+	case "NODE_AGENT_RESTART_BACKOFF":
+		return &c.RestartBackoff
+	case "NODE_AGENT_RESTART_BACKOFF_MAX":
+		return &c.RestartBackoffMax
 	}
 	return nil
 }
@@ -352,6 +379,12 @@ func (c Config) Validate() error {
 	}
 	if c.ReconcileInterval < 0 || (c.ReconcileInterval > 0 && c.ReconcileInterval < 100*time.Millisecond) {
 		errs = append(errs, fmt.Errorf("NODE_AGENT_RECONCILE_INTERVAL %s: must be at least 100ms", c.ReconcileInterval))
+	}
+	if c.RestartBackoff < 0 || (c.RestartBackoff > 0 && c.RestartBackoff < 100*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_RESTART_BACKOFF %s: must be at least 100ms", c.RestartBackoff))
+	}
+	if c.RestartBackoffMax < 0 || (c.RestartBackoffMax > 0 && c.RestartBackoffMax < max(c.RestartBackoff, 100*time.Millisecond)) {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_RESTART_BACKOFF_MAX %s: must be at least NODE_AGENT_RESTART_BACKOFF and 100ms", c.RestartBackoffMax))
 	}
 	errs = append(errs, c.validateLocal()...)
 	return errors.Join(errs...)

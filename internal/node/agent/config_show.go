@@ -91,6 +91,12 @@ func (c Config) value(key string) string {
 		return durationText(c.HeartbeatInterval.String(), c.HeartbeatInterval == 0)
 	case "NODE_AGENT_RECONCILE_INTERVAL":
 		return durationText(c.ReconcileInterval.String(), c.ReconcileInterval == 0)
+	case "NODE_AGENT_RESTART_BACKOFF":
+		return durationText(c.RestartBackoff.String(), c.RestartBackoff == 0)
+	case "NODE_AGENT_RESTART_BACKOFF_MAX":
+		return durationText(c.RestartBackoffMax.String(), c.RestartBackoffMax == 0)
+	case "NODE_AGENT_CRASH_LOOP_THRESHOLD":
+		return fmt.Sprint(c.CrashLoopThreshold)
 	case "NODE_AGENT_RESERVED_VCPUS":
 		return fmt.Sprint(c.ReservedVCPUs)
 	case "NODE_AGENT_RESERVED_MEMORY_MIB":

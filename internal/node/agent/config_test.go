@@ -152,6 +152,9 @@ NODE_AGENT_IMAGE_DIRS=/srv/images,/var/lib/libvirt/images
 NODE_AGENT_QEMU_BINARY=/opt/qemu/bin/qemu-system-x86_64
 NODE_AGENT_SECRETS_DIR=/etc/drover/secrets
 NODE_AGENT_RECONCILE_INTERVAL=2s
+NODE_AGENT_RESTART_BACKOFF=500ms
+NODE_AGENT_RESTART_BACKOFF_MAX=1m
+NODE_AGENT_CRASH_LOOP_THRESHOLD=2
 NODE_AGENT_TERMINAL_URL=https://term.example:9443
 NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS=true
 NODE_AGENT_MICROVM_BRIDGE=brvm0
@@ -168,6 +171,7 @@ NODE_AGENT_MICROVM_DNS=10.0.0.53, 9.9.9.9
 		HeartbeatInterval: 250 * time.Millisecond, Runtime: "mock", RuntimeDir: "/srv/rt",
 		ImageDirs: "/srv/images,/var/lib/libvirt/images", RuntimeSettings: map[string]string{"NODE_AGENT_QEMU_BINARY": "/opt/qemu/bin/qemu-system-x86_64"},
 		SecretsDir: "/etc/drover/secrets", ReconcileInterval: 2 * time.Second, TerminalURL: "https://term.example:9443",
+		RestartBackoff: 500 * time.Millisecond, RestartBackoffMax: time.Minute, CrashLoopThreshold: 2,
 		ImageAllowLocalURLs: true, Local: agent.DefaultLocalWorkloads(),
 		MicroVMBridge: "brvm0", MicroVMCIDR: "172.30.0.0/16", MicroVMDNS: "10.0.0.53, 9.9.9.9"}
 	if diff := cmp.Diff(c, want, cmpopts.IgnoreFields(agent.Config{}, "Runtimes")); diff != "" {
@@ -303,6 +307,12 @@ func TestLoadConfigValidation(t *testing.T) {
 			[]string{"NODE_AGENT_MICROVM_DNS", `"dns.example"`, "IPv4"}},
 		{"reconcile below 100ms", append([]string{"-reconcile-interval", "10ms"}, url...), nil, "",
 			[]string{"NODE_AGENT_RECONCILE_INTERVAL 10ms", "at least 100ms"}},
+		{"restart backoff below 100ms", url, map[string]string{"NODE_AGENT_RESTART_BACKOFF": "10ms"}, "",
+			[]string{"NODE_AGENT_RESTART_BACKOFF 10ms", "at least 100ms"}},
+		{"restart backoff max below the backoff", append([]string{"-restart-backoff", "2s", "-restart-backoff-max", "1s"}, url...), nil, "",
+			[]string{"NODE_AGENT_RESTART_BACKOFF_MAX 1s", "at least NODE_AGENT_RESTART_BACKOFF"}},
+		{"crash loop threshold not a number", url, nil, "NODE_AGENT_CRASH_LOOP_THRESHOLD=many\n",
+			[]string{"NODE_AGENT_CRASH_LOOP_THRESHOLD", "many"}},
 		{"heartbeat env not a duration", url, map[string]string{"NODE_AGENT_HEARTBEAT_INTERVAL": "often"}, "",
 			[]string{"NODE_AGENT_HEARTBEAT_INTERVAL"}},
 		{"state dir emptied by the config file", url, nil, "NODE_AGENT_STATE_DIR=\n",

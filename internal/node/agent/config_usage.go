@@ -73,6 +73,12 @@ func flagDefault(name string, d Config) string {
 		return "the server's (5s)"
 	case "reconcile-interval":
 		return "5s"
+	case "restart-backoff":
+		return "1s"
+	case "restart-backoff-max":
+		return "5m"
+	case "crash-loop-threshold":
+		return "5"
 	case "runtime-dir":
 		return "<state dir>/runtime"
 	case "reserved-vcpus", "reserved-memory-mib":

@@ -99,6 +99,7 @@ func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 		}
 	}
 	v.rec = reconcile.New(v.rt, statusReporter{a}, reconcile.Options{Interval: a.cfg.ReconcileInterval,
+		BackoffBase: a.cfg.RestartBackoff, BackoffMax: a.cfg.RestartBackoffMax, CrashLoopThreshold: a.cfg.CrashLoopThreshold,
 		Secrets: a.instanceSecrets, Log: a.log})
 	v.pulls = newOllamaPulls(ctx, a.postStatus, a.log)
 	v.slices, err = slicevm.New(slicevm.Options{Runtime: v.rt, Images: images, SysfsRoot: "/",
