@@ -269,6 +269,8 @@ type agentOpts struct {
 	// allowLocal is NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS.
 	settings   map[string]string
 	allowLocal bool
+	// tune edits the agent's configuration last (restart policy, ...).
+	tune func(*agent.Config)
 }
 
 // fixedAccel is an accelerator probe reporting only the named ones working.
@@ -313,6 +315,9 @@ func (e *env) startAgent(hostID, token string, o agentOpts) (a *agent.Agent, sto
 		RuntimeSettings:   o.settings, ImageAllowLocalURLs: o.allowLocal}
 	if cfg.Runtime == "" && o.rt == nil {
 		cfg.Runtime = agent.RuntimeNone
+	}
+	if o.tune != nil {
+		o.tune(&cfg)
 	}
 	opts := []agent.Option{agent.WithLogger(testLogger(e.t).With("agent", hostID))}
 	switch {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/node/guestinit/microvmtest"
 	"github.com/drover-dev/drover/internal/node/ocitest"
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -28,33 +29,8 @@ import (
 // outgrows the VM's memory is Failed with reason oom_killed.
 func TestMicroVMInstanceTCG(t *testing.T) {
 	t0 := time.Now()
-	kit := microvmtest.Build(t, "")
-	reg := ocitest.StartRegistry()
-	defer reg.Close()
-	server, err := ocitest.BuildTestServer(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := reg.Push("drover/web", "v1", server, "PORT=8080")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rtDir, err := os.MkdirTemp("", "dmv") // unix socket paths stay short
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(rtDir) })
-	e := startEnv(t, openSQLite(t))
-	bt := e.createHost("mv-1")
-	e.startAgent("mv-1", bt.Token, agentOpts{runtime: "qemu", runtimeDir: rtDir, allowLocal: true,
-		settings: map[string]string{"NODE_AGENT_QEMU_MICROVM_KERNEL": kit.Kernel, "NODE_AGENT_QEMU_MICROVM_INITRD": kit.Initrd}})
-	e.waitHostStatus("mv-1", api.HostHealthy, 60*time.Second)
-	waitCapacity(t, e, "mv-1")
-	var h api.Host
-	e.op(http.MethodGet, "/api/v1/hosts/mv-1", nil, &h)
-	if c := h.Capabilities; c == nil || !slices.Contains(c.Runtimes, api.RuntimeMicroVM) {
-		t.Fatalf("capabilities: %+v", h.Capabilities)
-	}
+	h := startMicroVMHost(t, "mv-1", nil)
+	e, img, rtDir := h.e, h.img, h.rtDir
 	t.Logf("setup (kit, image, control plane, agent) took %v", time.Since(t0).Round(time.Millisecond))
 
 	spec := api.InstanceSpec{Runtime: api.RuntimeMicroVM, VCPUs: 1, MemoryMiB: 256,
@@ -140,4 +116,48 @@ func TestMicroVMInstanceTCG(t *testing.T) {
 		t.Errorf("qemu processes left after delete: %v", procs)
 	}
 	t.Logf("whole test %v", time.Since(t0).Round(time.Millisecond))
+}
+
+// microVMHost is a control plane on SQLite with one agent (hostID) whose
+// QEMU runtime has the microVM mode (the test kernel and drover-init's
+// initramfs), and an in-test registry holding img: busybox and the test
+// HTTP server (PORT=8080).
+type microVMHost struct {
+	e     *env
+	reg   *ocitest.Registry
+	img   ocitest.Image
+	rtDir string
+}
+
+// startMicroVMHost starts it; tune edits the agent's configuration.
+func startMicroVMHost(t *testing.T, hostID string, tune func(*agent.Config)) microVMHost {
+	t.Helper()
+	kit := microvmtest.Build(t, "")
+	reg := ocitest.StartRegistry()
+	t.Cleanup(reg.Close)
+	server, err := ocitest.BuildTestServer(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := reg.Push("drover/web", "v1", server, "PORT=8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rtDir, err := os.MkdirTemp("", "dmv") // unix socket paths stay short
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(rtDir) })
+	e := startEnv(t, openSQLite(t))
+	bt := e.createHost(hostID)
+	e.startAgent(hostID, bt.Token, agentOpts{runtime: "qemu", runtimeDir: rtDir, allowLocal: true, tune: tune,
+		settings: map[string]string{"NODE_AGENT_QEMU_MICROVM_KERNEL": kit.Kernel, "NODE_AGENT_QEMU_MICROVM_INITRD": kit.Initrd}})
+	e.waitHostStatus(hostID, api.HostHealthy, 60*time.Second)
+	waitCapacity(t, e, hostID)
+	var h api.Host
+	e.op(http.MethodGet, "/api/v1/hosts/"+hostID, nil, &h)
+	if c := h.Capabilities; c == nil || !slices.Contains(c.Runtimes, api.RuntimeMicroVM) {
+		t.Fatalf("capabilities: %+v", h.Capabilities)
+	}
+	return microVMHost{e: e, reg: reg, img: img, rtDir: rtDir}
 }

@@ -188,7 +188,9 @@ func (r *Runtime) Destroy(ctx context.Context, id string) error {
 }
 
 // Probe checks that the process lives, the guest runs (QMP query-status)
-// and, with a readiness TCP port, that the guest accepts connections on it.
+// and, with a readiness TCP port, that the guest passes the readiness
+// probe again: an HTTP GET of Readiness.HTTPPath when set (a 2xx or 3xx
+// answer), else a connection accepted on the port.
 func (r *Runtime) Probe(ctx context.Context, id string) error {
 	in := r.get(id)
 	if in == nil {
@@ -211,7 +213,7 @@ func (r *Runtime) Probe(ctx context.Context, id string) error {
 		return fmt.Errorf("probe %s: guest is %s, not running", id, s.Status)
 	}
 	if in.spec.Readiness.TCPPort != 0 {
-		if err := r.probeTCP(ctx, in, p); err != nil {
+		if err := r.probeReadiness(ctx, in, p); err != nil {
 			return fmt.Errorf("probe %s: %w", id, err)
 		}
 	}
