@@ -41,6 +41,9 @@ type Launch struct {
 
 	// Volumes are a microVM's named volumes, one virtio disk each.
 	Volumes []VolumeDrive
+	// TSCKHz is the host TSC rate a microVM's kernel is told under TCG
+	// (MicroVMOptions.TSCKHz).
+	TSCKHz int
 }
 
 // qemuValue escapes a value inside a comma-separated QEMU option string.

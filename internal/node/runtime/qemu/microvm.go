@@ -49,14 +49,23 @@ type MicroVMOptions struct {
 	Net *netsetup.Manager
 	// Machine is the QEMU machine: "microvm" (virtio-mmio, no PCI, no
 	// firmware tables to walk) or "q35" (virtio-pci, direct kernel boot).
-	// "" picks microvm with KVM, HVF or NVMM and q35 under TCG: microvm
-	// has no HPET or ACPI PM timer, so a guest kernel under TCG on a busy
-	// host can fail to calibrate its TSC against the PIT and hang early
-	// in boot (seen here); q35 gives it those references. arm64 uses virt.
+	// "" picks microvm, except under TCG when the host's TSC rate is
+	// unknown (TSCKHz 0): microvm has no HPET or ACPI PM timer, so a guest
+	// kernel under TCG on a busy host that must calibrate its TSC against
+	// the PIT can hang early in boot (seen here); q35 gives it those
+	// references. arm64 uses virt.
 	Machine string
 	// Volumes keeps the named volumes microVMs mount (spec.volumes:
 	// microvm_volumes.go); nil refuses a spec with volumes.
 	Volumes *volume.Manager
+	// TSCKHz is the host's TSC frequency in kHz (0: unknown). Under TCG
+	// on amd64 the guest kernel is told it (tsc_early_khz): the microvm
+	// machine has no HPET or ACPI PM timer, and a kernel that must
+	// calibrate its TSC against the PIT on a busy host can hang early in
+	// boot. TCG's RDTSC reads the host's TSC, so the host's rate is the
+	// guest's. 0: New reads it from /proc/cpuinfo on linux/amd64
+	// (hostTSCKHz).
+	TSCKHz int
 }
 
 // Names are "qemu" and, with the microVM mode, "microvm".
@@ -281,13 +290,41 @@ func probeAddr(in *instance, guestPort int) (addr string, direct bool, err error
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[forwardName(f)])), false, nil
 }
 
-// microvmCmdline is the guest kernel's command line.
-func microvmCmdline(arch string) string {
+// microvmCmdline is the guest kernel's command line; tscKHz (TCG on
+// amd64 only, 0 for none) spares the kernel its TSC calibration
+// (MicroVMOptions.TSCKHz).
+func microvmCmdline(arch, accel string, tscKHz int) string {
 	console := "ttyS0"
 	if arch == "arm64" {
 		console = "ttyAMA0"
 	}
-	return "console=" + console + " quiet panic=-1 rdinit=/init"
+	line := "console=" + console + " quiet panic=-1 rdinit=/init"
+	if arch == "amd64" && accel == "tcg" && tscKHz > 0 {
+		line += " tsc_early_khz=" + strconv.Itoa(tscKHz)
+	}
+	return line
+}
+
+// hostTSCKHz is the host's TSC rate from /proc/cpuinfo's first "cpu MHz"
+// line (x86 Linux; 0 elsewhere or when it cannot be read). On hosts with
+// a constant TSC that is its rate; TCG's RDTSC reads it.
+func hostTSCKHz(cpuinfo string) int {
+	b, err := os.ReadFile(cpuinfo)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || strings.TrimSpace(k) != "cpu MHz" {
+			continue
+		}
+		mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || mhz <= 0 || mhz > 100000 {
+			return 0
+		}
+		return int(mhz * 1000)
+	}
+	return 0
 }
 
 // microvmCommandLine is CommandLine for a microVM: the microvm machine
@@ -297,7 +334,7 @@ func microvmCommandLine(spec runtime.Spec, l Launch, machine string) []string {
 	switch {
 	case l.Arch != "amd64":
 		machine = machineFor(l.Arch)
-	case machine == "" && l.Accel == "tcg":
+	case machine == "" && l.Accel == "tcg" && l.TSCKHz == 0:
 		machine = "q35"
 	case machine == "":
 		machine = "microvm"
@@ -318,7 +355,7 @@ func microvmCommandLine(spec runtime.Spec, l Launch, machine string) []string {
 		"-smp", strconv.Itoa(spec.Resources.VCPUs),
 		"-nodefaults", "-no-user-config", "-no-reboot",
 		"-display", "none", "-monitor", "none",
-		"-kernel", l.Kernel, "-initrd", l.Initrd, "-append", microvmCmdline(l.Arch),
+		"-kernel", l.Kernel, "-initrd", l.Initrd, "-append", microvmCmdline(l.Arch, l.Accel, l.TSCKHz),
 		"-drive", "if=none,id=disk0,file="+qemuValue(l.Disk)+",format="+l.DiskFormat,
 		"-device", "virtio-blk-"+bus+",drive=disk0,serial="+guestinit.RootSerial,
 	)

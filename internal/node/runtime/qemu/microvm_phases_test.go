@@ -120,7 +120,7 @@ func BenchmarkMicroVMBootPhases(b *testing.B) {
 		bus := map[string]string{"q35": "pci", "microvm": "device"}[machine]
 		cmd := exec.Command(kit.QEMU, "-machine", machine, "-accel", "tcg", "-m", "256", "-smp", "1",
 			"-nodefaults", "-no-user-config", "-no-reboot", "-display", "none",
-			"-kernel", kit.Kernel, "-initrd", kit.Initrd, "-append", microvmCmdline("amd64"),
+			"-kernel", kit.Kernel, "-initrd", kit.Initrd, "-append", microvmCmdline("amd64", "tcg", hostTSCKHz("/proc/cpuinfo")),
 			"-drive", "if=none,id=d0,file="+rfs.Path+",format=raw,snapshot=on",
 			"-device", "virtio-blk-"+bus+",drive=d0,serial="+guestinit.RootSerial,
 			"-drive", "if=none,id=c0,file="+cfgPath+",format=raw,readonly=on",

@@ -65,7 +65,8 @@ func TestRealMicroVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if line := strings.Join(args, " "); !strings.Contains(line, "-machine q35") || !strings.Contains(line, "serial=drover-config") {
+	if line := strings.Join(args, " "); !strings.Contains(line, "-machine microvm") || !strings.Contains(line, "tsc_early_khz=") ||
+		!strings.Contains(line, "serial=drover-config") {
 		t.Errorf("command line %s %s", bin, line)
 	}
 	start := time.Now()

@@ -30,12 +30,20 @@ func TestMicroVMCommandLine(t *testing.T) {
 	if strings.Contains(line, "pci") {
 		t.Errorf("a microvm line names PCI: %s", line)
 	}
-	l.Accel = "tcg"
-	line = strings.Join(CommandLine(spec, l), " ")
-	if !strings.Contains(line, "-machine q35") || !strings.Contains(line, "virtio-blk-pci,drive=disk0") {
-		t.Errorf("tcg default: %s", line)
+	if strings.Contains(line, "tsc_early_khz") {
+		t.Errorf("kvm: the kernel is told the TSC rate: %s", line)
 	}
-	l.Machine = "microvm"
+	l.Accel = "tcg" // the host's TSC rate unknown: q35
+	line = strings.Join(CommandLine(spec, l), " ")
+	if !strings.Contains(line, "-machine q35") || !strings.Contains(line, "virtio-blk-pci,drive=disk0") || strings.Contains(line, "tsc_early_khz") {
+		t.Errorf("tcg default without the TSC rate: %s", line)
+	}
+	l.TSCKHz = 2300000 // known: microvm, and the kernel is told it
+	line = strings.Join(CommandLine(spec, l), " ")
+	if !strings.Contains(line, "-machine microvm") || !strings.Contains(line, "tsc_early_khz=2300000") {
+		t.Errorf("tcg default with the TSC rate: %s", line)
+	}
+	l.TSCKHz, l.Machine = 0, "microvm"
 	if line = strings.Join(CommandLine(spec, l), " "); !strings.Contains(line, "-machine microvm") {
 		t.Errorf("tcg with machine microvm: %s", line)
 	}
@@ -149,5 +157,32 @@ func TestMicroVMVerdict(t *testing.T) {
 	write(started) // still running when QEMU died: the QEMU verdict stands
 	if st, _, d := r.microvmVerdict(in, false, runtime.StateCrashed, "", "killed"); st != runtime.StateCrashed || d != "killed" {
 		t.Errorf("no exit report: %s %q", st, d)
+	}
+}
+
+func TestHostTSCKHz(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name, text string
+		want       int
+	}{
+		{"x86", "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu MHz\t\t: 2300.000\ncache size\t: 1 KB\ncpu MHz\t\t: 1.0\n", 2300000},
+		{"fraction", "cpu MHz : 2199.998\n", 2199998},
+		{"none (arm64)", "processor\t: 0\nBogoMIPS\t: 50.00\n", 0},
+		{"garbage", "cpu MHz : fast\n", 0},
+		{"absurd", "cpu MHz : 1e9\n", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := filepath.Join(dir, c.name)
+			if err := os.WriteFile(p, []byte(c.text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if got := hostTSCKHz(p); got != c.want {
+				t.Errorf("hostTSCKHz = %d, want %d", got, c.want)
+			}
+		})
+	}
+	if got := hostTSCKHz(filepath.Join(dir, "absent")); got != 0 {
+		t.Errorf("absent file: %d", got)
 	}
 }

@@ -162,6 +162,11 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if mv := opts.MicroVM; mv != nil && mv.TSCKHz == 0 && goruntime.GOOS == "linux" && goruntime.GOARCH == "amd64" {
+		c := *mv // the caller's options stay as given
+		c.TSCKHz = hostTSCKHz("/proc/cpuinfo")
+		opts.MicroVM = &c
+	}
 	r := &Runtime{
 		opts:       opts,
 		instDir:    filepath.Join(root, "instances"),

@@ -97,7 +97,7 @@ func (r *Runtime) launchFor(in *instance, st persisted, ports map[string]int, ta
 		Daemonize:    true,
 	}
 	if mv := r.opts.MicroVM; mv != nil {
-		l.Machine = mv.Machine
+		l.Machine, l.TSCKHz = mv.Machine, mv.TSCKHz
 	}
 	l.Volumes = st.Volumes
 	switch in.spec.VMOrZero().Network.Mode {
