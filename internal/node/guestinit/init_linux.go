@@ -133,16 +133,24 @@ func loadModules() error {
 	return nil
 }
 
-// waitDisks finds the virtio disks with the given serials.
+// waitDisks finds the virtio disks with the given serials, or at the
+// device paths the kernel command line names for them (DisksFromCmdline).
 func waitDisks(serials []string, d time.Duration) (map[string]string, error) {
 	deadline := time.Now().Add(d)
+	cmdline, _ := os.ReadFile("/proc/cmdline")
+	named := DisksFromCmdline(string(cmdline))
 	for {
 		found := map[string]string{}
+		for serial, dev := range named {
+			if _, err := os.Stat(dev); err == nil {
+				found[serial] = dev
+			}
+		}
 		ents, _ := os.ReadDir("/sys/block")
 		for _, e := range ents {
 			b, err := os.ReadFile(filepath.Join("/sys/block", e.Name(), "serial"))
-			if err == nil {
-				found[strings.TrimSpace(string(b))] = "/dev/" + e.Name()
+			if s := strings.TrimSpace(string(b)); err == nil && found[s] == "" {
+				found[s] = "/dev/" + e.Name()
 			}
 		}
 		missing := []string{}

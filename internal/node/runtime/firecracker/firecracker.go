@@ -288,6 +288,18 @@ func New(_ context.Context, opts Options) (*Runtime, error) {
 // Name is "firecracker".
 func (r *Runtime) Name() string { return Name }
 
+// Names are "firecracker" and, when it boots OCI images with drover-init
+// (Guest set: NODE_AGENT_FIRECRACKER_KERNEL and _INITRD), "microvm": the
+// control plane places instances with runtime microvm on hosts offering
+// it, and this runtime runs them (in network mode tap or bridge; it has
+// no user networking or host port forwards).
+func (r *Runtime) Names() []string {
+	if r.opts.Guest == nil {
+		return []string{Name}
+	}
+	return []string{Name, api.RuntimeMicroVM}
+}
+
 // Close lets go of every instance without stopping it (an agent that
 // exits); a Recover over the same Root adopts them again.
 func (r *Runtime) Close() error {

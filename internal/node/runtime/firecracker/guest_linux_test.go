@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -190,6 +191,9 @@ func (g *guestEnv) ociSpec(id string) runtime.Spec {
 // API specification. Nothing boots: this stops where Firecracker would.
 func TestOCIImageContract(t *testing.T) {
 	g := newGuestEnv(t)
+	if n := g.r.Names(); !slices.Equal(n, []string{Name, api.RuntimeMicroVM}) {
+		t.Errorf("names %v: a runtime with a guest kernel runs runtime microvm too", n)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const id = "oci-1"

@@ -3,9 +3,7 @@ package qemu
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -116,35 +114,9 @@ func BenchmarkMicroVMBootPhases(b *testing.B) {
 		}
 
 		// The same boot without the runtime.
-		log := filepath.Join(root, "bare"+machine+".log")
-		bus := map[string]string{"q35": "pci", "microvm": "device"}[machine]
-		cmd := exec.Command(kit.QEMU, "-machine", machine, "-accel", "tcg", "-m", "256", "-smp", "1",
-			"-nodefaults", "-no-user-config", "-no-reboot", "-display", "none",
-			"-kernel", kit.Kernel, "-initrd", kit.Initrd, "-append", microvmCmdline("amd64", "tcg", hostTSCKHz("/proc/cpuinfo")),
-			"-drive", "if=none,id=d0,file="+rfs.Path+",format=raw,snapshot=on",
-			"-device", "virtio-blk-"+bus+",drive=d0,serial="+guestinit.RootSerial,
-			"-drive", "if=none,id=c0,file="+cfgPath+",format=raw,readonly=on",
-			"-device", "virtio-blk-"+bus+",drive=c0,serial="+guestinit.ConfigSerial,
-			"-netdev", "user,id=n0", "-device", "virtio-net-"+bus+",netdev=n0", "-serial", "file:"+log)
-		t0 = time.Now()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		var bare time.Duration
-		for time.Since(t0) < 90*time.Second {
-			b, _ := os.ReadFile(log)
-			if strings.Contains(string(b), guestinit.ReportPrefix) {
-				bare = time.Since(t0)
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		b, _ := os.ReadFile(log)
-		rep2 := guestinit.ParseReports(b)
-		if bare == 0 || len(rep2) == 0 {
-			t.Logf("PHASE bare %s: no init report within 90s (%d bytes of serial)", machine, len(b))
+		bare, rep2, ok := bareBoot(t, kit, machine, rfs.Path, cfgPath, true, 90*time.Second)
+		if !ok {
+			t.Logf("PHASE bare %s: no init report within 90s", machine)
 			continue
 		}
 		t.Logf("PHASE bare qemu -M %s to the init's started report: %v (guest uptime %d ms)", machine, bare.Round(time.Millisecond), rep2[0].UptimeMS)
