@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/slicevm"
 	"github.com/drover-dev/drover/internal/node/termnode"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
@@ -17,7 +18,9 @@ import (
 // attached); the session then outlives the task. A failure is a
 // *HandlerError with the termnode code (terminal_pty_failed,
 // terminal_node_stream_mtls_failed, node_stream_timeout,
-// terminal_session_rejected, invalid_params, agent_shutdown).
+// terminal_session_rejected, invalid_params, agent_shutdown; in mode vm_ssh
+// also guest_not_owned, guest_terminal_unavailable, guest_ssh_unreachable,
+// guest_host_key_mismatch, guest_auth_failed).
 func TerminalHandlers(m *termnode.Manager) Handlers {
 	return Handlers{
 		task.TypeTerminalOpen: {Timeout: task.TerminalOpenTimeout, Run: func(ctx context.Context, t Task) (Outcome, error) {
@@ -57,13 +60,15 @@ func terminalHandlerError(err error) error {
 
 // newTerminalManager builds the terminal session manager: streams go to
 // NODE_AGENT_TERMINAL_URL with the node's mTLS identity, serial consoles
-// come from the instance runtime.
+// come from the instance runtime, slice VMs' SSH targets from the slice
+// provisioner's records.
 func (a *Agent) newTerminalManager() *termnode.Manager {
 	return termnode.New(termnode.Config{
 		NodeID:       a.nodeID,
 		BaseURL:      a.cfg.terminalURL(),
 		TLSConfig:    a.nodeTLSConfig,
 		SerialSocket: a.serialSocket,
+		VMTarget:     a.vmTerminalTarget,
 		Logger:       a.log.With("component", "terminal"),
 	})
 }
@@ -98,4 +103,26 @@ func (a *Agent) serialSocket(ctx context.Context, instanceID string) (string, er
 		return "", fmt.Errorf("instance %q has no serial console socket in this runtime", instanceID)
 	}
 	return st.SerialSocket, nil
+}
+
+// vmTerminalTarget is slice VM vm's brokered-terminal target for a session
+// of allocationID, from the slice provisioner's own record; a VM another
+// allocation owns is refused with guest_not_owned.
+func (a *Agent) vmTerminalTarget(_ context.Context, vm, allocationID string) (termnode.VMTarget, error) {
+	a.mu.Lock()
+	vms := a.vms
+	a.mu.Unlock()
+	if vms == nil || vms.slices == nil {
+		return termnode.VMTarget{}, &termnode.Error{CodedError: api.CodedError{Code: termnode.CodeGuestTerminalUnavailable,
+			Message: "this host runs no slice VMs"}}
+	}
+	t, err := vms.slices.Terminal(vm, allocationID)
+	if errors.Is(err, slicevm.ErrNotOwned) {
+		return termnode.VMTarget{}, &termnode.Error{CodedError: api.CodedError{Code: termnode.CodeGuestNotOwned,
+			Message: "refused", Err: err}}
+	} else if err != nil {
+		return termnode.VMTarget{}, &termnode.Error{CodedError: api.CodedError{Code: termnode.CodeGuestTerminalUnavailable,
+			Message: "no brokered terminal", Err: err}}
+	}
+	return termnode.VMTarget{Addr: t.Addr(), User: t.User, KeyPath: t.KeyPath, HostKeys: t.HostKeys}, nil
 }

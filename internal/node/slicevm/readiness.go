@@ -53,7 +53,13 @@ func (pr *provision) readiness(ctx context.Context) (step, error) {
 			addr, fwd, pr.readinessTimeout(), err)
 	}
 	pr.out.Readiness.Ready, pr.out.Readiness.SSHBanner = true, banner
-	return done("serial marker %q seen; %s answered %q", pr.params.ReadinessMarker, addr, banner), nil
+	pinned, err := pr.recordTerminal(ctx, st)
+	if err != nil {
+		// The VM is ready; only its brokered terminal is not.
+		pr.p.opts.Log.Warn("slicevm: no brokered terminal for this vm", "vm_name", pr.params.VMName, "err", err)
+		pinned = "no brokered terminal: " + err.Error()
+	}
+	return done("serial marker %q seen; %s answered %q; %s", pr.params.ReadinessMarker, addr, banner, pinned), nil
 }
 
 // waitReady waits until the runtime says id is Ready (its serial marker
@@ -214,6 +220,11 @@ func (pr *provision) cleanup(ctx context.Context) string {
 				return step{}, err
 			}
 			did = append(did, "removed terminal key "+p.keyPath(vm))
+		}
+		if rec, err := p.removeTerminal(vm); err != nil {
+			return step{}, err
+		} else if rec {
+			did = append(did, "removed terminal record "+p.terminalPath(vm))
 		}
 		if len(did) == 0 {
 			return skipped("nothing created by this provision"), nil

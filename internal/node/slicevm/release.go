@@ -238,6 +238,11 @@ func (r *release) removeCloudInitDir(context.Context) (step, error) {
 	if key {
 		did = append(did, "removed terminal key "+r.p.keyPath(vm))
 	}
+	if rec, err := r.p.removeTerminal(vm); err != nil {
+		return step{}, err
+	} else if rec {
+		did = append(did, "removed terminal record "+r.p.terminalPath(vm))
+	}
 	if len(did) == 0 {
 		return skipped("nothing to remove"), nil
 	}

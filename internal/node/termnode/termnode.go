@@ -1,6 +1,7 @@
 // Package termnode owns the node end of a terminal session: dialing the
 // gateway's node-facing stream over mTLS, the PTY (a login shell as the
-// allocation's user) or an instance's serial console, and the byte pump
+// allocation's user), an instance's serial console or a brokered SSH
+// session into a slice VM (vmssh.go), and the byte pump
 // between them, with backpressure, resizes, keepalives, the session's
 // maximum lifetime and the shell's end.
 //
@@ -17,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,6 +79,11 @@ type Config struct {
 	// SerialSocket returns the Unix socket of an instance's serial
 	// console; nil means serial mode is not supported here.
 	SerialSocket func(ctx context.Context, instanceID string) (string, error)
+	// VMTarget returns slice VM vm's brokered-terminal target for a
+	// session of allocationID, from the node's own provision records; it
+	// must refuse a VM another allocation owns (an *Error with
+	// CodeGuestNotOwned). nil means mode vm_ssh is not supported here.
+	VMTarget func(ctx context.Context, vm, allocationID string) (VMTarget, error)
 	// Logger; slog.Default() when nil.
 	Logger *slog.Logger
 	// DialTimeout bounds the stream dial (TCP, TLS, upgrade);
@@ -160,7 +167,8 @@ func (m *Manager) Close() {
 }
 
 // Open dials the gateway's stream for session p.SessionID, then starts the
-// PTY (mode pty) or attaches the serial console (mode serial), sends the
+// PTY (mode pty), attaches the serial console (mode serial) or opens the
+// SSH session and its PTY in a slice VM (mode vm_ssh), sends the
 // control message ready and returns; the session runs in the background
 // until the shell exits, the gateway closes the stream, p.MaxLifetime
 // passes or Close is called. ctx bounds only the opening. progress, when
@@ -220,6 +228,9 @@ func (m *Manager) Open(ctx context.Context, p task.TerminalOpenParams, correlati
 			if te.Err != nil {
 				msg += ": " + te.Err.Error()
 			}
+			if strings.HasPrefix(te.Code, "guest_") {
+				msg = te.Code + ": " + msg // the hop that failed (vm_ssh's guest_* codes)
+			}
 		}
 		failStream(conn, terminal.CodePTYFailed, msg)
 		return res, err
@@ -272,8 +283,12 @@ func checkParams(p task.TerminalOpenParams) error {
 		if p.InstanceID == "" {
 			return bad("instance_id is required in mode serial")
 		}
+	case task.TerminalModeVMSSH:
+		if p.Username == "" || p.VMName == "" || p.AllocationID == "" {
+			return bad("username, vm_name and allocation_id are required in mode vm_ssh")
+		}
 	default:
-		return bad("mode %q: must be %q or %q", p.Mode, task.TerminalModePTY, task.TerminalModeSerial)
+		return bad("mode %q: must be %q, %q or %q", p.Mode, task.TerminalModePTY, task.TerminalModeSerial, task.TerminalModeVMSSH)
 	}
 	return nil
 }
@@ -316,6 +331,9 @@ func (m *Manager) startConsole(ctx context.Context, p task.TerminalOpenParams) (
 			return nil, &Error{api.CodedError{Code: CodePTYFailed, Message: fmt.Sprintf("serial console of instance %q: %v", p.InstanceID, err), Err: err}}
 		}
 		return dialSerial(ctx, path)
+	}
+	if p.Mode == task.TerminalModeVMSSH {
+		return m.startVMSSH(ctx, p.VMName, p.AllocationID, p.Username, size)
 	}
 	return startPTY(p.Username, size, m.passwdFile)
 }

@@ -13,9 +13,10 @@ import (
 const (
 	// TypeTerminalOpen asks a node to dial the gateway's node-facing
 	// terminal stream for SessionID, presenting Nonce, and to start a PTY
-	// (mode "pty") or attach to an instance's serial console (mode
-	// "serial"). The agent reports success only once the stream is
-	// connected and the PTY started; the session then outlives the task.
+	// (mode "pty"), attach to an instance's serial console (mode
+	// "serial") or broker SSH into a slice VM (mode "vm_ssh"). The agent
+	// reports success only once the stream is connected and the PTY
+	// started; the session then outlives the task.
 	TypeTerminalOpen = "terminal.open"
 	// TerminalOpenTimeout bounds terminal.open on the agent: the dial plus
 	// the PTY start, not the session.
@@ -25,6 +26,11 @@ const (
 	TerminalModePTY = "pty"
 	// TerminalModeSerial attaches to instance InstanceID's serial console.
 	TerminalModeSerial = "serial"
+	// TerminalModeVMSSH is a brokered terminal into slice VM VMName: the
+	// node dials the VM's own SSH address (recorded at provision, on the
+	// node's loopback), authenticates with the VM's terminal key, checks
+	// the guest's pinned host key and starts a PTY and shell as Username.
+	TerminalModeVMSSH = "vm_ssh"
 
 	// MaxTerminalCols and MaxTerminalRows bound the initial size (the same
 	// bounds as internal/wire/terminal.Clamp).
@@ -42,8 +48,11 @@ type TerminalOpenParams struct {
 	Mode       string `json:"mode"`
 	Username   string `json:"username,omitempty"`    // mode pty
 	InstanceID string `json:"instance_id,omitempty"` // mode serial
-	Cols       int    `json:"cols"`
-	Rows       int    `json:"rows"`
+	// VMName is the slice VM of mode vm_ssh; the node refuses it unless
+	// the VM was provisioned for AllocationID.
+	VMName string `json:"vm_name,omitempty"`
+	Cols   int    `json:"cols"`
+	Rows   int    `json:"rows"`
 	// MaxLifetime is the session's maximum lifetime; the node ends the
 	// session after it even if the gateway is gone.
 	MaxLifetime api.Duration `json:"max_lifetime"`
@@ -72,8 +81,17 @@ func DecodeTerminalOpenParams(params json.RawMessage) (TerminalOpenParams, []api
 		}
 	case TerminalModeSerial:
 		v.check("instance_id", checkRequired(p.InstanceID, checkToken))
+	case TerminalModeVMSSH:
+		v.check("username", checkRequired(p.Username, checkUsername))
+		v.check("vm_name", checkRequired(p.VMName, checkToken))
+		if p.InstanceID != "" {
+			v.add("instance_id", "must be empty in mode vm_ssh")
+		}
 	default:
-		v.add("mode", fmt.Sprintf("must be %q or %q", TerminalModePTY, TerminalModeSerial))
+		v.add("mode", fmt.Sprintf("must be %q, %q or %q", TerminalModePTY, TerminalModeSerial, TerminalModeVMSSH))
+	}
+	if p.Mode != TerminalModeVMSSH && p.VMName != "" {
+		v.add("vm_name", "only in mode vm_ssh")
 	}
 	if p.Cols < 1 || p.Cols > MaxTerminalCols {
 		v.add("cols", fmt.Sprintf("must be 1-%d", MaxTerminalCols))
