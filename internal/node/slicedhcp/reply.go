@@ -85,7 +85,10 @@ func reply(c Config, st *Store, req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
 	if !req.GatewayIPAddr.IsUnspecified() && req.GatewayIPAddr != nil {
 		return nil, fmt.Errorf("%w: relayed through %s (the slice network has no relays)", errIgnore, req.GatewayIPAddr)
 	}
-	vm, r, ok := st.Lookup(req.ClientHWAddr)
+	vm, r, ok, bad := st.Lookup(req.ClientHWAddr)
+	for _, err := range bad {
+		c.Log.Warn("slicedhcp: skipping a reservation file", "err", err)
+	}
 	if !ok {
 		return nil, fmt.Errorf("%w: no reservation for %s", errIgnore, req.ClientHWAddr)
 	}

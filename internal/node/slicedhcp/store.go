@@ -10,10 +10,12 @@
 // The Store keeps one file per VM, <dir>/<vm>.conf, with one
 // "mac,ip,hostname" line per reservation: the format of dnsmasq's
 // --dhcp-hostsdir, so an operator who prefers dnsmasq can point one at
-// the same directory. A file is replaced atomically; the Store is loaded
-// from the files when it opens (an agent restart restores every
-// reservation) and Prune drops those of VMs that no longer exist (what an
-// agent crash in the middle of a provision leaves behind).
+// the same directory. The files are the state: a file is replaced
+// atomically, the server reads the directory for each request (so what
+// is on disk is what is served, whoever removed a file, and an agent
+// restart serves every reservation again), and Prune drops the files of
+// VMs that no longer exist (what an agent crash in the middle of a
+// provision leaves behind).
 //
 // It never configures interfaces, bridges or NAT (internal/node/netsetup
 // does); the Server needs the bridge up with its address. The Server runs
@@ -58,48 +60,75 @@ func (r Reservation) String() string {
 	return s
 }
 
-// Store holds the reservations of every slice VM of the host, by VM name.
-// It is safe for concurrent use.
+// Store is the reservations of every slice VM of the host, one file per
+// VM in its directory. It is safe for concurrent use; writes are
+// serialised so that conflict checks see every other VM's file.
 type Store struct {
 	dir    string
 	subnet netip.Prefix // when valid, reservations must lie inside it
-	mu     sync.RWMutex
-	byVM   map[string][]Reservation
+	mu     sync.Mutex
 }
 
-// OpenStore loads the reservations under dir (a directory that does not
+// OpenStore checks the reservations under dir (a directory that does not
 // exist yet holds none; it is made by the first Reserve). subnet, when
 // valid, is the slice network: a reservation outside it, or on its
-// network, first (gateway) or broadcast address, is refused. A file that
-// cannot be parsed fails the open, naming it.
+// network, first (gateway) or broadcast address, is refused. Only a
+// directory that cannot be read fails the open; a file that cannot be
+// parsed is skipped where it is read, and Bad names it.
 func OpenStore(dir string, subnet netip.Prefix) (*Store, error) {
 	if dir == "" || !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("slicedhcp: store dir %q must be an absolute path", dir)
 	}
-	s := &Store{dir: filepath.Clean(dir), subnet: subnet.Masked(), byVM: map[string][]Reservation{}}
+	s := &Store{dir: filepath.Clean(dir), subnet: subnet.Masked()}
+	if _, _, err := s.load(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Bad lists the files that cannot be read or parsed (they serve nothing).
+func (s *Store) Bad() []error {
+	_, bad, err := s.load()
+	if err != nil {
+		return append(bad, err)
+	}
+	return bad
+}
+
+// load reads every VM's file. A file that cannot be read or parsed is
+// reported in bad and holds no reservation (its VM is still listed, so
+// Prune can drop it); err is for a directory that cannot be read.
+func (s *Store) load() (byVM map[string][]Reservation, bad []error, err error) {
+	byVM = map[string][]Reservation{}
 	ents, err := os.ReadDir(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return s, nil
+		return byVM, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("slicedhcp: read %s: %w", s.dir, err)
+		return nil, nil, fmt.Errorf("slicedhcp: read %s: %w", s.dir, err)
 	}
 	for _, e := range ents {
 		vm, ok := strings.CutSuffix(e.Name(), ".conf")
 		if !ok || strings.HasPrefix(e.Name(), ".") || !e.Type().IsRegular() {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(s.dir, e.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("slicedhcp: read %s: %w", e.Name(), err)
+		path := filepath.Join(s.dir, e.Name())
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed since the listing
 		}
-		rs, err := ParseHosts(b)
-		if err != nil {
-			return nil, fmt.Errorf("slicedhcp: %s: %w", filepath.Join(s.dir, e.Name()), err)
+		var rs []Reservation
+		if err == nil {
+			rs, err = ParseHosts(b)
 		}
-		s.byVM[vm] = rs
+		if err != nil {
+			bad = append(bad, fmt.Errorf("slicedhcp: %s: %w", path, err))
+			byVM[vm] = nil
+			continue
+		}
+		byVM[vm] = rs
 	}
-	return s, nil
+	return byVM, bad, nil
 }
 
 // Dir is the directory the Store keeps its files in.
@@ -177,8 +206,15 @@ func (s *Store) Reserve(vm string, rs []Reservation) (had bool, err error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	all, bad, err := s.load()
+	if err != nil {
+		return false, err
+	}
+	if len(bad) > 0 {
+		return false, fmt.Errorf("slicedhcp: reserve %s: cannot check for conflicts: %w", vm, errors.Join(bad...))
+	}
 	macs, ips := map[string]string{}, map[netip.Addr]string{}
-	for other, list := range s.byVM {
+	for other, list := range all {
 		if other == vm {
 			continue
 		}
@@ -203,15 +239,11 @@ func (s *Store) Reserve(vm string, rs []Reservation) (had bool, err error) {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return false, fmt.Errorf("slicedhcp: create %s: %w", s.dir, err)
 	}
-	_, had = s.byVM[vm]
-	if !had {
-		_, err := os.Lstat(s.Path(vm))
-		had = err == nil
-	}
+	_, err = os.Lstat(s.Path(vm))
+	had = err == nil
 	if err := atomicfile.Write(s.Path(vm), []byte(lines.String()), 0o644); err != nil {
 		return had, fmt.Errorf("slicedhcp: write %s: %w", s.Path(vm), err)
 	}
-	s.byVM[vm] = append([]Reservation(nil), rs...)
 	return had, nil
 }
 
@@ -222,55 +254,57 @@ func orSelf(owner, vm string) string {
 	return owner
 }
 
-// Drop removes vm's reservations (file first, then the served table is
-// left as is only if the file could not be removed). It reports whether
-// there were any.
+// Drop removes vm's reservations. It reports whether there were any.
 func (s *Store) Drop(vm string) (bool, error) {
 	if err := checkVM(vm); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, had := s.byVM[vm]
 	err := os.Remove(s.Path(vm))
 	switch {
-	case err == nil:
-		had = true
-		_ = atomicfile.SyncDir(s.dir)
-	case !errors.Is(err, fs.ErrNotExist):
-		return had, fmt.Errorf("slicedhcp: remove %s: %w", s.Path(vm), err)
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("slicedhcp: remove %s: %w", s.Path(vm), err)
 	}
-	delete(s.byVM, vm)
-	return had, nil
+	_ = atomicfile.SyncDir(s.dir)
+	return true, nil
 }
 
-// Lookup returns the reservation of mac and the VM holding it.
-func (s *Store) Lookup(mac net.HardwareAddr) (vm string, r Reservation, ok bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	for v, list := range s.byVM {
+// Lookup returns the reservation of mac and the VM holding it, read from
+// the files as they are now; bad lists files it had to skip.
+func (s *Store) Lookup(mac net.HardwareAddr) (vm string, r Reservation, ok bool, bad []error) {
+	all, bad, err := s.load()
+	if err != nil {
+		return "", Reservation{}, false, append(bad, err)
+	}
+	for v, list := range all {
 		for _, r := range list {
 			if string(r.MAC) == string(mac) {
-				return v, r, true
+				return v, r, true, bad
 			}
 		}
 	}
-	return "", Reservation{}, false
+	return "", Reservation{}, false, bad
 }
 
-// Reservations returns vm's reservations.
+// Reservations returns vm's reservations (none when its file is missing
+// or unreadable).
 func (s *Store) Reservations(vm string) []Reservation {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return append([]Reservation(nil), s.byVM[vm]...)
+	b, err := os.ReadFile(s.Path(vm))
+	if err != nil {
+		return nil
+	}
+	rs, _ := ParseHosts(b)
+	return rs
 }
 
 // VMs returns the names of the VMs holding reservations, sorted.
 func (s *Store) VMs() []string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]string, 0, len(s.byVM))
-	for vm := range s.byVM {
+	all, _, _ := s.load()
+	out := make([]string, 0, len(all))
+	for vm := range all {
 		out = append(out, vm)
 	}
 	sort.Strings(out)

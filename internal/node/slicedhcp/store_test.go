@@ -88,8 +88,14 @@ func TestOpenStoreParses(t *testing.T) {
 		t.Fatalf("reservations %v", rs)
 	}
 	writeTestFile(t, filepath.Join(dir, "bad.conf"), "52:54:00:00:00:03\n", 0o644)
-	if _, err := OpenStore(dir, netip.Prefix{}); err == nil || !strings.Contains(err.Error(), "bad.conf") {
-		t.Fatalf("a bad file: %v", err)
+	if bad := st.Bad(); len(bad) != 1 || !strings.Contains(bad[0].Error(), "bad.conf") {
+		t.Fatalf("a bad file: %v", bad)
+	}
+	if got := strings.Join(st.VMs(), ","); got != "bad,vm1" {
+		t.Fatalf("vms %s: a bad file's vm must be listed (prunable)", got)
+	}
+	if dropped, err := st.Prune(func(vm string) bool { return vm == "vm1" }); err != nil || strings.Join(dropped, ",") != "bad" {
+		t.Fatalf("prune %v %v", dropped, err)
 	}
 }
 

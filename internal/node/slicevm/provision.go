@@ -468,20 +468,6 @@ func (pr *provision) runtimeValidate(ctx context.Context) (step, error) {
 	return done("%s", strings.Join(details, "; ")), nil
 }
 
-func (pr *provision) dhcpReservation(context.Context) (step, error) {
-	hosts := dhcpHosts(pr.params.VMName, pr.params.Slots)
-	if len(hosts) == 0 {
-		return skipped("no slot has a mac_address and private_ip"), nil
-	}
-	path := pr.p.dhcpPath(pr.params.VMName)
-	pr.hadDHCP = exists(path)
-	if err := writeAtomic(path, hosts, 0o644); err != nil {
-		return step{}, failf(CodeDHCPFailed, "write %s: %w", path, err)
-	}
-	pr.dhcpNew = !pr.hadDHCP
-	return done("%s: %d reservations", path, strings.Count(string(hosts), "\n")), nil
-}
-
 func (pr *provision) imageWrite(ctx context.Context) (step, error) {
 	dev := bootDevice(pr.params)
 	if dev == "" {

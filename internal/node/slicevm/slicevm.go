@@ -47,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
@@ -56,6 +57,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/image"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/node/slice"
+	"github.com/drover-dev/drover/internal/node/slicedhcp"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -192,9 +194,14 @@ type Options struct {
 	// SysfsRoot is the root below which sys/, proc/ and dev/kvm are read
 	// ("/" in production; a fake tree in tests, as in internal/node/slice).
 	SysfsRoot string
-	// StateDir holds leases/, dhcp-hosts.d/ (dnsmasq --dhcp-hostsdir),
+	// StateDir holds leases/, dhcp-hosts.d/ (the default DHCP store),
 	// telemetry/ and keys/.
 	StateDir string
+	// DHCP holds the slots' DHCP reservations that dhcp_reservation
+	// writes and a release drops; the agent's slice DHCP server answers
+	// from it (default: a store in StateDir/dhcp-hosts.d with no subnet
+	// check, which only dnsmasq pointed at it would serve).
+	DHCP *slicedhcp.Store
 	// CloudInitDir holds one directory per VM.
 	CloudInitDir string
 	// DeviceDirs are the directories nvme_device must lie in, before and
@@ -273,6 +280,13 @@ func New(opts Options) (*Provisioner, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.DHCP == nil {
+		st, err := slicedhcp.OpenStore(filepath.Join(opts.StateDir, "dhcp-hosts.d"), netip.Prefix{})
+		if err != nil {
+			return nil, fmt.Errorf("slicevm: options: %w", err)
+		}
+		opts.DHCP = st
 	}
 	return &Provisioner{opts: opts, locks: map[string]*vmLock{}}, nil
 }

@@ -1,7 +1,7 @@
 package slicevm
 
-// The provisioner's own files under StateDir: per-slot leases, the dnsmasq
-// DHCP reservations, guest telemetry registrations and terminal keys.
+// The provisioner's own files under StateDir: per-slot leases, the DHCP
+// reservations (internal/node/slicedhcp), guest telemetry registrations and terminal keys.
 
 import (
 	"context"
@@ -157,23 +157,9 @@ func (p *Provisioner) releaseLease(vm, slotID string) (bool, error) {
 	return true, nil
 }
 
-// dhcpPath is vm's reservation file in the dnsmasq --dhcp-hostsdir
-// directory; dnsmasq re-reads the directory when a file changes.
-func (p *Provisioner) dhcpPath(vm string) string {
-	return filepath.Join(p.opts.StateDir, "dhcp-hosts.d", vm+".conf")
-}
-
-// dhcpHosts renders one "mac,ip,hostname" line per slot that has a
-// reservation.
-func dhcpHosts(vm string, slots []task.VMSlot) []byte {
-	var b strings.Builder
-	for _, s := range slots {
-		if s.MACAddress != "" && s.PrivateIP != "" {
-			fmt.Fprintf(&b, "%s,%s,%s\n", s.MACAddress, s.PrivateIP, hostname(vm))
-		}
-	}
-	return []byte(b.String())
-}
+// dhcpPath is vm's reservation file in the DHCP store's directory (the
+// format of dnsmasq's --dhcp-hostsdir).
+func (p *Provisioner) dhcpPath(vm string) string { return p.opts.DHCP.Path(vm) }
 
 // hostname is vm as a DNS label (runtime ids may hold "_").
 func hostname(vm string) string { return strings.ReplaceAll(vm, "_", "-") }
