@@ -22,6 +22,12 @@
 // releases the leases of instances that no longer exist and deletes taps
 // and nftables rules that no lease owns.
 //
+// EnsureNetwork makes a network with no instance on it (the bridge with
+// its gateway address and the NAT base rules): the slice network of GPU
+// slice VMs, whose taps the VM runtime makes and whose addresses come
+// from DHCP reservations (internal/node/slicedhcp), runs on a second
+// Manager with Config.Table "drover_slice".
+//
 // nftables: Drover owns the table "ip drover" (created idempotently) with
 // nat chains prerouting, output and postrouting. Base rules (masquerade of
 // the CIDR, hairpin NAT between instances) carry the user data
@@ -82,6 +88,11 @@ type Config struct {
 	// NetNSPath, when set, makes every operation happen inside that
 	// network namespace (tests build their own: traffic stays inside it).
 	NetNSPath string
+	// Table is the nftables table (family ip) of this network's rules
+	// (default TableName). A second network on the host (the slice
+	// network) takes a table of its own, so that neither's Reconcile
+	// deletes the other's base rules.
+	Table string
 }
 
 // Check validates the bridge name, the CIDR and the resolvers (an empty
@@ -95,6 +106,9 @@ func (c Config) Check() error {
 		if _, err := parseNetwork(c.CIDR); err != nil {
 			return err
 		}
+	}
+	if c.Table != "" && (len(c.Table) > 32 || strings.Trim(c.Table, "abcdefghijklmnopqrstuvwxyz0123456789_") != "") {
+		return fmt.Errorf("nftables table %q: 1-32 characters of a-z, 0-9 and _", c.Table)
 	}
 	_, err := parseDNS(c.DNS)
 	return err

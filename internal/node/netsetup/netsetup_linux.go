@@ -39,6 +39,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.CIDR == "" {
 		cfg.CIDR = DefaultCIDR
 	}
+	if cfg.Table == "" {
+		cfg.Table = TableName
+	}
 	if err := cfg.Check(); err != nil {
 		return nil, fail("", "config", err)
 	}
@@ -155,6 +158,32 @@ func (m *Manager) Attach(ctx context.Context, id string, fwds []Forward) (Lease,
 		return Lease{}, asFail(id, "enter namespace", err)
 	}
 	return leaseOf(id, rec, m.net, m.dns), nil
+}
+
+// EnsureNetwork makes the network without any instance on it: the
+// bridge with the gateway address, up, IPv4 forwarding and the NAT base
+// rules (masquerade of what leaves the CIDR), each kept when already
+// there. The slice network uses it: its VMs' taps are made by the VM
+// runtime and its addresses come from DHCP reservations, not from this
+// package's leases. An existing Open vSwitch bridge (an OVS internal port)
+// of that name is used as it is (addressed and set up, never created);
+// the bridge this makes is a Linux bridge.
+func (m *Manager) EnsureNetwork(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fail("", "ensure network", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	err := m.do(func() error {
+		if err := m.ensureBridgeOf("", true); err != nil {
+			return err
+		}
+		return m.ensureTable("")
+	})
+	if err != nil {
+		return asFail("", "enter namespace", err)
+	}
+	return nil
 }
 
 // rollback frees a lease a failed first Attach saved, with whatever tap
@@ -329,7 +358,11 @@ func (m *Manager) Reconcile(ctx context.Context, live []string) (ReconcileReport
 
 // ensureBridge makes the bridge with the gateway address, up, and turns on
 // IPv4 forwarding.
-func (m *Manager) ensureBridge(id string) error {
+func (m *Manager) ensureBridge(id string) error { return m.ensureBridgeOf(id, false) }
+
+// ensureBridgeOf is ensureBridge; ovsOK also accepts an existing Open
+// vSwitch device of the bridge's name.
+func (m *Manager) ensureBridgeOf(id string, ovsOK bool) error {
 	br, err := netlink.LinkByName(m.cfg.Bridge)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
@@ -345,7 +378,7 @@ func (m *Manager) ensureBridge(id string) error {
 			return fail(id, "create bridge", err)
 		}
 	}
-	if br.Type() != "bridge" {
+	if br.Type() != "bridge" && (!ovsOK || br.Type() != "openvswitch") {
 		return fail(id, "create bridge", fmt.Errorf("%s exists and is a %s, not a bridge", m.cfg.Bridge, br.Type()))
 	}
 	addr, err := netlink.ParseAddr(fmt.Sprintf("%s/%d", m.net.gateway, m.net.prefix.Bits()))

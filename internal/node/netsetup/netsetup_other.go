@@ -21,6 +21,11 @@ func (m *Manager) Attach(_ context.Context, id string, _ []Forward) (Lease, erro
 	return Lease{}, fail(id, "attach", ErrUnsupported)
 }
 
+// EnsureNetwork fails outside Linux.
+func (m *Manager) EnsureNetwork(context.Context) error {
+	return fail("", "ensure network", ErrUnsupported)
+}
+
 // Lease finds nothing outside Linux.
 func (m *Manager) Lease(string) (Lease, bool, error) { return Lease{}, false, nil }
 

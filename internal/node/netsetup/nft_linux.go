@@ -34,7 +34,7 @@ func (m *Manager) nftConn() (*nftables.Conn, error) {
 }
 
 func (m *Manager) table() *nftables.Table {
-	return &nftables.Table{Family: nftables.TableFamilyIPv4, Name: TableName}
+	return &nftables.Table{Family: nftables.TableFamilyIPv4, Name: m.cfg.Table}
 }
 
 func (m *Manager) chains() map[string]*nftables.Chain {
@@ -157,7 +157,7 @@ func (m *Manager) setForwards(id string, ip netip.Addr, fwds []Forward) error {
 // deleteRules deletes every rule of the table whose user data match says
 // yes, and returns how many. A missing table deletes nothing.
 func (m *Manager) deleteRules(c *nftables.Conn, match func([]byte) bool) (int, error) {
-	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyIPv4); err != nil {
+	if _, err := c.ListTableOfFamily(m.cfg.Table, nftables.TableFamilyIPv4); err != nil {
 		return 0, nil // no table, no rules
 	}
 	n := 0
@@ -192,7 +192,7 @@ func (m *Manager) RuleTags() ([]string, error) {
 		if err != nil {
 			return err
 		}
-		if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyIPv4); err != nil {
+		if _, err := c.ListTableOfFamily(m.cfg.Table, nftables.TableFamilyIPv4); err != nil {
 			return nil
 		}
 		for _, name := range []string{chainPre, chainOut, chainPost} {
