@@ -14,6 +14,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/server"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
 	"github.com/drover-dev/drover/internal/wire/terminal"
 )
 
@@ -164,21 +165,45 @@ func TestTerminalTokenNegatives(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Run("no host terminal for a slice allocation", func(t *testing.T) {
+	t.Run("slice allocation: brokered SSH into its own VM, never a host PTY", func(t *testing.T) {
 		// A slice's user lives in its VM: even with a same-named user on
 		// the host (alice, alc_1's), its terminal never opens a host PTY.
+		// Without a running VM of its own workflow, there is no terminal.
 		spec, _ := json.Marshal(api.SliceRequest{Slots: 1})
-		if err := e.st.CreateAllocation(context.Background(), store.Allocation{ID: "alc_slice", Username: "alice",
+		ctx := context.Background()
+		if err := e.st.CreateAllocation(ctx, store.Allocation{ID: "alc_slice", Username: "alice",
 			HostID: "node-a", State: api.AllocationActive, Spec: spec, CreatedAt: now, UpdatedAt: now}); err != nil {
 			t.Fatal(err)
 		}
 		var eb api.ErrorBody
-		if st := e.op(http.MethodPost, "/api/v1/allocations/alc_slice/terminal-token", nil, &eb); st != http.StatusConflict || eb.Error.Code != "terminal_unsupported" {
-			t.Fatalf("HTTP %d %+v", st, eb)
+		if st := e.op(http.MethodPost, "/api/v1/allocations/alc_slice/terminal-token", nil, &eb); st != http.StatusConflict || eb.Error.Code != "allocation_not_bound" {
+			t.Fatalf("no workflow: HTTP %d %+v", st, eb)
+		}
+		plan, _ := json.Marshal(map[string]any{"vm_name": "slice-alc_slice"})
+		if err := e.st.CreateSliceWorkflow(ctx, store.SliceWorkflow{AllocationID: "alc_slice", HostID: "node-a",
+			Status: store.SliceFlowProvisioning, Step: "provision_vm", Spec: spec, Plan: plan, CorrelationID: "cid-slice",
+			CreatedAt: now, UpdatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		if st := e.op(http.MethodPost, "/api/v1/allocations/alc_slice/terminal-token", nil, &eb); st != http.StatusConflict || eb.Error.Code != "allocation_not_bound" {
+			t.Fatalf("workflow not active: HTTP %d %+v", st, eb)
 		}
 		var list []api.TerminalSession
 		if e.op(http.MethodGet, "/api/v1/allocations/alc_slice/sessions", nil, &list); len(list) != 0 {
 			t.Errorf("sessions %+v, want none", list)
+		}
+		if _, err := e.st.UpdateSliceWorkflow(ctx, "alc_slice", func(w *store.SliceWorkflow) error {
+			w.Status = store.SliceFlowActive
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var tok api.TerminalToken
+		if st := e.op(http.MethodPost, "/api/v1/allocations/alc_slice/terminal-token", nil, &tok); st != http.StatusCreated || tok.NodeID != "node-a" {
+			t.Fatalf("active workflow: HTTP %d %+v", st, tok)
+		}
+		if e.op(http.MethodGet, "/api/v1/allocations/alc_slice/sessions", nil, &list); len(list) != 1 || list[0].Mode != task.TerminalModeVMSSH {
+			t.Errorf("sessions %+v, want one in mode vm_ssh", list)
 		}
 	})
 	t.Run("mint needs an active allocation", func(t *testing.T) {

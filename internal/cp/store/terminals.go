@@ -15,7 +15,7 @@ type TerminalSession struct {
 	AllocationID   string
 	NodeID         string
 	Username       string
-	Mode           string // "pty" or "serial"
+	Mode           string // "pty", "serial" or "vm_ssh" (a slice VM)
 	InstanceID     string
 	TokenHash      string
 	TokenExpiresAt time.Time

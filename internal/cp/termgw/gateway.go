@@ -214,9 +214,18 @@ func (s *Gateway) runTerminal(ctx context.Context, br *websocket.Conn, sess stor
 	params := task.TerminalOpenParams{SessionID: sess.ID, AllocationID: sess.AllocationID, Nonce: l.nonce,
 		Mode: sess.Mode, Cols: sess.Cols, Rows: sess.Rows, MaxLifetime: api.Duration(cfg.MaxLifetime),
 		StreamURL: cfg.AdvertiseURL}
-	if sess.Mode == task.TerminalModeSerial {
+	switch sess.Mode {
+	case task.TerminalModeSerial:
 		params.InstanceID = sess.InstanceID
-	} else {
+	case task.TerminalModeVMSSH:
+		params.Username = sess.Username
+		vm, err := s.sessionVM(ctx, sess)
+		if err != nil {
+			fail(terminal.CodeAllocationInactive, err.Error())
+			return
+		}
+		params.VMName = vm
+	default:
 		params.Username = sess.Username
 	}
 	pb, _ := json.Marshal(params)

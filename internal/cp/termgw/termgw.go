@@ -30,6 +30,7 @@ type Store interface {
 	store.TerminalStore
 	GetAllocation(ctx context.Context, id string) (store.Allocation, error)
 	GetInstance(ctx context.Context, id string) (store.Instance, error)
+	GetSliceWorkflow(ctx context.Context, allocationID string) (store.SliceWorkflow, error)
 	GetHost(ctx context.Context, id string) (store.Host, error)
 	GetOperatorToken(ctx context.Context, id string) (store.OperatorToken, error)
 	GetTask(ctx context.Context, id string) (store.Task, error)

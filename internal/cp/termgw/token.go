@@ -60,15 +60,21 @@ func (s *Gateway) MintToken(w http.ResponseWriter, r *http.Request) error {
 		return refuse(httpapi.Errorf(http.StatusConflict, "allocation_not_active",
 			"allocation %q is %s; a terminal needs an active allocation", a.ID, a.State))
 	}
-	if a.IsSlice() {
-		// The slice's user exists in its VM, not on the host: a host PTY
-		// would be the wrong machine (or, with a same-named host user, a
-		// host shell). Terminals into slice VMs need the brokered SSH hop.
-		return refuse(httpapi.Errorf(http.StatusConflict, "terminal_unsupported",
-			"allocation %q is a GPU slice: terminals into slice VMs go through brokered SSH, which is not available yet", a.ID))
-	}
 	mode, nodeID := task.TerminalModePTY, a.HostID
-	if a.InstanceID != "" {
+	switch {
+	case a.IsSlice():
+		// The slice's user exists in its VM, not on the host: the node
+		// brokers SSH into the VM its workflow provisioned.
+		mode = task.TerminalModeVMSSH
+		_, vmNode, err := s.sliceVM(ctx, a)
+		var he *httpapi.Error
+		if errors.As(err, &he) {
+			return refuse(he)
+		} else if err != nil {
+			return err
+		}
+		nodeID = vmNode
+	case a.InstanceID != "":
 		mode = task.TerminalModeSerial
 		in, err := s.store.GetInstance(ctx, a.InstanceID)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {

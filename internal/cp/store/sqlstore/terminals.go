@@ -22,6 +22,7 @@ const (
 	terminalStateTokenReady = "token_ready"
 	terminalModePTY         = "pty"
 	terminalModeSerial      = "serial"
+	terminalModeVMSSH       = "vm_ssh"
 )
 
 func scanTerminal(r Row) (store.TerminalSession, error) {
@@ -52,7 +53,7 @@ func terminalArgs(ts store.TerminalSession) []any {
 }
 
 // CreateTerminalSession implements store.Store. The id, allocation id and
-// token hash are required; Mode must be "pty" or "serial". Defaults: State
+// token hash are required; Mode must be "pty", "serial" or "vm_ssh". Defaults: State
 // token_ready, CreatedAt now.
 func (s *Store) CreateTerminalSession(ctx context.Context, ts store.TerminalSession) error {
 	switch {
@@ -62,8 +63,8 @@ func (s *Store) CreateTerminalSession(ctx context.Context, ts store.TerminalSess
 		return fmt.Errorf("create terminal session %q: empty allocation id", ts.ID)
 	case ts.TokenHash == "":
 		return fmt.Errorf("create terminal session %q: empty token hash", ts.ID)
-	case ts.Mode != terminalModePTY && ts.Mode != terminalModeSerial:
-		return fmt.Errorf("create terminal session %q: mode %q is not pty or serial", ts.ID, ts.Mode)
+	case ts.Mode != terminalModePTY && ts.Mode != terminalModeSerial && ts.Mode != terminalModeVMSSH:
+		return fmt.Errorf("create terminal session %q: mode %q is not pty, serial or vm_ssh", ts.ID, ts.Mode)
 	}
 	if ts.State == "" {
 		ts.State = terminalStateTokenReady
