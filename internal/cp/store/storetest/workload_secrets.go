@@ -11,10 +11,35 @@ import (
 
 // workloadSecretCases cover the workload secrets table: create, replace
 // (version bump, creator kept), list without values, delete, and
-// concurrent replacements each counted once.
+// concurrent replacements each counted once, and the conditional
+// re-seal of a KEK rotation.
 var workloadSecretCases = []testCase{
 	{"WorkloadSecret/Lifecycle", testWorkloadSecretLifecycle},
 	{"WorkloadSecret/ConcurrentPut", testWorkloadSecretConcurrentPut},
+	{"WorkloadSecret/Replace", testWorkloadSecretReplace},
+}
+
+// testWorkloadSecretReplace: ReplaceWorkloadSecret swaps the value only if
+// it is still the one read, keeping version and times; ErrConflict after
+// another write, ErrNotFound for an absent name.
+func testWorkloadSecretReplace(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	put, err := s.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "db", Value: []byte("sealed-old"), UpdatedBy: "op"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReplaceWorkloadSecret(ctx, "db", []byte("sealed-old"), []byte("sealed-new")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetWorkloadSecret(ctx, "db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := put
+	want.Value = []byte("sealed-new")
+	diff(t, "after replace", got, want)
+	wantErr(t, s.ReplaceWorkloadSecret(ctx, "db", []byte("sealed-old"), []byte("sealed-x")), store.ErrConflict)
+	wantErr(t, s.ReplaceWorkloadSecret(ctx, "absent", []byte("a"), []byte("b")), store.ErrNotFound)
 }
 
 func testWorkloadSecretLifecycle(t *testing.T, s store.Store) {
