@@ -17,8 +17,10 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	goruntime "runtime"
 	"sort"
@@ -83,8 +85,24 @@ type Guest struct {
 	// CanNetwork says the virtio-net modules are in the initramfs, so
 	// KnobListen works.
 	CanNetwork bool
+	// CanSSHD says the guest was built with Options.SSHD: it runs OpenSSH's
+	// sshd on port 22 for the cloud-init seed's user (KnobSSHD).
+	CanSSHD bool
 	// QEMU and QEMUImg are the binaries found on PATH.
 	QEMU, QEMUImg string
+}
+
+// Options vary what Build puts into the guest; the zero value is the
+// plain guest.
+type Options struct {
+	// SSHD adds the host's OpenSSH sshd and ssh-keygen with their shared
+	// libraries and the CD-ROM and ISO 9660 modules, and KnobSSHD to the
+	// command line: before the marker, the guest mounts the cloud-init seed
+	// (NoCloud ISO), creates its user with the seed's ssh-* authorized keys,
+	// generates an ed25519 host key, prints it on ttyS0 between
+	// HostKeysBegin and HostKeysEnd (as cloud-init does) and starts sshd on
+	// port 22 of 10.0.2.15. Only tests that ask pay for the bigger initramfs.
+	SSHD bool
 }
 
 // Build writes the guest's files into dir (t.TempDir() when dir is "") and
@@ -92,10 +110,17 @@ type Guest struct {
 // and fails it instead when the environment variable CI is "true".
 func Build(t testing.TB, dir string) Guest {
 	t.Helper()
+	return BuildWith(t, dir, Options{})
+}
+
+// BuildWith is Build with options; it also skips (or fails under CI) when
+// what an option needs is missing.
+func BuildWith(t testing.TB, dir string, o Options) Guest {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	g, missing, err := build(dir)
+	g, missing, err := build(dir, o)
 	if missing != "" {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("qemutest: %s (required when CI=true)", missing)
@@ -109,7 +134,7 @@ func Build(t testing.TB, dir string) Guest {
 }
 
 // build returns a non-empty missing when a prerequisite is absent.
-func build(dir string) (g Guest, missing string, err error) {
+func build(dir string, o Options) (g Guest, missing string, err error) {
 	arch := map[string]string{"amd64": "x86_64", "arm64": "aarch64"}[goruntime.GOARCH]
 	if arch == "" {
 		return g, "no test guest for GOARCH " + goruntime.GOARCH, nil
@@ -138,7 +163,23 @@ func build(dir string) (g Guest, missing string, err error) {
 		g.CanNetwork = g.CanNetwork && k.modules[m] != ""
 	}
 
-	initrd, err := initramfs(busybox, k.modules)
+	modules, extra := k.modules, []cpioFile(nil)
+	if o.SSHD {
+		if !g.CanNetwork {
+			return g, "the kernel's virtio-net modules are missing (needed by Options.SSHD)", nil
+		}
+		mods, missing := sshdModuleFiles(k)
+		if missing != "" {
+			return g, missing, nil
+		}
+		modules = maps.Clone(k.modules)
+		maps.Copy(modules, mods)
+		if extra, missing, err = sshdFiles(); missing != "" || err != nil {
+			return g, missing, err
+		}
+		g.CanSSHD = true
+	}
+	initrd, err := initramfs(busybox, modules, extra)
 	if err != nil {
 		return g, "", err
 	}
@@ -152,6 +193,9 @@ func build(dir string) (g Guest, missing string, err error) {
 	}
 	g.Marker = DefaultMarker
 	g.Cmdline = "console=ttyS0 quiet panic=0 rdinit=/init"
+	if g.CanSSHD {
+		g.Cmdline += " " + KnobSSHD
+	}
 	for _, f := range []struct {
 		path string
 		sum  *string
@@ -248,11 +292,13 @@ func findKernel() (kernel, string) {
 
 // applets get a symlink to busybox in /bin.
 var applets = []string{"sh", "mount", "insmod", "cat", "head", "sleep", "poweroff", "reboot", "echo",
-	"ifconfig", "route", "httpd", "mkdir"}
+	"ifconfig", "route", "httpd", "mkdir", "grep", "sed", "tr", "chmod", "chown", "printf", "id", "stty", "tty",
+	"ls", "false"}
 
 // initramfs is the gzip'd newc archive: /init, /bin/busybox and its applet
-// links, /lib/modules/*.ko, /dev/console.
-func initramfs(busybox []byte, modules map[string]string) ([]byte, error) {
+// links, /lib/modules/*.ko, /dev/console, and the extra files with their
+// directories.
+func initramfs(busybox []byte, modules map[string]string, extra []cpioFile) ([]byte, error) {
 	var buf bytes.Buffer
 	zw, err := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
 	if err != nil {
@@ -279,6 +325,19 @@ func initramfs(busybox []byte, modules map[string]string) ([]byte, error) {
 		}
 		c.File("lib/modules/"+n, 0o644, b)
 	}
+	made := map[string]bool{"bin": true, "dev": true, "proc": true, "sys": true, "lib": true, "lib/modules": true,
+		"run": true, "tmp": true}
+	for _, f := range extra {
+		var parents []string
+		for d := path.Dir(f.name); d != "." && !made[d]; d = path.Dir(d) {
+			parents = append(parents, d)
+		}
+		for i := len(parents) - 1; i >= 0; i-- {
+			c.Dir(parents[i], 0o755)
+			made[parents[i]] = true
+		}
+		c.File(f.name, f.perm, f.data)
+	}
 	c.File("init", 0o755, []byte(initScript()))
 	if err := c.Close(); err != nil {
 		return nil, err
@@ -296,11 +355,12 @@ export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
-marker=` + DefaultMarker + `
+` + sshdFunc() + `marker=` + DefaultMarker + `
 crash=0
 nobutton=0
 listen=
 listendelay=0
+sshd=0
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
 	` + KnobMarker + `=*) marker="${arg#` + KnobMarker + `=}" ;;
@@ -308,6 +368,7 @@ for arg in $(cat /proc/cmdline); do
 	` + KnobListenDelay + `=*) listendelay="${arg#` + KnobListenDelay + `=}" ;;
 	` + KnobCrash + `) crash=1 ;;
 	` + KnobNoButton + `) nobutton=1 ;;
+	` + KnobSSHD + `) sshd=1 ;;
 	esac
 done
 insmod /lib/modules/evdev.ko
@@ -330,6 +391,7 @@ if [ "$nobutton" != 1 ]; then
 	# waits in fd 3 instead of being dropped while head is still starting.
 	exec 3< "/dev/input/$ev"
 fi
+[ "$sshd" = 1 ] && start_sshd
 echo "$marker" > /dev/ttyS0
 if [ "$crash" = 1 ]; then
 	insmod /lib/modules/pvpanic.ko

@@ -148,7 +148,7 @@ func TestInitramfsContents(t *testing.T) {
 	if err := os.WriteFile(mod, []byte("module"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	gz, err := initramfs([]byte("BUSYBOX"), map[string]string{"evdev.ko": mod})
+	gz, err := initramfs([]byte("BUSYBOX"), map[string]string{"evdev.ko": mod}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
