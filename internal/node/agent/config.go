@@ -55,9 +55,19 @@ type Config struct {
 	// (comma-separated IPv4 addresses) their guests are given (package
 	// netsetup; LoadConfig's defaults are netsetup.DefaultBridge,
 	// DefaultCIDR and DefaultDNS).
-	MicroVMBridge     string
-	MicroVMCIDR       string
-	MicroVMDNS        string
+	MicroVMBridge string
+	MicroVMCIDR   string
+	MicroVMDNS    string
+	// NODE_AGENT_SLICE_CIDR and NODE_AGENT_SLICE_BRIDGE: the slice network
+	// of GPU slice VMs. With a CIDR, the agent makes the bridge (default
+	// br-slice; an existing Open vSwitch bridge of that name is used as
+	// it is) with the CIDR's first address, NAT for the CIDR (nftables
+	// table drover_slice) and serves the slots' DHCP reservations on it
+	// (package slicedhcp; guests get NODE_AGENT_MICROVM_DNS as resolvers).
+	// Empty (the default), it serves none: the reservations are only
+	// written, for a dnsmasq the operator runs.
+	SliceCIDR         string
+	SliceBridge       string
 	ReconcileInterval time.Duration // NODE_AGENT_RECONCILE_INTERVAL: resync period (default 5s)
 	// The restart policy of instances that exit, crash or fail their
 	// health checks (package reconcile): NODE_AGENT_RESTART_BACKOFF (the
@@ -135,6 +145,8 @@ func (c *Config) fields() map[string]*string {
 		"NODE_AGENT_MICROVM_BRIDGE":    &c.MicroVMBridge,
 		"NODE_AGENT_MICROVM_CIDR":      &c.MicroVMCIDR,
 		"NODE_AGENT_MICROVM_DNS":       &c.MicroVMDNS,
+		"NODE_AGENT_SLICE_CIDR":        &c.SliceCIDR,
+		"NODE_AGENT_SLICE_BRIDGE":      &c.SliceBridge,
 	}
 	for k, p := range c.presetStringKeys() {
 		m[k] = p
@@ -201,6 +213,8 @@ func newFlagSet(f *Config, configDefault, envFileDefault string, runtimes noderu
 	fs.StringVar(&f.MicroVMBridge, "microvm-bridge", "", "bridge microVM taps are enslaved to, created if missing (default drbr0)")
 	fs.StringVar(&f.MicroVMCIDR, "microvm-cidr", "", "per-host IPv4 CIDR microVMs get addresses from; its first address is the gateway on the bridge (default 10.88.0.0/24)")
 	fs.StringVar(&f.MicroVMDNS, "microvm-dns", "", "comma-separated IPv4 resolvers microVM guests are given in /etc/resolv.conf (default 1.1.1.1)")
+	fs.StringVar(&f.SliceCIDR, "slice-cidr", "", "IPv4 CIDR of the slice network: the agent makes -slice-bridge with its first address, NAT, and serves slice VMs' DHCP reservations on it (default none: reservations are only written)")
+	fs.StringVar(&f.SliceBridge, "slice-bridge", "", "bridge of the slice network, created as a Linux bridge if missing; an existing Open vSwitch bridge is used as it is (default br-slice)")
 	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
 	fs.DurationVar(&f.RestartBackoff, "restart-backoff", 0, "first wait before an exited or unhealthy instance restarts, doubling per restart (default 1s)")
 	fs.DurationVar(&f.RestartBackoffMax, "restart-backoff-max", 0, "longest wait between restarts (default 5m)")
@@ -364,7 +378,9 @@ func (c Config) Validate() error {
 		cfg netsetup.Config
 	}{{"NODE_AGENT_MICROVM_BRIDGE", netsetup.Config{Bridge: c.MicroVMBridge}},
 		{"NODE_AGENT_MICROVM_CIDR", netsetup.Config{CIDR: c.MicroVMCIDR}},
-		{"NODE_AGENT_MICROVM_DNS", netsetup.Config{DNS: c.microVMDNS()}}} {
+		{"NODE_AGENT_MICROVM_DNS", netsetup.Config{DNS: c.microVMDNS()}},
+		{"NODE_AGENT_SLICE_CIDR", netsetup.Config{CIDR: c.SliceCIDR}},
+		{"NODE_AGENT_SLICE_BRIDGE", netsetup.Config{Bridge: c.SliceBridge}}} {
 		if err := e.cfg.Check(); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", e.key, err))
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/netsetup"
 	noderuntime "github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
 )
 
 // LoadOption changes where LoadConfig looks for its files.
@@ -71,7 +72,7 @@ func load(args []string, getenv func(string) string, runtimes noderuntime.Regist
 	l := &loaded{src: map[string]string{}, cfg: Config{OSFamily: api.OSFamilyOf(runtime.GOOS), StateDir: defaultStateDir(),
 		ListenAddr: "127.0.0.1:9000", Runtime: DefaultRuntime, ImageDirs: DefaultImageDir, Runtimes: runtimes,
 		MicroVMBridge: netsetup.DefaultBridge, MicroVMCIDR: netsetup.DefaultCIDR, MicroVMDNS: netsetup.DefaultDNS,
-		Local: DefaultLocalWorkloads()}}
+		SliceBridge: task.DefaultOVSBridge, Local: DefaultLocalWorkloads()}}
 	envFileDefault, envFileExplicit := o.envFile, false
 	if v := getenv("NODE_AGENT_ENV_FILE"); v != "" {
 		envFileDefault, envFileExplicit = v, true

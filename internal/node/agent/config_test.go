@@ -160,6 +160,8 @@ NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS=true
 NODE_AGENT_MICROVM_BRIDGE=brvm0
 NODE_AGENT_MICROVM_CIDR=172.30.0.0/16
 NODE_AGENT_MICROVM_DNS=10.0.0.53, 9.9.9.9
+NODE_AGENT_SLICE_CIDR=10.77.0.0/24
+NODE_AGENT_SLICE_BRIDGE=brslice0
 `)
 	c, err := loadConfig([]string{"-config", file}, env(nil))
 	if err != nil {
@@ -173,7 +175,8 @@ NODE_AGENT_MICROVM_DNS=10.0.0.53, 9.9.9.9
 		SecretsDir: "/etc/drover/secrets", ReconcileInterval: 2 * time.Second, TerminalURL: "https://term.example:9443",
 		RestartBackoff: 500 * time.Millisecond, RestartBackoffMax: time.Minute, CrashLoopThreshold: 2,
 		ImageAllowLocalURLs: true, Local: agent.DefaultLocalWorkloads(),
-		MicroVMBridge: "brvm0", MicroVMCIDR: "172.30.0.0/16", MicroVMDNS: "10.0.0.53, 9.9.9.9"}
+		MicroVMBridge: "brvm0", MicroVMCIDR: "172.30.0.0/16", MicroVMDNS: "10.0.0.53, 9.9.9.9",
+		SliceCIDR: "10.77.0.0/24", SliceBridge: "brslice0"}
 	if diff := cmp.Diff(c, want, cmpopts.IgnoreFields(agent.Config{}, "Runtimes")); diff != "" {
 		t.Errorf("config (-got +want):\n%s", diff)
 	}
@@ -305,6 +308,10 @@ func TestLoadConfigValidation(t *testing.T) {
 			[]string{"NODE_AGENT_MICROVM_CIDR", "/8 to /29"}},
 		{"microVM DNS not an IPv4 address", url, nil, "NODE_AGENT_MICROVM_DNS=10.0.0.53,dns.example\n",
 			[]string{"NODE_AGENT_MICROVM_DNS", `"dns.example"`, "IPv4"}},
+		{"slice CIDR not a CIDR", append([]string{"-slice-cidr", "10.77.0.1"}, url...), nil, "",
+			[]string{"NODE_AGENT_SLICE_CIDR", `"10.77.0.1"`}},
+		{"slice bridge name too long", url, map[string]string{"NODE_AGENT_SLICE_BRIDGE": "a-bridge-too-long"}, "",
+			[]string{"NODE_AGENT_SLICE_BRIDGE", "1-15 characters"}},
 		{"reconcile below 100ms", append([]string{"-reconcile-interval", "10ms"}, url...), nil, "",
 			[]string{"NODE_AGENT_RECONCILE_INTERVAL 10ms", "at least 100ms"}},
 		{"restart backoff below 100ms", url, map[string]string{"NODE_AGENT_RESTART_BACKOFF": "10ms"}, "",

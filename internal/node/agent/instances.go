@@ -14,6 +14,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/image"
 	"github.com/drover-dev/drover/internal/node/reconcile"
 	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/node/slicedhcp"
 	"github.com/drover-dev/drover/internal/node/slicevm"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -33,6 +34,10 @@ type vmSide struct {
 	rec    *reconcile.Reconciler
 	slices *slicevm.Provisioner
 	pulls  *ollamaPulls // Ollama presets' model pulls after Ready
+	// sliceDHCP holds the slots' DHCP reservations; root is the runtime
+	// dir (the slice network's state lives below it).
+	sliceDHCP *slicedhcp.Store
+	root      string
 }
 
 // buildRuntime builds the configured runtimes (from cfg.Runtimes), image
@@ -102,9 +107,13 @@ func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 		BackoffBase: a.cfg.RestartBackoff, BackoffMax: a.cfg.RestartBackoffMax, CrashLoopThreshold: a.cfg.CrashLoopThreshold,
 		Secrets: a.instanceSecrets, Log: a.log})
 	v.pulls = newOllamaPulls(ctx, a.postStatus, a.log)
+	v.root = root
+	if v.sliceDHCP, err = a.openSliceDHCP(ctx, v.rt, root); err != nil {
+		return nil, err
+	}
 	v.slices, err = slicevm.New(slicevm.Options{Runtime: v.rt, Images: images, SysfsRoot: "/",
 		StateDir: filepath.Join(root, "slices"), CloudInitDir: filepath.Join(root, "cloud-init"), Log: a.log,
-		CheckAccel: a.checkAccel})
+		CheckAccel: a.checkAccel, DHCP: v.sliceDHCP})
 	if err != nil {
 		return nil, fmt.Errorf("slice provisioner: %w", err)
 	}
@@ -164,6 +173,7 @@ func (a *Agent) runVMs(ctx context.Context, v *vmSide) error {
 	if s, ok := v.rt.(runtime.OrphanSweeper); ok {
 		go s.RunOrphanLoop(ctx, orphanSweepEvery)
 	}
+	go a.runSliceNetwork(ctx, v.sliceDHCP, v.root)
 	if r, ok := v.rt.(runtime.Releaser); ok {
 		// Let go of the VMs without stopping them: they outlive the agent
 		// and the next one re-adopts them.
