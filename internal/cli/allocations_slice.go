@@ -95,8 +95,8 @@ func printWorkflow(w io.Writer, wf *api.SliceWorkflow) {
 			orNone(s.FabricDevice), orNone(s.NVMeDevice), s.NUMANode, s.MACAddress, s.PrivateIP)
 	}
 	if wf.VM != nil {
-		fmt.Fprintf(w, "address\t%s (ssh %s:%d, user %s, ready %v, console %s)\n", wf.VM.PrivateIP, wf.VM.SSHHost, wf.VM.SSHPort,
-			wf.VM.DefaultUser, wf.VM.Ready, wf.VM.ConsoleModel)
+		fmt.Fprintf(w, "address\t%s (ssh %s:%d, user %s, ready %v, console %s, raw_vnc %v)\n", wf.VM.PrivateIP, wf.VM.SSHHost, wf.VM.SSHPort,
+			wf.VM.DefaultUser, wf.VM.Ready, wf.VM.ConsoleModel, wf.VM.RawVNC)
 	}
 	if wf.FailedStep != "" {
 		fmt.Fprintf(w, "failed\tstep %s, signal %s: %s (correlation_id %s)\n", wf.FailedStep, wf.Signal, wf.Error, wf.CorrelationID)
