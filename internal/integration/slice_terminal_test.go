@@ -17,7 +17,6 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/drover-dev/drover/internal/cp/server"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/node/runtime/qemu/qemutest"
 	"github.com/drover-dev/drover/internal/node/termnode"
@@ -32,7 +31,8 @@ import (
 // reports its host key on the serial console; the gateway queues
 // terminal.open in mode vm_ssh for the allocation's own VM, the node SSHes
 // into the guest over its loopback forward, and the session goes through
-// the whole readiness chain to the guest user's shell, recorded. Then the
+// the whole readiness chain to the guest user's shell, recorded, over the
+// gateway's WebSocket and in headless Chromium. Then the
 // refusals, each a structured error naming its hop: an allocation that
 // does not own the VM (guest_not_owned), a guest whose host key is not the
 // pinned one (guest_host_key_mismatch, never reaching pty_ready), and a
@@ -40,7 +40,8 @@ import (
 func TestSliceVMTerminalTCG(t *testing.T) {
 	imgDir := t.TempDir()
 	g := qemutest.BuildWith(t, imgDir, qemutest.Options{SSHD: true})
-	e := startEnv(t, openSQLite(t), func(c *server.Config) { c.Terminal.RecordingDir = t.TempDir() })
+	p := startBrowser(t)
+	e := browserEnv(t)
 	bt := e.createHost("slice-term")
 	rtDir := t.TempDir()
 	e.startAgent("slice-term", bt.Token, agentOpts{runtime: "qemu", imageDirs: imgDir + "," + filepath.Dir(g.Kernel), runtimeDir: rtDir})
@@ -124,6 +125,10 @@ func TestSliceVMTerminalTCG(t *testing.T) {
 	if rec := e.recordedOutput(s); !strings.Contains(rec, "vm-42") {
 		t.Errorf("the recording lacks the command's output: %q", rec)
 	}
+
+	// The same in headless Chromium: typed input, output, resizes (the
+	// guest PTY follows the window), exit code, recording and replay.
+	browserShellSession(t, p, e, alloc, user, task.TerminalModeVMSSH)
 
 	refused := func(allocID, code string) api.TerminalSession {
 		t.Helper()

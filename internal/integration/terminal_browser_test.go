@@ -420,6 +420,13 @@ func TestTerminalBrowserPTY(t *testing.T) {
 // recording and its replay.
 func browserPTYSession(t *testing.T, p *page, e *env, allocID, user string) {
 	t.Helper()
+	browserShellSession(t, p, e, allocID, user, "pty")
+}
+
+// browserShellSession is browserPTYSession for a session in mode (pty, or
+// vm_ssh for a slice VM's brokered shell).
+func browserShellSession(t *testing.T, p *page, e *env, allocID, user, mode string) {
+	t.Helper()
 	p.login(e)
 	p.openTerminal(allocID)
 	p.waitJS(`document.getElementById('term-state').textContent === 'pty_ready'`, 30*time.Second)
@@ -473,7 +480,7 @@ func browserPTYSession(t *testing.T, p *page, e *env, allocID, user string) {
 	}
 
 	s := e.waitSessionClosed(sid, 10*time.Second)
-	if s.Mode != "pty" || s.Username != user || s.ExitCode == nil || *s.ExitCode != 7 || s.CloseReason != "exit" {
+	if s.Mode != mode || s.Username != user || s.ExitCode == nil || *s.ExitCode != 7 || s.CloseReason != "exit" {
 		t.Fatalf("session %+v", s)
 	}
 	if states := stateNames(s); !isSubsequence([]string{"token_ready", "browser_ws_ready", "pty_ready"}, states) {

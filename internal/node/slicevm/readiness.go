@@ -221,10 +221,12 @@ func (pr *provision) cleanup(ctx context.Context) string {
 			}
 			did = append(did, "removed terminal key "+p.keyPath(vm))
 		}
-		if rec, err := p.removeTerminal(vm); err != nil {
-			return step{}, err
-		} else if rec {
-			did = append(did, "removed terminal record "+p.terminalPath(vm))
+		if pr.vmCreated { // a VM found running keeps its terminal record
+			if rec, err := p.removeTerminal(vm); err != nil {
+				return step{}, err
+			} else if rec {
+				did = append(did, "removed terminal record "+p.terminalPath(vm))
+			}
 		}
 		if len(did) == 0 {
 			return skipped("nothing created by this provision"), nil
