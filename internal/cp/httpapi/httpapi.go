@@ -7,6 +7,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -32,6 +33,10 @@ const (
 	ctxActor
 )
 
+// correlationHeaderKey is api.HeaderCorrelationID in canonical form (the
+// key net/http's Header methods use).
+const correlationHeaderKey = "X-Correlation-Id"
+
 var correlationRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 
 // NewID returns a random id with a prefix, e.g. "tsk_5f2c...".
@@ -40,7 +45,10 @@ func NewID(prefix string) string {
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(fmt.Sprintf("crypto/rand: %v", err))
 	}
-	return prefix + hex.EncodeToString(b[:])
+	var out [64]byte // one allocation (the string) for the usual short prefix
+	id := append(append(out[:0], prefix...), make([]byte, hex.EncodedLen(len(b)))...)
+	hex.Encode(id[len(prefix):], b[:])
+	return string(id)
 }
 
 // ValidCorrelationID reports whether cid is a correlation id the control
@@ -51,19 +59,44 @@ func ValidCorrelationID(cid string) bool { return correlationRE.MatchString(cid)
 // malformed), stores it in the context and echoes it on the response.
 func WithCorrelation(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		cid := r.Header.Get(api.HeaderCorrelationID)
+		var cid string // net/http canonicalises request header keys: no Get, which would canonicalise again
+		if v := r.Header[correlationHeaderKey]; len(v) > 0 {
+			cid = v[0]
+		}
 		if !ValidCorrelationID(cid) {
 			cid = NewID("cid_")
 		}
-		w.Header().Set(api.HeaderCorrelationID, cid)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxCorrelation, cid)))
+		c := &correlationCtx{Context: r.Context(), cid: cid}
+		c.header[0] = cid
+		w.Header()[correlationHeaderKey] = c.header[:] // one allocation for the header and the context
+		next.ServeHTTP(w, r.WithContext(c))
 	})
+}
+
+// correlationCtx carries a request's correlation id (what
+// context.WithValue would, with the response header's value in the same
+// allocation: every request goes through it).
+type correlationCtx struct {
+	context.Context
+	cid    string
+	header [1]string
+}
+
+// Value answers ctxCorrelation with c itself (a pointer in an interface
+// costs no allocation; the string would).
+func (c *correlationCtx) Value(key any) any {
+	if key == ctxCorrelation {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // CorrelationID is the request's correlation id ("" outside a request).
 func CorrelationID(ctx context.Context) string {
-	s, _ := ctx.Value(ctxCorrelation).(string)
-	return s
+	if c, _ := ctx.Value(ctxCorrelation).(*correlationCtx); c != nil {
+		return c.cid
+	}
+	return ""
 }
 
 // Actor is how audit records and created_by fields name the request's
@@ -138,13 +171,47 @@ func WriteError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err er
 
 // DecodeJSON strictly decodes a bounded body into v.
 func DecodeJSON(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, MaxBody))
+	return decodeStrict(io.LimitReader(r.Body, MaxBody), v)
+}
+
+// DecodeJSONBytes is DecodeJSON of a body read with AppendBody.
+func DecodeJSONBytes(body []byte, v any) error {
+	return decodeStrict(bytes.NewReader(body), v)
+}
+
+func decodeStrict(rd io.Reader, v any) error {
+	dec := json.NewDecoder(rd)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &Error{Status: http.StatusUnprocessableEntity,
-			CodedError: api.CodedError{Code: "invalid_json", Message: "request body: " + err.Error()}}
+		return invalidJSON(err)
 	}
 	return nil
+}
+
+func invalidJSON(err error) *Error {
+	return &Error{Status: http.StatusUnprocessableEntity,
+		CodedError: api.CodedError{Code: "invalid_json", Message: "request body: " + err.Error()}}
+}
+
+// AppendBody appends the request body, at most MaxBody bytes of it (what
+// DecodeJSON reads), to dst: with a reused dst, reading a small body
+// allocates nothing. A read error is DecodeJSON's invalid_json.
+func AppendBody(dst []byte, body io.Reader) ([]byte, error) {
+	limit := len(dst) + MaxBody
+	for len(dst) < limit {
+		if len(dst) == cap(dst) {
+			dst = append(dst, 0)[:len(dst)]
+		}
+		n, err := body.Read(dst[len(dst):min(cap(dst), limit)])
+		dst = dst[:len(dst)+n]
+		if errors.Is(err, io.EOF) {
+			return dst, nil
+		}
+		if err != nil {
+			return dst, invalidJSON(err)
+		}
+	}
+	return dst, nil
 }
 
 // HandlerFunc is a handler that returns its error instead of writing it.
