@@ -6,14 +6,15 @@
 // written on transitions and in coalesced flushes), capability reports, and
 // a cache of the host state node requests need. It must not queue tasks or
 // place instances (it wakes Instances when a host drains), and keeps no host
-// state beyond that cache and the pending heartbeats: hosts are in the
-// Store.
+// state beyond that cache and liveness (the pending heartbeats and the last
+// heartbeat body of each host heard from lately): hosts are in the Store.
 package hosts
 
 import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,8 +97,12 @@ type Room struct {
 	limiter   *httpapi.IPLimiter
 	// authFails limits failed enrolments per source and per host id.
 	authFails *failLimiter
-	// heartbeatReply is the constant heartbeat answer, encoded once.
-	heartbeatReply []byte
+	// heartbeatReply is the constant heartbeat answer, encoded once, and
+	// jsonContentType its Content-Type header value.
+	heartbeatReply  []byte
+	jsonContentType []string
+	// bodies are reused heartbeat body buffers (*[]byte).
+	bodies sync.Pool
 }
 
 // New is the hosts room.
@@ -108,6 +113,8 @@ func New(cfg Config, st Store, ca CA, keys Keys, instances Instances, auditLog *
 		authFails: newFailLimiter(cfg.AuthFailRate, cfg.AuthFailBurst, cfg.Now)}
 	s.live = newLiveness(s)
 	s.heartbeatReply, _ = json.Marshal(api.HeartbeatResponse{HeartbeatInterval: api.Duration(cfg.HeartbeatInterval)})
+	s.jsonContentType = []string{"application/json"}
+	s.bodies.New = func() any { b := make([]byte, 0, 1024); return &b }
 	return s
 }
 

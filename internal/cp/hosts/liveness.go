@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"time"
@@ -18,20 +19,70 @@ const staleAfter = 3
 // liveness keeps heartbeats in memory. The store sees a host's heartbeat
 // only on a status transition or in the coalesced flush: one batched
 // statement per interval for every host heard from since the last one.
+//
+// A heartbeat that changes nothing (same status, no new failure, same
+// capacity) costs a map lookup under mu and no allocation: the host's
+// entry is made on its first heartbeat and reused, and the raw body of its
+// last heartbeat is kept with its decoded form, so an identical body is
+// not decoded again. Entries of hosts not heard from for staleAfter
+// intervals are dropped at the next flush, so the map holds at most the
+// hosts heard from lately.
 type liveness struct {
 	s *Room
 
 	mu    sync.Mutex
-	dirty map[string]time.Time
+	hosts map[string]*beatEntry
+
+	// flushMu makes flushes one at a time; batch is their reused buffer.
+	flushMu sync.Mutex
+	batch   []store.Seen
+}
+
+// beatEntry is what liveness keeps of one host.
+type beatEntry struct {
+	seen  time.Time // the latest heartbeat heard
+	dirty bool      // seen is newer than what this replica last wrote
+	body  []byte    // the last heartbeat body, as received
+	hb    api.Heartbeat
 }
 
 func newLiveness(s *Room) *liveness {
-	return &liveness{s: s, dirty: make(map[string]time.Time)}
+	return &liveness{s: s, hosts: make(map[string]*beatEntry)}
+}
+
+// decoded returns the heartbeat the host last sent if body is the same
+// bytes, so an unchanged heartbeat is not decoded again.
+func (l *liveness) decoded(id string, body []byte) (api.Heartbeat, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.hosts[id]; e != nil && e.body != nil && bytes.Equal(e.body, body) {
+		return e.hb, true
+	}
+	return api.Heartbeat{}, false
+}
+
+// remember keeps body, and hb decoded from it, as the host's last heartbeat.
+func (l *liveness) remember(id string, body []byte, hb api.Heartbeat) {
+	l.mu.Lock()
+	e := l.entry(id)
+	e.body, e.hb = append(e.body[:0], body...), hb
+	l.mu.Unlock()
+}
+
+// entry is id's entry, made on first use; l.mu must be held.
+func (l *liveness) entry(id string) *beatEntry {
+	e := l.hosts[id]
+	if e == nil {
+		e = &beatEntry{}
+		l.hosts[id] = e
+	}
+	return e
 }
 
 // beat records a heartbeat from a host whose cached state is hs and that
 // should now have status (healthy, or a problem the agent reported in o).
-// It writes to the store only on a status change or a new reported failure.
+// It writes to the store only on a status change or a new reported failure;
+// otherwise it only marks the host seen for the next flush.
 func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Time, o observation) error {
 	if hs.status != o.status || o.newFailure(hs) {
 		var prev api.HostStatus
@@ -50,39 +101,59 @@ func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Ti
 			return err
 		}
 		l.s.cache.put(h)
+		l.mu.Lock()
+		if e := l.entry(id); at.After(e.seen) {
+			e.seen = at // written above: not dirty
+		}
+		l.mu.Unlock()
 		if prev != o.status {
 			l.s.statusChanged(ctx, id, prev, o.status, orDefault(o.reason, "heartbeat"), o.cid)
 		}
 		return nil
 	}
 	l.mu.Lock()
-	l.dirty[id] = at
+	e := l.entry(id)
+	if at.After(e.seen) {
+		e.seen = at
+	}
+	e.dirty = true
 	l.mu.Unlock()
 	return nil
 }
 
-// flush writes the coalesced heartbeats in one batch.
+// flush writes the coalesced heartbeats in one batch, and drops the
+// entries of hosts not heard from for staleAfter intervals.
 func (l *liveness) flush(ctx context.Context) {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	forget := l.s.cfg.Now().Add(-staleAfter * l.s.cfg.HeartbeatInterval)
+	batch := l.batch[:0]
 	l.mu.Lock()
-	if len(l.dirty) == 0 {
-		l.mu.Unlock()
+	for id, e := range l.hosts {
+		switch {
+		case e.dirty:
+			batch = append(batch, store.Seen{HostID: id, At: e.seen})
+			e.dirty = false
+		case e.seen.Before(forget):
+			delete(l.hosts, id)
+		}
+	}
+	l.mu.Unlock()
+	l.batch = batch
+	if len(batch) == 0 {
 		return
 	}
-	batch := make([]store.Seen, 0, len(l.dirty))
-	for id, at := range l.dirty {
-		batch = append(batch, store.Seen{HostID: id, At: at})
-	}
-	l.dirty = make(map[string]time.Time, len(batch))
-	l.mu.Unlock()
 
 	revived, err := l.s.store.TouchHosts(ctx, batch)
 	if err != nil {
 		l.s.log.Warn("flush heartbeats", "err", err, "hosts", len(batch))
 		l.mu.Lock() // keep them for the next flush; never lower a newer value
 		for _, b := range batch {
-			if cur, ok := l.dirty[b.HostID]; !ok || cur.Before(b.At) {
-				l.dirty[b.HostID] = b.At
+			e := l.entry(b.HostID)
+			if b.At.After(e.seen) {
+				e.seen = b.At
 			}
+			e.dirty = true
 		}
 		l.mu.Unlock()
 		return

@@ -119,11 +119,25 @@ func (s *Room) Renew(w http.ResponseWriter, r *http.Request, c Caller) error {
 	return nil
 }
 
-// Heartbeat records liveness; the store is written only on transitions.
+// Heartbeat records liveness; the store is written only on transitions
+// (status, a new failure, capacity). A heartbeat whose body is byte for
+// byte the host's previous one is not decoded again (liveness.decoded).
 func (s *Room) Heartbeat(w http.ResponseWriter, r *http.Request, c Caller) error {
-	var hb api.Heartbeat
-	if err := httpapi.DecodeJSON(r, &hb); err != nil {
+	buf := s.bodies.Get().(*[]byte)
+	defer s.putBody(buf)
+	body, err := httpapi.AppendBody((*buf)[:0], r.Body)
+	*buf = body
+	if err != nil {
 		return err
+	}
+	hb, ok := s.live.decoded(c.ID, body)
+	if !ok {
+		var fresh api.Heartbeat // on the heap only when decoded
+		if err := httpapi.DecodeJSONBytes(body, &fresh); err != nil {
+			return err
+		}
+		hb = fresh
+		s.live.remember(c.ID, body, hb)
 	}
 	s.metrics.Heartbeats.Inc()
 	ctx := r.Context()
@@ -147,9 +161,18 @@ func (s *Room) Heartbeat(w http.ResponseWriter, r *http.Request, c Caller) error
 			s.cache.put(h)
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = s.jsonContentType // shared, never modified: no allocation per beat
 	_, _ = w.Write(s.heartbeatReply)
 	return nil
+}
+
+// maxPooledBody is the largest heartbeat body buffer kept for reuse.
+const maxPooledBody = 64 << 10
+
+func (s *Room) putBody(b *[]byte) {
+	if cap(*b) <= maxPooledBody {
+		s.bodies.Put(b)
+	}
 }
 
 // PutCapabilities replaces the host's reported capabilities (the agent
