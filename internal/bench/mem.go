@@ -79,37 +79,50 @@ func childMem(ctx context.Context, pid int, metricsURL string) (MemSample, error
 		return MemSample{}, err
 	}
 	s := MemSample{RSSBytes: rss}
+	m, err := scrapeMetrics(ctx, metricsURL)
+	s.HeapInuseBytes = int64(m["go_memstats_heap_inuse_bytes"])
+	s.StackInuseBytes = int64(m["go_memstats_stack_inuse_bytes"])
+	s.Goroutines = int64(m["go_goroutines"])
+	return s, err
+}
+
+// runtimeCounters are the child's cumulative Go runtime counters.
+type runtimeCounters struct {
+	gcCycles, gcPauseS, mallocs, allocBytes float64
+}
+
+// childRuntime reads the child's GC and allocation counters from its
+// Prometheus endpoint.
+func childRuntime(ctx context.Context, metricsURL string) (runtimeCounters, error) {
+	m, err := scrapeMetrics(ctx, metricsURL)
+	return runtimeCounters{gcCycles: m["go_gc_duration_seconds_count"], gcPauseS: m["go_gc_duration_seconds_sum"],
+		mallocs: m["go_memstats_mallocs_total"], allocBytes: m["go_memstats_alloc_bytes_total"]}, err
+}
+
+// scrapeMetrics reads the unlabelled samples of a Prometheus text endpoint.
+func scrapeMetrics(ctx context.Context, metricsURL string) (map[string]float64, error) {
+	m := map[string]float64{}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
 	if err != nil {
-		return s, err
+		return m, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return s, err
+		return m, err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		name, val, ok := strings.Cut(line, " ")
-		if !ok {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") {
 			continue
 		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
-		if err != nil {
-			continue
-		}
-		switch name {
-		case "go_memstats_heap_inuse_bytes":
-			s.HeapInuseBytes = int64(v)
-		case "go_memstats_stack_inuse_bytes":
-			s.StackInuseBytes = int64(v)
-		case "go_goroutines":
-			s.Goroutines = int64(v)
+		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			m[name] = v
 		}
 	}
-	return s, sc.Err()
+	return m, sc.Err()
 }
 
 // machine describes this host.

@@ -6,6 +6,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"net/http"
@@ -181,6 +182,7 @@ func (f *fleet) heartbeats(ctx context.Context) {
 	var lat recorder
 	var count, errs atomic.Int64
 	var wg sync.WaitGroup
+	rt0, rtErr := f.serverRuntime(ctx)
 	cpu0, srv0 := selfCPU(), f.serverCPU()
 	start := time.Now()
 	deadline := start.Add(d)
@@ -234,9 +236,25 @@ func (f *fleet) heartbeats(ctx context.Context) {
 	if n := lat.len(); n > 0 {
 		hb.HarnessCPUPerBeatUs = round2(hb.HarnessCPUS / float64(n) * 1e6)
 		hb.ServerCPUPerBeatUs = round2(hb.ServerCPUS / float64(n) * 1e6)
+		if rt1, err := f.serverRuntime(ctx); err == nil && rtErr == nil && f.t.mode == ModeServerProcess {
+			hb.Server = &ServerRuntime{GCCycles: rt1.gcCycles - rt0.gcCycles, GCPauseS: round2(rt1.gcPauseS - rt0.gcPauseS),
+				AllocsPerBeat: round2((rt1.mallocs - rt0.mallocs) / float64(n)), AllocBytesPerBeat: round2((rt1.allocBytes - rt0.allocBytes) / float64(n))}
+			if m, err := childMem(ctx, f.t.pid, f.t.opURL+"/metrics"); err == nil {
+				hb.Server.RSSBytesEnd, hb.Server.HeapInuseBytesEnd, hb.Server.GoroutinesEnd = m.RSSBytes, m.HeapInuseBytes, m.Goroutines
+			}
+		}
 	}
 	f.rep.Heartbeats = hb
 	f.logf("heartbeats: %d in %s = %.0f/s, %+v", hb.Count, d, hb.PerSec, hb.Latency)
+}
+
+// serverRuntime reads the server child's runtime counters (zero, and an
+// error, in the other modes).
+func (f *fleet) serverRuntime(ctx context.Context) (runtimeCounters, error) {
+	if f.t.mode != ModeServerProcess {
+		return runtimeCounters{}, errors.New("not a server process")
+	}
+	return childRuntime(ctx, f.t.opURL+"/metrics")
 }
 
 func (f *fleet) serverCPU() float64 {

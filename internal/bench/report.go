@@ -91,6 +91,22 @@ type HeartbeatReport struct {
 	// CPU time per heartbeat answered: load-independent cost figures.
 	ServerCPUPerBeatUs  float64 `json:"server_cpu_us_per_heartbeat,omitempty"`
 	HarnessCPUPerBeatUs float64 `json:"harness_cpu_us_per_heartbeat,omitempty"`
+	// Server is the server child's Go runtime over the phase
+	// (server-process mode only).
+	Server *ServerRuntime `json:"server,omitempty"`
+}
+
+// ServerRuntime is what the server's garbage collector and allocator did
+// during the heartbeat phase, from its /metrics (whole process: TLS,
+// HTTP/2 and the open long-polls included), and its size at the end.
+type ServerRuntime struct {
+	GCCycles          float64 `json:"gc_cycles"`
+	GCPauseS          float64 `json:"gc_pause_s"` // stop-the-world pauses, summed
+	AllocsPerBeat     float64 `json:"allocs_per_heartbeat"`
+	AllocBytesPerBeat float64 `json:"alloc_bytes_per_heartbeat"`
+	RSSBytesEnd       int64   `json:"rss_bytes_end"`
+	HeapInuseBytesEnd int64   `json:"heap_inuse_bytes_end"`
+	GoroutinesEnd     int64   `json:"goroutines_end"`
 }
 
 // DispatchReport is enqueue → agent-receives latency with idle long-polls.
