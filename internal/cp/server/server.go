@@ -38,6 +38,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/operators"
 	"github.com/drover-dev/drover/internal/cp/preflight"
 	"github.com/drover-dev/drover/internal/cp/secrets"
+	"github.com/drover-dev/drover/internal/cp/sliceflow"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/cp/tasks"
 	"github.com/drover-dev/drover/internal/cp/termgw"
@@ -254,6 +255,8 @@ type Server struct {
 	logs *logsgw.Gateway
 	// allocs is the allocations room.
 	allocs *allocations.Room
+	// sliceRoom runs the slice allocations' workflows (wireSlices).
+	sliceRoom *sliceflow.Room
 	// tasks is the task queue (and its event bus, subscribed in
 	// subscribeTaskEvents).
 	tasks *tasks.Room
@@ -394,6 +397,7 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 	g.Go(func() error { s.dispatchEvents(gctx, events); return nil })
 	g.Go(func() error { s.hosts.Run(gctx); return nil })
 	g.Go(func() error { s.tasks.Reap(gctx); return nil })
+	g.Go(func() error { s.sliceRoom.RunSweeper(gctx, sliceflow.SweepInterval); return nil })
 	g.Go(func() error { s.health.Run(gctx); return nil })
 	g.Go(func() error { s.term.Run(gctx); return nil })
 	g.Go(func() error { s.keys.Run(gctx); return nil })

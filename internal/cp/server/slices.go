@@ -17,9 +17,10 @@ const resumeTimeout = 30 * time.Second
 // previous run (or another replica) left unfinished. Resuming only
 // records steps and queues tasks, so it is done before serving; a
 // workflow it cannot resume (the store down) goes on at its next task
-// event or the next start.
+// event or at the next sweep (Serve runs the room's sweeper).
 func (s *Server) wireSlices(b *taskbus.Bus) {
 	room := sliceflow.New(s.store, s.tasks, s.audit, s.log, s.cfg.Now)
+	s.sliceRoom = room
 	s.allocs.SetSlices(room, sliceflow.Validate)
 	room.Subscribe(b)
 	ctx, cancel := context.WithTimeout(context.Background(), resumeTimeout)

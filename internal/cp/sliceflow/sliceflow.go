@@ -65,6 +65,9 @@ type Room struct {
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // per allocation: one advance at a time on this replica
 
+	// stuckAfter bounds an await step's wait (StuckAfter).
+	stuckAfter time.Duration
+
 	// hook, in tests, runs at each step boundary ("begin:<step>" after the
 	// step is recorded, "done:<step>" after it is recorded done); an error
 	// stops the advance there, as a crash would.
@@ -73,7 +76,8 @@ type Room struct {
 
 // New is the slice workflow room.
 func New(st Store, tasks Tasks, auditLog *audit.Log, log *slog.Logger, now func() time.Time) *Room {
-	return &Room{store: st, tasks: tasks, audit: auditLog, log: log, now: now, locks: map[string]*sync.Mutex{}}
+	return &Room{store: st, tasks: tasks, audit: auditLog, log: log, now: now, locks: map[string]*sync.Mutex{},
+		stuckAfter: StuckAfter}
 }
 
 // taskTTL is how long a slice task may take from queueing to its result

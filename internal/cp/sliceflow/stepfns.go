@@ -104,8 +104,17 @@ func (s *Room) awaitProvision(ctx context.Context, w *store.SliceWorkflow, rec *
 		}
 	}
 	t, res, err := s.finished(ctx, w.ProvisionTaskID)
-	if err != nil || t == nil {
+	if errors.Is(err, store.ErrNotFound) {
+		return missing(task.TypeVMProvision, w.ProvisionTaskID), nil
+	}
+	if err != nil {
 		return outcome{kind: wait}, err
+	}
+	if t == nil {
+		if detail, late := s.overdue(rec, task.TypeVMProvision, w.ProvisionTaskID); late {
+			return outcome{kind: fail, signal: signal.SliceWorkflowStuck, detail: detail}, nil
+		}
+		return outcome{kind: wait}, nil
 	}
 	if t.State == api.TaskSucceeded {
 		return outcome{detail: t.ID + " succeeded"}, nil
@@ -260,8 +269,17 @@ func (s *Room) awaitRelease(ctx context.Context, w *store.SliceWorkflow, rec *st
 		}
 	}
 	t, res, err := s.finished(ctx, w.ReleaseTaskID)
-	if err != nil || t == nil {
+	if errors.Is(err, store.ErrNotFound) {
+		return outcome{detail: missing(task.TypeVMRelease, w.ReleaseTaskID).detail + "; the node's slot leases guard the slots"}, nil
+	}
+	if err != nil {
 		return outcome{kind: wait}, err
+	}
+	if t == nil {
+		if detail, late := s.overdue(rec, task.TypeVMRelease, w.ReleaseTaskID); late {
+			return outcome{detail: detail + "; the node's slot leases guard the slots"}, nil
+		}
+		return outcome{kind: wait}, nil
 	}
 	if t.State == api.TaskSucceeded {
 		return outcome{detail: t.ID + " succeeded"}, nil

@@ -51,6 +51,7 @@ const (
 	// Slice allocations (internal/cp/sliceflow).
 	SliceSlotsUnavailable Name = "slice_slots_unavailable"
 	SliceProvisionFailed  Name = "slice_vm_provision_failed"
+	SliceWorkflowStuck    Name = "slice_workflow_stuck"
 )
 
 // Signal is one row of the runbook: what the operator sees, the quickest
@@ -180,6 +181,10 @@ func Signals() []Signal {
 		{SliceProvisionFailed, DomainNode, "A slice allocation failed at await_provision: slice.vm_provision failed on the node (the failed phase names where) or expired unanswered",
 			"`drover allocations show <id>` (workflow.phases, failed_step, error); `drover tasks show <provision_task_id>`",
 			"Node runtime / slice host", "Repair what the failed phase names (image, VFIO binding, NVMe, readiness); the workflow already released the VM and its slots, so recreate the allocation",
+			[]Hop{HopAllocationBinding}, ""},
+		{SliceWorkflowStuck, DomainControlPlane, "A slice allocation failed at await_provision because slice.vm_provision never answered: no result and no expiry past the sweep's bound (sliceflow.StuckAfter), or the task is gone from the store",
+			"`drover allocations show <id>` (workflow.failed_step, error, correlation_id); `drover tasks show <provision_task_id>`; the node's agent log for the correlation id",
+			"Control plane / node", "Check that the node is up and claims tasks and that the control plane's reaper runs; the workflow already released the VM and its slots, so recreate the allocation",
 			[]Hop{HopAllocationBinding}, ""},
 	}
 }
