@@ -3,7 +3,8 @@ package termnode
 // Mode vm_ssh: a brokered terminal into a slice VM. The node dials the
 // guest's SSH server at the address its own provision recorded (on the
 // node's loopback), checks the host key the guest reported at provision,
-// authenticates with the VM's terminal key and asks for a PTY and a shell
+// authenticates with the VM's terminal key (all three through
+// internal/node/guestssh's Dial) and asks for a PTY and a shell
 // as the allocation's user. Nothing in the task names an address or a key.
 
 import (
@@ -11,14 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/drover-dev/drover/internal/node/guestssh"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/terminal"
 )
@@ -33,23 +32,19 @@ const (
 	// CodeGuestTerminalUnavailable: the node has no usable terminal record
 	// for the VM (not provisioned here, released, no SSH forward, an
 	// address beyond the node's loopback, or no pinned host key).
-	CodeGuestTerminalUnavailable = "guest_terminal_unavailable"
+	CodeGuestTerminalUnavailable = guestssh.CodeUnavailable
 	// CodeGuestSSHUnreachable: the guest's SSH address did not answer, or
 	// the SSH handshake did not complete in time.
-	CodeGuestSSHUnreachable = "guest_ssh_unreachable"
+	CodeGuestSSHUnreachable = guestssh.CodeUnreachable
 	// CodeGuestHostKeyMismatch: the guest presented a host key other than
 	// the one pinned at provision; the session stops before authenticating.
-	CodeGuestHostKeyMismatch = "guest_host_key_mismatch"
+	CodeGuestHostKeyMismatch = guestssh.CodeHostKeyMismatch
 	// CodeGuestAuthFailed: the guest refused the VM's terminal key.
-	CodeGuestAuthFailed = "guest_auth_failed"
+	CodeGuestAuthFailed = guestssh.CodeAuthFailed
 )
 
-// guestDialTimeout bounds the TCP connect and the SSH handshake;
 // guestStopGrace bounds the wait for the guest session to end on Stop.
-const (
-	guestDialTimeout = 15 * time.Second
-	guestStopGrace   = 2 * time.Second
-)
+const guestStopGrace = 2 * time.Second
 
 // VMTarget is what a vm_ssh session needs of a slice VM, from the node's
 // own provision records.
@@ -84,111 +79,20 @@ func (m *Manager) startVMSSH(ctx context.Context, vm, allocationID, username str
 	if t.User != username {
 		return nil, fail(CodeGuestNotOwned, nil, "the terminal key of vm %q is authorized for user %q, not %q", vm, t.User, username)
 	}
-	if err := checkLoopback(t.Addr); err != nil {
-		return nil, fail(CodeGuestTerminalUnavailable, err, "vm %q", vm)
-	}
-	pins, algos, err := parsePins(t.HostKeys)
+	client, err := guestssh.Dial(ctx, guestssh.Target{Addr: t.Addr, User: t.User, KeyPath: t.KeyPath, HostKeys: t.HostKeys}, username)
 	if err != nil {
-		return nil, fail(CodeGuestTerminalUnavailable, err, "vm %q has no usable pinned host key", vm)
-	}
-	pem, err := os.ReadFile(t.KeyPath)
-	if err != nil {
-		return nil, fail(CodeGuestTerminalUnavailable, err, "terminal key of vm %q", vm)
-	}
-	signer, err := ssh.ParsePrivateKey(pem)
-	if err != nil {
-		return nil, fail(CodeGuestTerminalUnavailable, err, "terminal key of vm %q", vm)
-	}
-
-	var mismatch error
-	cfg := &ssh.ClientConfig{
-		User:              username,
-		Auth:              []ssh.AuthMethod{ssh.PublicKeys(signer)},
-		HostKeyAlgorithms: algos,
-		Timeout:           guestDialTimeout,
-		HostKeyCallback: func(_ string, _ net.Addr, k ssh.PublicKey) error {
-			for _, p := range pins {
-				if string(p.Marshal()) == string(k.Marshal()) {
-					return nil
-				}
-			}
-			mismatch = fmt.Errorf("presented %s %s, pinned %s", k.Type(), ssh.FingerprintSHA256(k), fingerprints(pins))
-			return mismatch
-		},
-	}
-	dctx, cancel := context.WithTimeout(ctx, guestDialTimeout)
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(dctx, "tcp", t.Addr)
-	if err != nil {
-		return nil, fail(CodeGuestSSHUnreachable, err, "vm %q: ssh %s", vm, t.Addr)
-	}
-	deadline, _ := dctx.Deadline()
-	_ = conn.SetDeadline(deadline)
-	stop := context.AfterFunc(dctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	cc, chans, reqs, err := ssh.NewClientConn(conn, t.Addr, cfg)
-	stop()
-	if err != nil {
-		_ = conn.Close()
-		switch {
-		case mismatch != nil:
-			return nil, fail(CodeGuestHostKeyMismatch, mismatch, "vm %q: the guest's ssh host key is not the one pinned at provision", vm)
-		case strings.Contains(err.Error(), "unable to authenticate"):
-			return nil, fail(CodeGuestAuthFailed, err, "vm %q refused the terminal key for user %q", vm, username)
+		var de *guestssh.DialError
+		if errors.As(err, &de) {
+			return nil, fail(de.Code, de.Err, "vm %q: %s", vm, de.Msg)
 		}
-		return nil, fail(CodeGuestSSHUnreachable, err, "vm %q: ssh handshake with %s", vm, t.Addr)
+		return nil, fail(CodeGuestSSHUnreachable, err, "vm %q", vm)
 	}
-	_ = conn.SetDeadline(time.Time{})
-	client := ssh.NewClient(cc, chans, reqs)
 	c, err := startGuestShell(client, size)
 	if err != nil {
 		_ = client.Close()
 		return nil, fail(CodePTYFailed, err, "vm %q: a PTY and shell for %q", vm, username)
 	}
 	return c, nil
-}
-
-// checkLoopback refuses an address that is not an IP on the loopback.
-func checkLoopback(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("ssh address %s is not on this node's loopback", addr)
-	}
-	return nil
-}
-
-// parsePins parses the pinned host keys and returns the host key
-// algorithms to offer, so that the guest presents a pinned kind of key.
-func parsePins(lines []string) ([]ssh.PublicKey, []string, error) {
-	var keys []ssh.PublicKey
-	var algos []string
-	for _, l := range lines {
-		k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(l))
-		if err != nil {
-			return nil, nil, fmt.Errorf("pinned host key %q: %w", l, err)
-		}
-		keys = append(keys, k)
-		if k.Type() == ssh.KeyAlgoRSA {
-			algos = append(algos, ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA)
-		} else {
-			algos = append(algos, k.Type())
-		}
-	}
-	if len(keys) == 0 {
-		return nil, nil, errors.New("no host key was pinned at provision")
-	}
-	return keys, algos, nil
-}
-
-func fingerprints(keys []ssh.PublicKey) string {
-	out := make([]string, len(keys))
-	for i, k := range keys {
-		out[i] = k.Type() + " " + ssh.FingerprintSHA256(k)
-	}
-	return strings.Join(out, ", ")
 }
 
 // sshConsole is a shell in a PTY in the guest, over one SSH connection.
