@@ -129,6 +129,7 @@ type envOpts struct {
 	accel    func(context.Context, string) error
 	qcow2    bool // build a qcow2 image (needs qemu-img)
 	bare     bool // a host with no GPU, NVMe or bridge
+	install  bool // Options.InstallDependencies
 }
 
 // needQEMUImg skips without qemu-img, but fails under CI=true.
@@ -201,7 +202,8 @@ func newEnv(t *testing.T, o envOpts) *env {
 	e.rt = &stopRecorder{Runtime: mock.New(mock.Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})}
 	e.p, err = New(Options{Runtime: e.rt, Images: cache, SysfsRoot: e.roots.Base, StateDir: e.state,
 		CloudInitDir: e.ciDir, DeviceDirs: []string{e.roots.Dev}, LookPath: o.lookPath, CheckAccel: o.accel,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		InstallDependencies: o.install,
+		Log:                 slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

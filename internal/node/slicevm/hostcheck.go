@@ -33,11 +33,10 @@ type commands struct {
 	qemuSystem, qemuImg, ovsVsctl string
 }
 
-// hostDependencies finds the commands the VM needs. It never installs
-// anything: a missing command is a blocker naming it.
-func (p *Provisioner) hostDependencies(params task.VMProvisionParams) (commands, step, error) {
-	var c commands
-	var missing, found []string
+// lookDependencies finds the commands the VM needs: found lists
+// name=path, missing the commands (or the configured qemu-img path) not
+// found.
+func (p *Provisioner) lookDependencies(params task.VMProvisionParams) (c commands, found, missing []string) {
 	look := func(name string, dst *string) {
 		path, err := p.opts.LookPath(name)
 		if err != nil {
@@ -61,16 +60,17 @@ func (p *Provisioner) hostDependencies(params task.VMProvisionParams) (commands,
 	if len(params.Slots) > 0 && params.OVSBridge != "" {
 		look("ovs-vsctl", &c.ovsVsctl)
 	}
-	if len(missing) > 0 {
-		blockers := make([]string, len(missing))
-		for i, m := range missing {
-			blockers[i] = "command_missing:" + m
-		}
-		return c, step{}, blockf(CodeMissingDependency, strings.Join(blockers, ","),
-			"required commands not found: %s (install them on the host; a provision never installs packages)",
-			strings.Join(missing, ", "))
+	return c, found, missing
+}
+
+// missingDependency is the blocker error for missing commands.
+func missingDependency(missing []string, why string) error {
+	blockers := make([]string, len(missing))
+	for i, m := range missing {
+		blockers[i] = "command_missing:" + m
 	}
-	return c, done("%s", strings.Join(found, " ")), nil
+	return blockf(CodeMissingDependency, strings.Join(blockers, ","),
+		"required commands not found: %s (%s)", strings.Join(missing, ", "), why)
 }
 
 // hostPassthroughCheck checks the accelerator and, with slots, /dev/kvm

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/node/cloudinit"
+	"github.com/drover-dev/drover/internal/node/guestssh"
 	"github.com/drover-dev/drover/internal/node/image"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -40,21 +41,25 @@ type ProvisionOutput struct {
 	// SSHHost is where to reach SSHPort: the private IP on a slice
 	// network, 127.0.0.1 with user-mode networking (SSHPort is then the
 	// forwarded host port; 0 when there is no ssh forward).
-	SSHHost      string           `json:"ssh_host"`
-	SSHPort      int              `json:"ssh_port"`
-	SlotCount    int              `json:"slot_count"`
-	Readiness    Readiness        `json:"readiness"`
-	Performance  Performance      `json:"performance"`
-	Timings      map[string]int64 `json:"timings"`
-	RawVNC       bool             `json:"raw_vnc"`
-	ConsoleModel string           `json:"console_model"`
-	SerialSocket string           `json:"serial_socket"`
-	TerminalKey  TerminalKey      `json:"terminal_key"`
-	Image        ImageInfo        `json:"image"`
-	Runtime      string           `json:"runtime"`
-	Phases       []PhaseResult    `json:"phases"`
-	FailedPhase  string           `json:"failed_phase,omitempty"`
-	Cleanup      []PhaseResult    `json:"cleanup,omitempty"`
+	SSHHost     string      `json:"ssh_host"`
+	SSHPort     int         `json:"ssh_port"`
+	SlotCount   int         `json:"slot_count"`
+	Readiness   Readiness   `json:"readiness"`
+	Performance Performance `json:"performance"`
+	// Telemetry is the guest's first telemetry, collected over the
+	// brokered SSH channel right after readiness (nil without a terminal
+	// record); the agent collects it again on an interval.
+	Telemetry    *guestssh.Telemetry `json:"telemetry,omitempty"`
+	Timings      map[string]int64    `json:"timings"`
+	RawVNC       bool                `json:"raw_vnc"`
+	ConsoleModel string              `json:"console_model"`
+	SerialSocket string              `json:"serial_socket"`
+	TerminalKey  TerminalKey         `json:"terminal_key"`
+	Image        ImageInfo           `json:"image"`
+	Runtime      string              `json:"runtime"`
+	Phases       []PhaseResult       `json:"phases"`
+	FailedPhase  string              `json:"failed_phase,omitempty"`
+	Cleanup      []PhaseResult       `json:"cleanup,omitempty"`
 	// Notes say where Drover does a step differently from the phase's name
 	// (cloud_localds, virt_install).
 	Notes []string `json:"notes"`
@@ -70,6 +75,9 @@ type Readiness struct {
 	// SSHBanner is what the ssh forward answered ("" without a forward).
 	SSHBanner string `json:"ssh_banner,omitempty"`
 	WaitedMS  int64  `json:"waited_ms"`
+	// TelemetryReady says the first guest telemetry collection over the
+	// brokered SSH channel succeeded (ProvisionOutput.Telemetry).
+	TelemetryReady bool `json:"telemetry_ready"`
 }
 
 // Performance is what the runtime reports of the running VM.
@@ -80,6 +88,11 @@ type Performance struct {
 	MemoryMiB     int    `json:"memory_mib"`
 	Runtime       string `json:"runtime"`
 	PID           int    `json:"pid,omitempty"`
+	// Guest is the bounded probe run inside the guest over the brokered
+	// SSH channel (CPU loop, memory and disk throughput, GPU visibility);
+	// nil when it could not run, GuestProbeError saying why.
+	Guest           *guestssh.Probe `json:"guest,omitempty"`
+	GuestProbeError string          `json:"guest_probe_error,omitempty"`
 }
 
 // TerminalKey is the per-VM key the terminal gateway brokers SSH with.
@@ -238,7 +251,7 @@ func sshForward(n api.NetworkSpec) string {
 
 func notes(params task.VMProvisionParams, n api.NetworkSpec) []string {
 	out := []string{
-		"host_dependencies: commands are only looked up; a provision never installs packages",
+		"host_dependencies: commands are looked up; missing packages are installed only with the agent's install_dependencies setting",
 		"cloud_localds: the NoCloud seed ISO is built in Go (internal/node/cloudinit) instead of running cloud-localds",
 		"virt_install: QEMU is launched directly through the runtime instead of virt-install/libvirt",
 	}
@@ -275,12 +288,7 @@ func (pr *provision) run(ctx context.Context) error {
 	p, params := pr.p, pr.params
 	phases := []phase{
 		{PhaseLeaseAcquire, pr.leaseAcquire},
-		{PhaseHostDependencies, func(context.Context) (step, error) {
-			var st step
-			var err error
-			pr.cmds, st, err = p.hostDependencies(params)
-			return st, err
-		}},
+		{PhaseHostDependencies, pr.hostDependencies},
 		{PhaseHostPassthroughCheck, func(ctx context.Context) (step, error) { return p.hostPassthroughCheck(ctx, params) }},
 		{PhaseVFIOBindCheck, func(ctx context.Context) (step, error) { return p.bindVFIO(ctx, passthroughDevices(params.Slots)) }},
 		{PhaseImageStatDownload, func(ctx context.Context) (step, error) {
@@ -392,7 +400,7 @@ func (pr *provision) registerTelemetry(context.Context) (step, error) {
 		return step{}, failf(CodeTelemetryFailed, "register guest %s: %w", pr.params.VMName, err)
 	}
 	pr.telemetryNew = !pr.hadTelemetry
-	return done("%s", path), nil
+	return done("%s; telemetry is collected over the brokered ssh after readiness, then by the agent on its interval", path), nil
 }
 
 // sliceInfo is /etc/drover/slice.json in the guest.
@@ -538,7 +546,7 @@ func (pr *provision) performanceProbe(ctx context.Context) (step, error) {
 	if st.State != runtime.StateRunning {
 		return step{}, failf(CodeProbeFailed, "%s is %s after readiness", pr.params.VMName, st.State)
 	}
-	perf := Performance{Accel: st.Accel, VCPUs: st.Spec.Resources.VCPUs, MemoryMiB: st.Spec.Resources.MemoryMiB,
+	perf := Performance{Guest: pr.out.Performance.Guest, Accel: st.Accel, VCPUs: st.Spec.Resources.VCPUs, MemoryMiB: st.Spec.Resources.MemoryMiB,
 		Runtime: pr.p.opts.Runtime.Name(), PID: st.PID}
 	if !pr.readyAt.IsZero() {
 		perf.BootToReadyMS = pr.readyAt.Sub(pr.startedAt).Milliseconds()
@@ -547,5 +555,9 @@ func (pr *provision) performanceProbe(ctx context.Context) (step, error) {
 	if st.SerialSocket != "" {
 		pr.out.SerialSocket = st.SerialSocket
 	}
-	return done("boot_to_ready %dms, accel %s, %d vcpus, %d MiB", perf.BootToReadyMS, perf.Accel, perf.VCPUs, perf.MemoryMiB), nil
+	guest := "no guest probe: no brokered ssh to the guest"
+	if _, err := pr.p.Terminal(pr.params.VMName, pr.params.AllocationID); err == nil {
+		guest = pr.guestProbe(ctx)
+	}
+	return done("boot_to_ready %dms, accel %s, %d vcpus, %d MiB; %s", perf.BootToReadyMS, perf.Accel, perf.VCPUs, perf.MemoryMiB, guest), nil
 }

@@ -86,7 +86,7 @@ func TestProvisionAndReleaseWithSlot(t *testing.T) {
 		t.Errorf("image = %+v", out.Image)
 	}
 	joined := strings.Join(out.Notes, "\n")
-	for _, want := range []string{"instead of virt-install", "instead of running cloud-localds", "never installs packages"} {
+	for _, want := range []string{"instead of virt-install", "instead of running cloud-localds", "installed only with the agent's install_dependencies setting"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("notes lack %q: %v", want, out.Notes)
 		}
@@ -487,6 +487,8 @@ func TestImageFailures(t *testing.T) {
 func TestHostChecksFail(t *testing.T) {
 	noKVM := sliceHost()
 	noKVM.KVM = false
+	otherOS := sliceHost()
+	otherOS.Files["etc/os-release"] = "NAME=Plan 9\nID=plan9\n"
 	tests := []struct {
 		name    string
 		o       envOpts
@@ -496,6 +498,10 @@ func TestHostChecksFail(t *testing.T) {
 	}{
 		{"missing commands", envOpts{lookPath: lookPathWith("qemu-img", "ovs-vsctl")}, PhaseHostDependencies, CodeMissingDependency,
 			"command_missing:qemu-img,command_missing:ovs-vsctl"},
+		// With the install setting on, a platform with no supported
+		// package manager installs nothing and still reports the blocker.
+		{"install on an unsupported platform", envOpts{host: otherOS, install: true, lookPath: lookPathWith("ovs-vsctl")},
+			PhaseHostDependencies, CodeMissingDependency, "command_missing:ovs-vsctl"},
 		{"accel does not work", envOpts{accel: func(context.Context, string) error { return errors.New("kvm_guest_hung") }},
 			PhaseHostPassthroughCheck, CodeAccelUnavailable, "accel_unavailable:runtime default"},
 		{"no kvm", envOpts{host: noKVM}, PhaseHostPassthroughCheck, CodePassthroughMissing, "kvm_missing"},

@@ -58,6 +58,9 @@ func (pr *provision) readiness(ctx context.Context) (step, error) {
 		// The VM is ready; only its brokered terminal is not.
 		pr.p.opts.Log.Warn("slicevm: no brokered terminal for this vm", "vm_name", pr.params.VMName, "err", err)
 		pinned = "no brokered terminal: " + err.Error()
+	} else {
+		pinned += "; " + pr.firstTelemetry(ctx)
+		pr.out.Readiness.TelemetryReady = pr.out.Telemetry != nil && pr.out.Telemetry.Ready
 	}
 	return done("serial marker %q seen; %s answered %q; %s", pr.params.ReadinessMarker, addr, banner, pinned), nil
 }

@@ -10,8 +10,12 @@
 //
 // It launches VMs only through runtime.Runtime (QEMU directly in
 // production, never virt-install or libvirt), builds the seed ISO in Go
-// (internal/node/cloudinit, never cloud-localds), and never installs packages or
-// loads kernel modules: what is missing is a blocker in the error. It reads
+// (internal/node/cloudinit, never cloud-localds), and never loads kernel
+// modules; it installs packages only when Options.InstallDependencies is
+// set (a pinned list, apt-get or dnf): otherwise what is missing is a
+// blocker in the error. Inside a ready guest it works only over the
+// brokered SSH channel (internal/node/guestssh): telemetry, the
+// performance probe and the allocation's user. It reads
 // and writes sysfs, procfs and devfs only below Options.SysfsRoot, and its
 // own files only below StateDir and CloudInitDir.
 //
@@ -220,6 +224,14 @@ type Options struct {
 	// internal/node/slice's discovery below SysfsRoot, run afresh for each
 	// task that names devices).
 	Topology func(ctx context.Context) (slice.Topology, error)
+	// InstallDependencies lets host_dependencies install the pinned
+	// packages (DependencyPackages) that provide missing commands, with
+	// apt-get or dnf as /etc/os-release (below SysfsRoot) says; off, a
+	// missing command is only a blocker.
+	InstallDependencies bool
+	// InstallTimeout bounds such an install (default
+	// DefaultInstallTimeout).
+	InstallTimeout time.Duration
 	// GOARCH picks qemu-system-<arch> (default the agent's own).
 	GOARCH string
 	Log    *slog.Logger

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drover-dev/drover/internal/node/guestssh"
+
 	"github.com/drover-dev/drover/internal/node/atomicfile"
 
 	"golang.org/x/crypto/ssh"
@@ -172,6 +174,9 @@ type Guest struct {
 	DriverStrategy string      `json:"driver_strategy"`
 	Slots          []GuestSlot `json:"slots"`
 	RegisteredAt   time.Time   `json:"registered_at"`
+	// Telemetry is the last collection over the brokered SSH channel
+	// (nil before the first).
+	Telemetry *guestssh.Telemetry `json:"telemetry,omitempty"`
 }
 
 // GuestSlot is one slot of a registered guest.

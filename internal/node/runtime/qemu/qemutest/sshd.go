@@ -109,8 +109,9 @@ func sshdModuleFiles(k kernel) (map[string]string, string) {
 	return out, ""
 }
 
-// sshdFunc is the init script's start_sshd: the seed's first user gets
-// the seed's ssh-* authorized keys (user-data is the JSON that
+// sshdFunc is the init script's start_sshd: the seed's first user, and
+// root (the guest has no sudo; root logs in by key only), get the seed's
+// ssh-* authorized keys (user-data is the JSON that
 // internal/node/cloudinit writes), the host key is printed between
 // HostKeysBegin and HostKeysEnd on ttyS0, and sshd listens on port 22 of
 // 10.0.2.15.
@@ -146,10 +147,14 @@ func sshdFunc() string {
 	chmod 700 "/home/$user/.ssh"
 	chmod 600 "/home/$user/.ssh/authorized_keys"
 	chown -R 1000:1000 "/home/$user"
+	mkdir -p /root/.ssh
+	printf '%s\n' "$keys" > /root/.ssh/authorized_keys
+	chmod 700 /root/.ssh
+	chmod 600 /root/.ssh/authorized_keys
 	` + keygenPath + ` -q -t ed25519 -N '' -C "root@guest" -f /etc/ssh/ssh_host_ed25519_key
 	{ echo "` + HostKeysBegin + `"; cat /etc/ssh/ssh_host_ed25519_key.pub; echo "` + HostKeysEnd + `"; } > /dev/ttyS0
 	printf '%s\n' 'HostKey /etc/ssh/ssh_host_ed25519_key' 'UsePAM no' 'PasswordAuthentication no' \
-		'KbdInteractiveAuthentication no' 'PermitRootLogin no' 'StrictModes no' 'UseDNS no' 'PrintMotd no' \
+		'KbdInteractiveAuthentication no' 'PermitRootLogin prohibit-password' 'StrictModes no' 'UseDNS no' 'PrintMotd no' \
 		'PrintLastLog no' 'PidFile /run/sshd.pid' > /etc/ssh/sshd_config
 	` + sshdPath + ` -f /etc/ssh/sshd_config -E /tmp/sshd.log 3<&- ||
 		echo "drover-guest: sshd failed: $(cat /tmp/sshd.log)" > /dev/ttyS0
