@@ -47,6 +47,7 @@ type Agent struct {
 	handlers Handlers
 	verifier *task.Verifier
 	metrics  *metrics
+	guests   *guestMetrics // slice guests' telemetry gauges
 	reg      *prometheus.Registry
 
 	bootstrap *client // first contact: pinned CA, no client certificate
@@ -77,11 +78,20 @@ type Agent struct {
 	vms            *vmSide         // nil until Run built it, or with NODE_AGENT_RUNTIME=none
 	customHandlers bool
 	onReady        func() // WithReadyHook: called where systemd gets READY=1
+	// sliceRoot and sliceDevDirs (WithSliceHost) are where the slice
+	// tasks read the host's sysfs, procfs and devfs, and where slot NVMe
+	// devices may lie ("" and nil: the real host, / and /dev).
+	sliceRoot    string
+	sliceDevDirs []string
 
-	// jwksMu serialises JWKS refreshes on unknown kids; jwksRefreshedAt is
+	// jwksMu serialises JWKS refreshes on unknown kids and the JWKS a
+	// certificate renewal brings (renew); jwksGen counts refreshes, so a
+	// renewal whose request predates one keeps the refreshed keys rather
+	// than its answer's older set; jwksRefreshedAt is
 	// the last one's start (zero: none yet).
 	jwksMu          sync.Mutex
 	jwksRefreshedAt time.Time
+	jwksGen         uint64
 }
 
 // Option customises an Agent.
@@ -108,6 +118,14 @@ func WithHandlers(h Handlers) Option {
 // WithRuntime runs instances with rt instead of the configured runtime
 // (tests pass the mock).
 func WithRuntime(rt runtime.Runtime) Option { return func(a *Agent) { a.runtime = rt } }
+
+// WithSliceHost makes the slice tasks (slice.topology_discover,
+// slice.vm_provision, slice.vm_release) read the host's sys/, proc/ and
+// dev/ below root and accept slot NVMe devices in deviceDirs (tests pass a
+// fake GPU/NVMe/fabric tree built with hostinfotest).
+func WithSliceHost(root string, deviceDirs ...string) Option {
+	return func(a *Agent) { a.sliceRoot, a.sliceDevDirs = root, deviceDirs }
+}
 
 // New prepares an agent: it opens the state directory and settles the node
 // id. It contacts nobody.
@@ -139,6 +157,11 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 	a.cfg.HostID = a.nodeID // handlers derive per-host values (slot MACs) from it
 	if a.handlers == nil {
 		a.handlers = DefaultHandlers(a.cfg)
+		if a.sliceRoot != "" {
+			for typ, h := range sliceHandlersAt(a.cfg, a.sliceRoot) {
+				a.handlers[typ] = h
+			}
+		}
 		a.handlers[task.TypeCollect] = a.CollectHandler()
 		a.handlers[task.TypeImagePull] = ImagePullHandler(a.imagePullRuntime, a.readSecret, time.Now)
 		a.handlers[task.TypeVolumeList] = VolumeListHandler(a.volumeRuntime)
@@ -150,6 +173,7 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 	}
 	a.reg = prometheus.NewRegistry()
 	a.metrics = newMetrics(a.reg)
+	a.guests = newGuestMetrics(a.reg)
 	return a, nil
 }
 
@@ -196,7 +220,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			for typ, h := range VMHandlers(vms.slices) {
 				a.handlers[typ] = h
 			}
+			for typ, h := range guestAllocHandlers(a.handlers, vms.slices) {
+				a.handlers[typ] = h
+			}
 		}
+		go guestTelemetryLoop(ctx, vms.slices, a.guests, a.cfg.sliceTelemetryInterval(), a.log)
 	}
 
 	if !a.customHandlers {

@@ -169,14 +169,25 @@ func (a *Agent) renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.jwksMu.Lock()
+	gen := a.jwksGen
+	a.jwksMu.Unlock()
 	ident, err := a.node.Renew(ctx, a.node.node(), api.RenewRequest{CSRPEM: string(csrPEM)})
 	if err != nil {
 		return err
 	}
+	// The answer's JWKS is as old as the request: a refresh on an unknown
+	// kid since then (a key rotation) has newer keys, which it must not
+	// undo, also not between that refresh and its verification.
+	a.jwksMu.Lock()
+	defer a.jwksMu.Unlock()
 	a.mu.Lock()
 	id := a.ident
 	a.mu.Unlock()
-	id.KeyPEM, id.CertPEM, id.NotAfter, id.JWKS = keyPEM, []byte(ident.CertificatePEM), ident.NotAfter, ident.JWKS
+	id.KeyPEM, id.CertPEM, id.NotAfter = keyPEM, []byte(ident.CertificatePEM), ident.NotAfter
+	if a.jwksGen == gen {
+		id.JWKS = ident.JWKS
+	}
 	if err := a.state.SaveIdentity(id); err != nil {
 		return fmt.Errorf("save renewed identity: %w", err)
 	}

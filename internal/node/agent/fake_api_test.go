@@ -77,6 +77,16 @@ type fakeCP struct {
 	// heartbeatStatus, when set, picks the answer to heartbeat n (1-based):
 	// 0 or 200 for success, anything else is sent with Retry-After: 1.
 	heartbeatStatus func(n int) int
+	// enrolTTL is the lifetime of the certificate register issues (0: an
+	// hour); renewals always get an hour. renewStarted, when set, gets a
+	// value (without blocking) when a renewal request arrives, and
+	// renewGate, when set, holds the answer until it is closed. The
+	// answer's JWKS is jwks as it was when the request arrived.
+	enrolTTL     time.Duration
+	renewStarted chan struct{}
+	renewGate    chan struct{}
+	renewedUntil time.Time // NotAfter of the last renewed certificate
+	peerNotAfter time.Time // NotAfter of the last client certificate seen
 }
 
 func newFakeCP(t *testing.T) *fakeCP {
@@ -109,6 +119,7 @@ func newFakeCP(t *testing.T) *fakeCP {
 	mux.HandleFunc(nodeapi.PutCapabilities.MuxPattern(), f.nodeAuth(f.capabilities))
 	mux.HandleFunc(nodeapi.PostEvent.MuxPattern(), f.nodeAuth(f.event))
 	mux.HandleFunc(nodeapi.PostResult.MuxPattern(), f.nodeAuth(f.result))
+	mux.HandleFunc(nodeapi.Renew.MuxPattern(), f.nodeAuth(f.renew))
 	mux.HandleFunc(nodeapi.DesiredInstances.MuxPattern(), f.nodeAuth(f.instances))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("fake control plane: unexpected request %s %s", r.Method, r.URL.Path)
@@ -177,7 +188,13 @@ func (f *fakeCP) register(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "bootstrap_token_invalid", "wrong token")
 		return
 	}
-	certPEM, _, notAfter, err := f.ca.SignNodeCSR([]byte(req.CSRPEM), req.HostID, time.Hour, time.Now())
+	f.mu.Lock()
+	ttl := f.enrolTTL
+	f.mu.Unlock()
+	if ttl == 0 {
+		ttl = time.Hour
+	}
+	certPEM, _, notAfter, err := f.ca.SignNodeCSR([]byte(req.CSRPEM), req.HostID, ttl, time.Now())
 	if err != nil {
 		writeError(w, http.StatusUnprocessableEntity, "invalid_csr", err.Error())
 		return
@@ -213,6 +230,50 @@ func (f *fakeCP) wait(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// renew issues an hour's certificate with the JWKS of the request's time.
+func (f *fakeCP) renew(w http.ResponseWriter, r *http.Request) {
+	var req api.RenewRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "invalid_json", err.Error())
+		return
+	}
+	f.mu.Lock()
+	jwks, started, gate := f.jwks, f.renewStarted, f.renewGate
+	f.mu.Unlock()
+	if started != nil {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+	}
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	id := r.PathValue("id")
+	certPEM, _, notAfter, err := f.ca.SignNodeCSR([]byte(req.CSRPEM), id, time.Hour, time.Now())
+	if err != nil {
+		writeError(w, http.StatusUnprocessableEntity, "invalid_csr", err.Error())
+		return
+	}
+	f.mu.Lock()
+	f.renewedUntil = notAfter
+	f.mu.Unlock()
+	writeJSON(w, http.StatusOK, api.Identity{NodeID: id, CertificatePEM: string(certPEM),
+		CABundlePEM: string(f.ca.CertPEM()), NotAfter: notAfter, JWKS: jwks,
+		HeartbeatInterval: api.Duration(100 * time.Millisecond)})
+}
+
+// renewed is the NotAfter of the last renewed certificate (zero: none).
+func (f *fakeCP) renewed() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.renewedUntil
 }
 
 func (f *fakeCP) getJWKS(w http.ResponseWriter, _ *http.Request) {

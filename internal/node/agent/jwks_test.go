@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/node/agent"
+	"github.com/drover-dev/drover/internal/node/agent/statedir"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -129,5 +131,58 @@ func TestUnknownKidRefreshThrottled(t *testing.T) {
 	// A throttled delivery is not recorded: its redelivery is verified afresh.
 	if _, err := os.Stat(filepath.Join(dir, "tasks", "task-flood-01.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("throttled task recorded in the state directory (stat: %v)", err)
+	}
+}
+
+// TestRenewalKeepsRefreshedKeys: a certificate renewal whose request
+// predates a signing-key rotation answers with the old JWKS. A task signed
+// by the new key arrives meanwhile, and the agent refreshes its keys and
+// runs it. When the renewal's answer lands, it must not put the old key
+// set back: the next task signed by the new key runs at once (with the old
+// set back it would be an unknown kid again, and the refresh throttled for
+// a minute). This was a flake of TestAgentRenewsAndFollowsKeyRotation.
+func TestRenewalKeepsRefreshedKeys(t *testing.T) {
+	t.Parallel()
+	f := newFakeCP(t)
+	f.enrolTTL = 3 * time.Second // renewed at about 2s
+	f.renewStarted, f.renewGate = make(chan struct{}, 1), make(chan struct{})
+	h := &counter{}
+	dir := t.TempDir()
+	startAgent(t, f, dir, h.handlers())
+	select {
+	case <-f.renewStarted:
+	case <-time.After(waitDeadline):
+		t.Fatal("the agent did not renew its 3s certificate")
+	}
+
+	rotated := newSigner(t)
+	f.setJWKS(api.JWKS{Keys: []api.JWK{f.signer.PublicJWK(), rotated.PublicJWK()}})
+	first := claims("task-rotated-1", testTaskType)
+	f.enqueue(deliveryFor(first, sign(t, rotated, first)))
+	if got := f.waitAccepted(t, first.TaskID, 1)[0].Result; got.Status != api.ResultSucceeded {
+		t.Fatalf("first task signed by the new key: %+v, want succeeded after a refresh", got)
+	}
+
+	close(f.renewGate) // the renewal answers, with the JWKS of before the rotation
+	sd, err := statedir.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saved statedir.Identity
+	eventually(t, "the renewed identity saved", func() bool {
+		id, ok, err := sd.LoadIdentity()
+		saved = id
+		return err == nil && ok && id.NotAfter.Equal(f.renewed())
+	})
+	if !slices.ContainsFunc(saved.JWKS.Keys, func(k api.JWK) bool { return k.Kid == rotated.PublicJWK().Kid }) {
+		t.Errorf("the renewed identity's JWKS lacks the rotated key %s: the renewal put the old set back", rotated.PublicJWK().Kid)
+	}
+	second := claims("task-rotated-2", testTaskType)
+	f.enqueue(deliveryFor(second, sign(t, rotated, second)))
+	if got := f.waitAccepted(t, second.TaskID, 1)[0].Result; got.Status != api.ResultSucceeded {
+		t.Fatalf("second task signed by the new key after the renewal: %+v, want succeeded", got)
+	}
+	if n := f.jwksCount(); n != 1 {
+		t.Errorf("JWKS fetched %d times, want 1 (the renewal must not undo the refresh)", n)
 	}
 }

@@ -126,11 +126,14 @@ func (a *Agent) verifyAfterRefresh(ctx context.Context, d api.TaskDelivery) (api
 	return a.verifier.Verify(d.Envelope, a.nodeID, a.now())
 }
 
+// refreshJWKS fetches and installs the control plane's JWKS; jwksMu is
+// held.
 func (a *Agent) refreshJWKS(ctx context.Context) error {
 	jwks, err := a.node.JWKS(ctx, a.node.node())
 	if err != nil {
 		return err
 	}
+	a.jwksGen++
 	if err := a.verifier.SetKeys(jwks); err != nil {
 		return err
 	}
