@@ -128,11 +128,18 @@ func fastLiveness(c *server.Config) { c.HeartbeatInterval = 200 * time.Milliseco
 // startEnv starts a replica on st with ports chosen by the kernel.
 func startEnv(t testing.TB, st store.Store, mutate ...func(*server.Config)) *env {
 	t.Helper()
-	opLn, err := net.Listen("tcp", "127.0.0.1:0")
+	return startEnvAt(t, st, "127.0.0.1:0", "127.0.0.1:0", mutate...)
+}
+
+// startEnvAt is startEnv on the given operator and node addresses (a
+// control plane restarted where its agents and clients expect it).
+func startEnvAt(t testing.TB, st store.Store, opAddr, nodeAddr string, mutate ...func(*server.Config)) *env {
+	t.Helper()
+	opLn, err := net.Listen("tcp", opAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodeLn, err := net.Listen("tcp", "127.0.0.1:0")
+	nodeLn, err := net.Listen("tcp", nodeAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +178,10 @@ func startEnv(t testing.TB, st store.Store, mutate ...func(*server.Config)) *env
 	if errors.Is(err, store.ErrConflict) {
 		tok, err = srv.CreateOperatorToken(ctx, server.OperatorTokenSpec{Name: "test-" + opLn.Addr().String(),
 			Role: api.RoleAdmin})
+	}
+	if errors.Is(err, store.ErrConflict) { // a restart on the same address
+		tok, err = srv.CreateOperatorToken(ctx, server.OperatorTokenSpec{
+			Name: fmt.Sprintf("test-%s-%d", opLn.Addr(), time.Now().UnixNano()), Role: api.RoleAdmin})
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -271,6 +282,8 @@ type agentOpts struct {
 	allowLocal bool
 	// tune edits the agent's configuration last (restart policy, ...).
 	tune func(*agent.Config)
+	// options are more agent options (agent.WithSliceHost).
+	options []agent.Option
 }
 
 // fixedAccel is an accelerator probe reporting only the named ones working.
@@ -329,6 +342,7 @@ func (e *env) startAgent(hostID, token string, o agentOpts) (a *agent.Agent, sto
 	if o.handlers != nil {
 		opts = append(opts, agent.WithHandlers(o.handlers))
 	}
+	opts = append(opts, o.options...)
 	if o.rt != nil {
 		opts = append(opts, agent.WithRuntime(o.rt))
 	}

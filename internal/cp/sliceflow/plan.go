@@ -82,7 +82,8 @@ func Validate(req api.CreateAllocationRequest) []api.FieldError {
 		fe = append(fe, api.FieldError{Field: "username", Message: "is required"})
 	}
 	p := task.VMProvisionParams{AllocationID: "alc_check", VMName: "check", ImageURL: req.Image, ImageSHA256: req.ImageSHA256,
-		DefaultUsername: req.Username, SSHPublicKeys: req.SSHAuthorizedKeys,
+		DefaultUsername: req.Username, SSHPublicKeys: req.SSHAuthorizedKeys, Boot: req.Boot,
+		ReadinessMarker: req.ReadinessMarker, ReadinessTimeoutSeconds: req.ReadinessTimeoutSeconds,
 		Slots: []task.VMSlot{{SlotID: "s0", PCIAddress: "0000:00:00.0", VCPUCount: req.VCPUs, MemoryMiB: req.MemoryMiB}}}
 	raw, _ := json.Marshal(p)
 	_, pfe := task.DecodeVMProvisionParams(raw)

@@ -61,7 +61,8 @@ func (s *Room) leaseSlots(ctx context.Context, w *store.SliceWorkflow, _ *store.
 // provisionParams are the slice.vm_provision params of the plan.
 func provisionParams(w store.SliceWorkflow, req api.CreateAllocationRequest, p plan) json.RawMessage {
 	raw, _ := json.Marshal(task.VMProvisionParams{AllocationID: w.AllocationID, VMName: p.VMName, ImageURL: req.Image,
-		ImageSHA256: req.ImageSHA256, DefaultUsername: req.Username, SSHPublicKeys: req.SSHAuthorizedKeys, Slots: p.Slots})
+		ImageSHA256: req.ImageSHA256, DefaultUsername: req.Username, SSHPublicKeys: req.SSHAuthorizedKeys, Slots: p.Slots,
+		Boot: req.Boot, ReadinessMarker: req.ReadinessMarker, ReadinessTimeoutSeconds: req.ReadinessTimeoutSeconds})
 	return raw
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"path/filepath"
 
 	"github.com/drover-dev/drover/internal/node/slice"
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -12,7 +13,17 @@ import (
 // reads the host; its slot MACs derive from cfg.HostID (the hostname when
 // that is empty, so pass the settled node id).
 func SliceHandlers(cfg Config) Handlers {
-	d := slice.NewDiscoverer(slice.Config{HostID: cfg.HostID})
+	return sliceHandlers(cfg, slice.NewDiscoverer(slice.Config{HostID: cfg.HostID}))
+}
+
+// sliceHandlersAt are SliceHandlers reading the host below root
+// (WithSliceHost).
+func sliceHandlersAt(cfg Config, root string) Handlers {
+	return sliceHandlers(cfg, slice.NewDiscoverer(slice.Config{HostID: cfg.HostID, SysRoot: filepath.Join(root, "sys"),
+		ProcRoot: filepath.Join(root, "proc"), DevRoot: filepath.Join(root, "dev"), RootDir: root}))
+}
+
+func sliceHandlers(cfg Config, d *slice.Discoverer) Handlers {
 	return Handlers{
 		slice.TaskType: {Timeout: task.TopologyDiscoverTimeout, Run: func(ctx context.Context, t Task) (Outcome, error) {
 			p, err := slice.DecodeParams(t.Params)

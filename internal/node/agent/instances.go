@@ -111,9 +111,13 @@ func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 	if v.sliceDHCP, err = a.openSliceDHCP(ctx, v.rt, root); err != nil {
 		return nil, err
 	}
-	v.slices, err = slicevm.New(slicevm.Options{Runtime: v.rt, Images: images, SysfsRoot: "/",
-		StateDir: filepath.Join(root, "slices"), CloudInitDir: filepath.Join(root, "cloud-init"), Log: a.log,
-		CheckAccel: a.checkAccel, DHCP: v.sliceDHCP})
+	sysfs := a.sliceRoot
+	if sysfs == "" {
+		sysfs = "/"
+	}
+	v.slices, err = slicevm.New(slicevm.Options{Runtime: v.rt, Images: images, SysfsRoot: sysfs,
+		DeviceDirs: a.sliceDevDirs, StateDir: filepath.Join(root, "slices"), CloudInitDir: filepath.Join(root, "cloud-init"),
+		Log: a.log, CheckAccel: a.checkAccel, DHCP: v.sliceDHCP, InstallDependencies: a.cfg.SliceInstallDependencies})
 	if err != nil {
 		return nil, fmt.Errorf("slice provisioner: %w", err)
 	}

@@ -22,6 +22,15 @@ type SliceRequest struct {
 	// WipeOnRelease zeroes the slots' NVMe namespaces when the allocation
 	// is released; nil means true.
 	WipeOnRelease *bool `json:"wipe_on_release,omitempty"`
+	// Boot boots a kernel (and initrd) directly instead of the image's
+	// own boot loader (slice.vm_provision's boot); nil boots the image.
+	Boot *DirectBoot `json:"boot,omitempty"`
+	// ReadinessMarker is the serial console line that means the guest is
+	// ready (default slice.vm_provision's "DROVER-READY <vm_name>", which
+	// the seed's cloud-init prints); ReadinessTimeoutSeconds bounds the
+	// wait for it (default 600).
+	ReadinessMarker         string `json:"readiness_marker,omitempty"`
+	ReadinessTimeoutSeconds int    `json:"readiness_timeout_seconds,omitempty"`
 }
 
 // SliceWorkflow is a slice allocation's workflow as the API shows it.
