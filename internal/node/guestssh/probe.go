@@ -14,13 +14,14 @@ type ProbeLimits struct {
 	CPULoopIterations int
 	// MemoryMiB is what dd copies from /dev/zero to /dev/null.
 	MemoryMiB int
-	// DiskMiB is what dd writes (conv=fsync) to a temporary file in
-	// /var/tmp (else /tmp), removed afterwards.
+	// DiskMiB is what dd writes (conv=fsync) to a temporary file in the
+	// first writable of /var/tmp, /tmp and the user's home, removed
+	// afterwards.
 	DiskMiB int
 }
 
 // DefaultProbeLimits keep the probe to seconds even under TCG.
-var DefaultProbeLimits = ProbeLimits{CPULoopIterations: 200000, MemoryMiB: 256, DiskMiB: 32}
+var DefaultProbeLimits = ProbeLimits{CPULoopIterations: 100000, MemoryMiB: 256, DiskMiB: 32}
 
 // Probe is the performance probe's figures, each with its unit in its
 // name. A figure the guest could not measure is 0 and named in Skipped.
@@ -65,8 +66,11 @@ t0=$(cs); awk -v n=%d 'BEGIN{for(i=0;i<n;i++)s+=i*2; print "cpu_sum=" s}'; t1=$(
 echo "cpu_cs=$((t1-t0))"
 if command -v dd >/dev/null 2>&1; then
 	t0=$(cs); dd if=/dev/zero of=/dev/null bs=1048576 count=%d 2>/dev/null && { t1=$(cs); echo "mem_cs=$((t1-t0))"; }
-	d=/var/tmp; [ -d "$d" ] && [ -w "$d" ] || d=/tmp
-	f=$(mktemp "$d/drover-probe.XXXXXX") && {
+	d=
+	for c in /var/tmp /tmp "$HOME"; do
+		if [ -d "$c" ] && [ -w "$c" ]; then d=$c; break; fi
+	done
+	[ -n "$d" ] && f=$(mktemp "$d/drover-probe.XXXXXX") && {
 		t0=$(cs); dd if=/dev/zero of="$f" bs=1048576 count=%d conv=fsync 2>/dev/null && { t1=$(cs); echo "disk_cs=$((t1-t0))"; echo "disk_path=$d"; }
 		rm -f "$f"
 	}
@@ -125,7 +129,7 @@ func ParseProbe(out []byte, l ProbeLimits) Probe {
 		p.DiskWrittenMiB, p.DiskMS, p.DiskWriteMiBPerS = l.DiskMiB, ms, perS(float64(l.DiskMiB), ms)
 		p.DiskPath = kv["disk_path"]
 	} else {
-		p.Skipped = append(p.Skipped, "disk: no dd or no writable /var/tmp or /tmp in the guest")
+		p.Skipped = append(p.Skipped, "disk: no dd, or no writable /var/tmp, /tmp or home in the guest")
 	}
 	p.GPUSource = kv["gpu_source"]
 	if gpus != nil {

@@ -38,6 +38,11 @@ type AllocProvisionUserParams struct {
 	Shell string `json:"shell,omitempty"`
 	// Sudo grants passwordless sudo (a file in /etc/sudoers.d).
 	Sudo bool `json:"sudo,omitempty"`
+	// VMName, when set, provisions the user inside that slice VM, over
+	// the node's brokered SSH channel into the guest, instead of on the
+	// host's OS; the node refuses a VM it did not provision for
+	// AllocationID.
+	VMName string `json:"vm_name,omitempty"`
 }
 
 // AllocDeprovisionUserParams are the params of allocation.deprovision_user.
@@ -47,6 +52,10 @@ type AllocDeprovisionUserParams struct {
 	// RemoveHome removes the home directory too; nil means true
 	// (WithDefaults sets it).
 	RemoveHome *bool `json:"remove_home,omitempty"`
+	// VMName, when set, removes the user's access inside that slice VM
+	// (as AllocProvisionUserParams.VMName); a VM already released has
+	// nothing left to remove.
+	VMName string `json:"vm_name,omitempty"`
 }
 
 // WithDefaults returns p with RemoveHome set (true when not given).
@@ -78,6 +87,9 @@ func DecodeAllocProvisionUserParams(params json.RawMessage) (AllocProvisionUserP
 	if p.Shell != "" {
 		v.check("shell", checkShellPath(p.Shell))
 	}
+	if p.VMName != "" {
+		v.check("vm_name", checkVMName(p.VMName))
+	}
 	if v.fe != nil {
 		return AllocProvisionUserParams{}, v.fe
 	}
@@ -94,6 +106,9 @@ func DecodeAllocDeprovisionUserParams(params json.RawMessage) (AllocDeprovisionU
 	var v fieldErrs
 	v.check("allocation_id", checkRequired(p.AllocationID, checkToken))
 	v.check("username", checkRequired(p.Username, checkUsername))
+	if p.VMName != "" {
+		v.check("vm_name", checkVMName(p.VMName))
+	}
 	if v.fe != nil {
 		return AllocDeprovisionUserParams{}, v.fe
 	}
