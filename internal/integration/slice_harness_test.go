@@ -130,7 +130,7 @@ func newSliceNode(t *testing.T, e *env, id string) *sliceNode {
 	t.Helper()
 	imgDir := t.TempDir()
 	n := &sliceNode{t: t, id: id, g: qemutest.BuildWith(t, imgDir, qemutest.Options{SSHD: true}),
-		roots: sliceHostFixture().Build(t), rtDir: t.TempDir(), stateDir: t.TempDir()}
+		roots: sliceHostFixture().Build(t), rtDir: shortDir(t), stateDir: t.TempDir()}
 	n.imgDirs = imgDir + "," + filepath.Dir(n.g.Kernel)
 	n.nvme = filepath.Join(n.roots.Dev, "nvme0n1")
 	// Not zero, so that the wipe on release shows.
@@ -142,6 +142,18 @@ func newSliceNode(t *testing.T, e *env, id string) *sliceNode {
 	n.start(e)
 	e.waitHostStatus(id, api.HostHealthy, 60*time.Second)
 	return n
+}
+
+// shortDir is a temporary directory with a short path: the runtime's
+// unix sockets must stay under 108 bytes, which t.TempDir's names (the
+// test's name in them) can overrun.
+func shortDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "sl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }
 
 // killGuests makes sure a failed test leaves no guest of rtDir running.
