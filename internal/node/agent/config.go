@@ -66,9 +66,19 @@ type Config struct {
 	// (package slicedhcp; guests get NODE_AGENT_MICROVM_DNS as resolvers).
 	// Empty (the default), it serves none: the reservations are only
 	// written, for a dnsmasq the operator runs.
-	SliceCIDR         string
-	SliceBridge       string
-	ReconcileInterval time.Duration // NODE_AGENT_RECONCILE_INTERVAL: resync period (default 5s)
+	SliceCIDR   string
+	SliceBridge string
+	// NODE_AGENT_SLICE_INSTALL_DEPENDENCIES: slice.vm_provision's
+	// host_dependencies phase installs the pinned packages that provide
+	// missing commands (slicevm.DependencyPackages, with apt-get or dnf
+	// per /etc/os-release, bounded by slicevm.DefaultInstallTimeout);
+	// default false: a missing command is only a blocker.
+	SliceInstallDependencies bool
+	// NODE_AGENT_SLICE_TELEMETRY_INTERVAL: how often the agent collects
+	// slice guests' telemetry over the brokered SSH channel (default 30s,
+	// at least 5s).
+	SliceTelemetryInterval time.Duration
+	ReconcileInterval      time.Duration // NODE_AGENT_RECONCILE_INTERVAL: resync period (default 5s)
 	// The restart policy of instances that exit, crash or fail their
 	// health checks (package reconcile): NODE_AGENT_RESTART_BACKOFF (the
 	// first wait, doubling per restart; default 1s),
@@ -215,6 +225,9 @@ func newFlagSet(f *Config, configDefault, envFileDefault string, runtimes noderu
 	fs.StringVar(&f.MicroVMDNS, "microvm-dns", "", "comma-separated IPv4 resolvers microVM guests are given in /etc/resolv.conf (default 1.1.1.1)")
 	fs.StringVar(&f.SliceCIDR, "slice-cidr", "", "IPv4 CIDR of the slice network: the agent makes -slice-bridge with its first address, NAT, and serves slice VMs' DHCP reservations on it (default none: reservations are only written)")
 	fs.StringVar(&f.SliceBridge, "slice-bridge", "", "bridge of the slice network, created as a Linux bridge if missing; an existing Open vSwitch bridge is used as it is (default br-slice)")
+	fs.BoolVar(&f.SliceInstallDependencies, "slice-install-dependencies", false,
+		"let slice.vm_provision install the pinned packages providing missing host commands with apt-get or dnf (default false: only report them)")
+	fs.DurationVar(&f.SliceTelemetryInterval, "slice-telemetry-interval", 0, "how often slice guests' telemetry is collected over SSH (default 30s)")
 	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 0, "instance resync period (default 5s)")
 	fs.DurationVar(&f.RestartBackoff, "restart-backoff", 0, "first wait before an exited or unhealthy instance restarts, doubling per restart (default 1s)")
 	fs.DurationVar(&f.RestartBackoffMax, "restart-backoff-max", 0, "longest wait between restarts (default 5m)")
@@ -243,7 +256,8 @@ func numericKeys() []string {
 	return append([]string{"NODE_AGENT_HEARTBEAT_INTERVAL", "NODE_AGENT_RESERVED_VCPUS",
 		"NODE_AGENT_RESERVED_MEMORY_MIB", "NODE_AGENT_RECONCILE_INTERVAL", "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS",
 		"NODE_AGENT_DISK_PRESSURE_PERCENT", "NODE_AGENT_OCI_CACHE_MAX_GIB", "NODE_AGENT_RESTART_BACKOFF",
-		"NODE_AGENT_RESTART_BACKOFF_MAX", "NODE_AGENT_CRASH_LOOP_THRESHOLD"}, presetNumericKeys()...)
+		"NODE_AGENT_RESTART_BACKOFF_MAX", "NODE_AGENT_CRASH_LOOP_THRESHOLD", "NODE_AGENT_SLICE_INSTALL_DEPENDENCIES",
+		"NODE_AGENT_SLICE_TELEMETRY_INTERVAL"}, presetNumericKeys()...)
 }
 
 // setNumeric sets one of the non-string keys.
@@ -251,12 +265,16 @@ func (c *Config) setNumeric(key, val string) error {
 	if ok, err := c.setPresetKey(key, val); ok {
 		return err
 	}
-	if key == "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS" {
+	if key == "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS" || key == "NODE_AGENT_SLICE_INSTALL_DEPENDENCIES" {
 		b, err := strconv.ParseBool(val)
 		if err != nil {
 			return fmt.Errorf("%s %q: must be true or false", key, val)
 		}
-		c.ImageAllowLocalURLs = b
+		if key == "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS" {
+			c.ImageAllowLocalURLs = b
+		} else {
+			c.SliceInstallDependencies = b
+		}
 		return nil
 	}
 	if dst := c.durationField(key); dst != nil {
@@ -300,8 +318,21 @@ func (c *Config) durationField(key string) *time.Duration {
 		return &c.RestartBackoff
 	case "NODE_AGENT_RESTART_BACKOFF_MAX":
 		return &c.RestartBackoffMax
+	case "NODE_AGENT_SLICE_TELEMETRY_INTERVAL":
+		return &c.SliceTelemetryInterval
 	}
 	return nil
+}
+
+// DefaultSliceTelemetryInterval is NODE_AGENT_SLICE_TELEMETRY_INTERVAL's
+// default.
+const DefaultSliceTelemetryInterval = 30 * time.Second
+
+func (c Config) sliceTelemetryInterval() time.Duration {
+	if c.SliceTelemetryInterval <= 0 {
+		return DefaultSliceTelemetryInterval
+	}
+	return c.SliceTelemetryInterval
 }
 
 // DefaultOCICacheMaxGiB is NODE_AGENT_OCI_CACHE_MAX_GIB's default.
@@ -392,6 +423,9 @@ func (c Config) Validate() error {
 	}
 	if c.DiskPressurePercent < 0 || c.DiskPressurePercent > 100 {
 		errs = append(errs, fmt.Errorf("NODE_AGENT_DISK_PRESSURE_PERCENT %d: must be between 1 and 100", c.DiskPressurePercent))
+	}
+	if c.SliceTelemetryInterval < 0 || (c.SliceTelemetryInterval > 0 && c.SliceTelemetryInterval < 5*time.Second) {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_SLICE_TELEMETRY_INTERVAL %s: must be at least 5s", c.SliceTelemetryInterval))
 	}
 	if c.ReconcileInterval < 0 || (c.ReconcileInterval > 0 && c.ReconcileInterval < 100*time.Millisecond) {
 		errs = append(errs, fmt.Errorf("NODE_AGENT_RECONCILE_INTERVAL %s: must be at least 100ms", c.ReconcileInterval))

@@ -87,6 +87,10 @@ func (c Config) value(key string) string {
 	switch key {
 	case "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS":
 		return fmt.Sprint(c.ImageAllowLocalURLs)
+	case "NODE_AGENT_SLICE_INSTALL_DEPENDENCIES":
+		return fmt.Sprint(c.SliceInstallDependencies)
+	case "NODE_AGENT_SLICE_TELEMETRY_INTERVAL":
+		return durationText(c.SliceTelemetryInterval.String(), c.SliceTelemetryInterval == 0)
 	case "NODE_AGENT_HEARTBEAT_INTERVAL":
 		return durationText(c.HeartbeatInterval.String(), c.HeartbeatInterval == 0)
 	case "NODE_AGENT_RECONCILE_INTERVAL":
