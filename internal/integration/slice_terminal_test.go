@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,11 +44,7 @@ func TestSliceVMTerminalTCG(t *testing.T) {
 	bt := e.createHost("slice-term")
 	rtDir := t.TempDir()
 	e.startAgent("slice-term", bt.Token, agentOpts{runtime: "qemu", imageDirs: imgDir + "," + filepath.Dir(g.Kernel), runtimeDir: rtDir})
-	t.Cleanup(func() { // a failed test leaves no guest running
-		for _, pid := range qemuProcesses(t, rtDir) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
+	killGuests(t, rtDir)
 	e.waitHostStatus("slice-term", api.HostHealthy, 30*time.Second)
 
 	const vm, alloc, user = "slice-alc-vm", "alc_vm", "alice"
