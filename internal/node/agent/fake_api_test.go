@@ -86,7 +86,6 @@ type fakeCP struct {
 	renewStarted chan struct{}
 	renewGate    chan struct{}
 	renewedUntil time.Time // NotAfter of the last renewed certificate
-	peerNotAfter time.Time // NotAfter of the last client certificate seen
 }
 
 func newFakeCP(t *testing.T) *fakeCP {
