@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -282,4 +283,47 @@ func (u *UI) recording(w http.ResponseWriter, r *http.Request, s *session) {
 // Offset is the step's time since the token was minted, as "+1.234s".
 func (c chainStep) Offset() string {
 	return "+" + (time.Duration(c.ElapsedMS) * time.Millisecond).String()
+}
+
+// millis formats a duration in milliseconds for the workflow tables.
+func millis(ms int64) string {
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+// keyValue is one row of a flattened JSON object.
+type keyValue struct{ Key, Value string }
+
+// flatJSON flattens a JSON object the node reported (a slice VM's
+// performance or readiness) into sorted dotted keys and their scalar
+// values, arrays by index ("guest.gpus.0"); nil for anything else.
+func flatJSON(raw json.RawMessage) []keyValue {
+	var v any
+	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil {
+		return nil
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil
+	}
+	var out []keyValue
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		switch t := v.(type) {
+		case map[string]any:
+			for k, c := range t {
+				walk(strings.TrimPrefix(prefix+"."+k, "."), c)
+			}
+		case []any:
+			for i, c := range t {
+				walk(prefix+"."+strconv.Itoa(i), c)
+			}
+		case nil:
+		case float64:
+			out = append(out, keyValue{Key: prefix, Value: strconv.FormatFloat(t, 'f', -1, 64)})
+		default:
+			out = append(out, keyValue{Key: prefix, Value: fmt.Sprint(t)})
+		}
+	}
+	walk("", v)
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
 }

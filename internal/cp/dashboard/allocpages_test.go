@@ -37,10 +37,23 @@ func (f *allocAPI) handler() http.Handler {
 			ProvisionTaskID: "tsk_prov", CreatedAt: at, UpdatedAt: at},
 		"a2": {ID: "a2", Kind: api.AllocationHost, Username: "bob", HostID: "h1", State: api.AllocationFailed,
 			StateReason: "useradd_failed: exit 9", CreatedAt: at, UpdatedAt: at},
-		// a3 is an active GPU slice: its user lives in the slice VM, and the
-		// gateway refuses it a host terminal.
+		// a3 is an active GPU slice: its terminal is brokered SSH into the
+		// slice VM; its workflow has run to active.
 		"a3": {ID: "a3", Kind: api.AllocationSlice, Username: "carol", HostID: "h1", State: api.AllocationActive,
-			CreatedAt: at, UpdatedAt: at},
+			CreatedAt: at, UpdatedAt: at, Workflow: &api.SliceWorkflow{Status: "active", Step: "provision_user",
+				VMName: "slice-a3", NUMA: "node 0", ProvisionTaskID: "tsk_vm",
+				Steps: []api.SliceWorkflowStep{
+					{Step: "lease_slots", State: "done", IdempotencyKey: "a3/lease_slots", StartedAt: at, DurationMS: 12},
+					{Step: "await_provision", State: "done", IdempotencyKey: "a3/await_provision", TaskID: "tsk_vm", StartedAt: at, DurationMS: 41250, Detail: "<i>ok</i>"}},
+				Phases: []api.SlicePhase{{Phase: "readiness", Status: "ok", DurationMS: 30500}},
+				VM: &api.SliceVM{PrivateIP: "10.77.0.10", SSHHost: "127.0.0.1", SSHPort: 40022, Ready: true,
+					ConsoleModel: "gateway_required",
+					Performance:  json.RawMessage(`{"accel":"tcg","boot_to_ready_ms":30500,"guest":{"cpu_loop_ms":812,"mem_mib_per_s":1234567,"gpus":["GPU-1"]}}`),
+					Readiness:    json.RawMessage(`{"ssh":true,"telemetry_ready":true}`)}}},
+		// a4 is a slice whose workflow failed.
+		"a4": {ID: "a4", Kind: api.AllocationSlice, Username: "dave", HostID: "h1", State: api.AllocationFailed,
+			CreatedAt: at, UpdatedAt: at, Workflow: &api.SliceWorkflow{Status: "failed", Step: "await_provision",
+				FailedStep: "await_provision", Signal: "slice_vm_provision_failed", Error: "readiness timed out", CorrelationID: "cid_wf"}},
 	}
 	ev := func(st terminal.State, ms int64, detail string) api.TerminalStateEvent {
 		return api.TerminalStateEvent{State: string(st), At: at.Add(time.Duration(ms) * time.Millisecond), ElapsedMS: ms, Detail: detail}
@@ -159,11 +172,9 @@ func TestAllocationsList(t *testing.T) {
 		t.Errorf("API query %q", q)
 	}
 	_, body = get(t, c, ts.URL+"/ui/allocations")
-	if !strings.Contains(body, `href="/ui/allocations/a1/terminal"`) || strings.Count(body, "Open terminal") != 1 {
-		t.Errorf("an operator gets Open terminal for the active allocation only: %s", body)
-	}
-	if !strings.Contains(body, `id="alloc-a3"`) || strings.Contains(body, `href="/ui/allocations/a3/terminal"`) {
-		t.Errorf("the active slice allocation is listed without Open terminal: %s", body)
+	if !strings.Contains(body, `href="/ui/allocations/a1/terminal"`) || !strings.Contains(body, `href="/ui/allocations/a3/terminal"`) ||
+		strings.Count(body, "Open terminal") != 2 {
+		t.Errorf("an operator gets Open terminal for the active allocations only (a host's and a slice's): %s", body)
 	}
 	if !strings.Contains(body, `<a href="/ui/allocations">Allocations</a>`) {
 		t.Error("the nav has no Allocations link")
@@ -205,6 +216,38 @@ func TestAllocationPageChains(t *testing.T) {
 	}
 	if st, _ := get(t, c, ts.URL+"/ui/allocations/nope"); st != 404 {
 		t.Errorf("missing allocation: %d", st)
+	}
+}
+
+// TestAllocationPageSliceWorkflow: a slice allocation's page shows its
+// workflow (status, steps and phases with durations, the VM, the node's
+// performance and readiness figures flattened, escaped) and offers the
+// brokered terminal; a failed one names the step, signal and correlation
+// id.
+func TestAllocationPageSliceWorkflow(t *testing.T) {
+	ts, _ := newAllocServer(t)
+	c, _ := login(t, ts, "op")
+	st, body := get(t, c, ts.URL+"/ui/allocations/a3")
+	if st != 200 {
+		t.Fatalf("slice allocation page: %d %s", st, body)
+	}
+	for _, want := range []string{`id="wf-status" class="state">active`, `<tr data-step="await_provision" data-state="done">`,
+		"41.25s", `href="/ui/tasks/tsk_vm"`, "&lt;i&gt;ok&lt;/i&gt;", `<tr data-phase="readiness">`, "30.5s",
+		"10.77.0.10", "127.0.0.1:40022", "gateway_required (raw VNC: false)",
+		"<td>guest.cpu_loop_ms</td><td>812</td>", "<td>guest.mem_mib_per_s</td><td>1234567</td>", "<td>guest.gpus.0</td><td>GPU-1</td>",
+		"<td>telemetry_ready</td><td>true</td>", `id="open-terminal"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("slice allocation page lacks %q", want)
+		}
+	}
+	_, body = get(t, c, ts.URL+"/ui/allocations/a4")
+	if !strings.Contains(body, "step await_provision: <code class=\"s-signal\">slice_vm_provision_failed</code> readiness timed out") ||
+		!strings.Contains(body, "cid_wf") || strings.Contains(body, `id="open-terminal"`) {
+		t.Errorf("failed slice allocation page: %s", body)
+	}
+	_, body = get(t, c, ts.URL+"/ui/allocations/a1")
+	if strings.Contains(body, `id="workflow"`) {
+		t.Error("a host allocation shows a slice workflow")
 	}
 }
 

@@ -29,7 +29,8 @@ func templates() *template.Template {
 		},
 		"act": func(id, action, label, csrf string) map[string]string {
 			return map[string]string{"ID": id, "Action": action, "Label": label, "CSRF": csrf}
-		}}
+		},
+		"millis": millis, "flatJSON": flatJSON}
 	return template.Must(template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html"))
 }
 
