@@ -25,6 +25,11 @@ const (
 	EventAllocation EventKind = "allocation"
 	// EventOperatorToken: operator token ID was revoked.
 	EventOperatorToken EventKind = "operator_token"
+	// EventResync: events may have been lost (PostgreSQL's LISTEN
+	// connection was re-established after an outage); ID is empty and every
+	// consumer re-reads what it waits for, as if each id had changed. It is
+	// published only to this replica's subscribers, never stored or sent.
+	EventResync EventKind = "resync"
 )
 
 // EventStore is the change notifications between replicas (LISTEN/NOTIFY on

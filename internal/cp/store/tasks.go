@@ -76,6 +76,10 @@ type TaskStore interface {
 	// ClaimTaskLeases is ClaimTask with the lease chosen by the claimed
 	// task's type (in the same statement).
 	ClaimTaskLeases(ctx context.Context, nodeID string, now time.Time, leases ClaimLeases) (t Task, ok bool, err error)
+	// QueuedTaskNodes returns the distinct node ids with a queued task that
+	// has not expired at now: the long-poll fallback wakes those of its
+	// parked nodes, in case their change event was lost.
+	QueuedTaskNodes(ctx context.Context, now time.Time) ([]string, error)
 	// StartTask moves a dispatched task of nodeID to running and extends its
 	// lease. Running tasks only extend the lease. ErrNotFound if the task does
 	// not belong to nodeID; ErrConflict if it is terminal.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,6 +35,11 @@ type listener struct {
 	started bool
 	closed  bool
 	done    chan struct{}
+
+	// listening is whether the LISTEN connection is up; reconnects counts
+	// the times it was re-established after dropping.
+	listening  atomic.Bool
+	reconnects atomic.Uint64
 }
 
 func newListener(cfg *pgx.ConnConfig, hub *sqlstore.Broadcaster) *listener {
@@ -57,6 +63,7 @@ func (l *listener) start(ctx context.Context) error {
 		return err
 	}
 	l.started = true
+	l.listening.Store(true)
 	go l.run(conn)
 	return nil
 }
@@ -91,9 +98,15 @@ func (l *listener) run(conn *pgx.Conn) {
 				continue
 			}
 			conn, backoff = c, minBackoff
+			l.listening.Store(true)
+			l.reconnects.Add(1)
+			// Whatever was committed while the connection was down was
+			// never delivered: every consumer re-reads.
+			l.hub.Publish(store.Event{Kind: store.EventResync})
 		}
 		n, err := conn.WaitForNotification(l.ctx)
 		if err != nil {
+			l.listening.Store(false)
 			closeConn(conn)
 			conn = nil
 			if l.ctx.Err() != nil {

@@ -107,7 +107,8 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) (err error) {
 // connection and returns only once it is listening, so every event
 // committed afterwards, by any replica, is delivered. If that connection
 // later drops it is re-established with backoff; events committed while it
-// was down are lost (consumers fall back on their own timeouts).
+// was down are lost, so once it is back store.EventResync is published and
+// consumers re-read everything they wait for.
 func (s *Store) Subscribe(ctx context.Context) (<-chan store.Event, error) {
 	if err := s.lis.start(ctx); err != nil {
 		return nil, err
@@ -130,6 +131,12 @@ func (s *Store) Close() error {
 	s.hub.Close()
 	s.pool.Close()
 	return nil
+}
+
+// ListenStats reports whether the LISTEN connection is up now and how many
+// times it was re-established after dropping (for metrics).
+func (s *Store) ListenStats() (listening bool, reconnects uint64) {
+	return s.lis.listening.Load(), s.lis.reconnects.Load()
 }
 
 // Pool returns the connection pool, e.g. for metrics.

@@ -181,6 +181,20 @@ func (s *Store) ClaimTaskLeases(ctx context.Context, nodeID string, now time.Tim
 	return t, true, nil
 }
 
+// QueuedTaskNodes implements store.Store (one statement over the
+// tasks_state_expires index).
+func (s *Store) QueuedTaskNodes(ctx context.Context, now time.Time) ([]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT DISTINCT node_id FROM tasks WHERE state = 'queued' AND expires_at > $1`, ms(now))
+	if err != nil {
+		return nil, fmt.Errorf("queued task nodes: %w", err)
+	}
+	ids, err := collectStrings(rows)
+	if err != nil {
+		return nil, fmt.Errorf("queued task nodes: %w", err)
+	}
+	return ids, nil
+}
+
 // lockTask reads a task of nodeID for update. A task of another node is
 // ErrNotFound, so nodes cannot probe each other's task ids.
 func (s *Store) lockTask(ctx context.Context, tx DB, op, nodeID, taskID string) (store.Task, error) {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ var taskCases = []testCase{
 	{"Task/ClaimOrdering", testClaimOrdering},
 	{"Task/ClaimSkipsExpired", testClaimSkipsExpired},
 	{"Task/ClaimConcurrent", testClaimConcurrent},
+	{"Task/QueuedTaskNodes", testQueuedTaskNodes},
 	{"Task/Start", testStartTask},
 	{"Task/Complete", testCompleteTask},
 	{"Task/CompleteAfterRequeue", testCompleteAfterRequeue},
@@ -152,6 +154,22 @@ func testClaimSkipsExpired(t *testing.T, s store.Store) {
 	if getTask(t, s, "old").State != api.TaskQueued {
 		t.Fatal("expired task changed by claim")
 	}
+}
+
+// testQueuedTaskNodes: each node with a claimable task once; claimed,
+// expired and other nodes' finished tasks do not count.
+func testQueuedTaskNodes(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	old := newTask("old", "n3", 0)
+	old.ExpiresAt = at(time.Minute)
+	enqueue(t, s, newTask("a1", "n1", 0), newTask("a2", "n1", time.Second), newTask("b1", "n2", 0), old)
+	claim(t, s, "n2", 10*time.Second, time.Minute)
+	got, err := s.QueuedTaskNodes(ctx, at(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	diff(t, "nodes with queued tasks", got, []string{"n1"})
 }
 
 // testClaimConcurrent: 8 claimers drain 200 tasks; each task is claimed
