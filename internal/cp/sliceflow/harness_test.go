@@ -17,6 +17,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/store/sqlite"
 	"github.com/drover-dev/drover/internal/cp/taskbus"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
 )
 
 // clock is a fake clock: each reading is one second after the last.
@@ -237,4 +238,33 @@ func (h *harness) wantStatus(id string, ws store.SliceFlowStatus, as api.Allocat
 		h.t.Fatalf("allocation %s: state %s (%s), want %s", id, a.State, a.StateReason, as)
 	}
 	return w
+}
+
+// userOutput is allocation.provision_user's output from the guest.
+func userOutput() map[string]any {
+	return map[string]any{"vm_name": "slice-x", "allocation_id": "x",
+		"user": map[string]any{"username": "alice", "uid": 1000, "created": false, "keys": 1}}
+}
+
+// provisioned answers the workflow's queued slice.vm_provision (ready)
+// and then its allocation.provision_user, each with its event.
+func (h *harness) provisioned() {
+	h.t.Helper()
+	prov := h.queued(task.TypeVMProvision)
+	if len(prov) != 1 {
+		h.t.Fatalf("%d queued provision tasks", len(prov))
+	}
+	h.answer(prov[0].ID, true, readyOutput(), true)
+	h.answerUser(true, true)
+}
+
+// answerUser answers the one queued allocation.provision_user.
+func (h *harness) answerUser(ok, publish bool) store.Task {
+	h.t.Helper()
+	us := h.queued(task.TypeAllocProvisionUser)
+	if len(us) != 1 {
+		h.t.Fatalf("%d queued provision_user tasks", len(us))
+	}
+	h.answer(us[0].ID, ok, userOutput(), publish)
+	return us[0]
 }

@@ -75,8 +75,13 @@ func Validate(req api.CreateAllocationRequest) []api.FieldError {
 	if req.Slots < 1 || req.Slots > task.MaxVMSlots {
 		fe = append(fe, api.FieldError{Field: "slots", Message: fmt.Sprintf("must be between 1 and %d", task.MaxVMSlots)})
 	}
-	if req.Shell != "" || req.Sudo {
-		fe = append(fe, api.FieldError{Field: "shell", Message: "shell and sudo apply to host allocations; the slice VM's user is made by cloud-init"})
+	if req.Shell != "" {
+		// The shell goes to provision_user's allocation.provision_user in
+		// the guest (sudo too).
+		raw, _ := json.Marshal(task.AllocProvisionUserParams{AllocationID: "alc_check", Username: "check", Shell: req.Shell})
+		if _, ufe := task.DecodeAllocProvisionUserParams(raw); len(ufe) > 0 {
+			fe = append(fe, api.FieldError{Field: "shell", Message: ufe[0].Message})
+		}
 	}
 	if req.Username == "" {
 		fe = append(fe, api.FieldError{Field: "username", Message: "is required"})

@@ -1,8 +1,9 @@
 // Package sliceflow is the slice allocations' provisioning workflow: it
 // takes a slice allocation (api.AllocationSlice) from its request to a
 // running VM and back. Provisioning runs lease_slots → vm_provision →
-// await_provision → record_result → provision_user → activate; a failing
-// step runs the compensating steps (compensate_vm_release →
+// await_provision → record_result → provision_user (the user inside the
+// guest) → activate; a failing step runs the compensating steps
+// (compensate_deprovision_user → compensate_release_vm →
 // compensate_await_release → compensate_free_leases) and leaves the
 // allocation failed with the step, the signal and the correlation id; a
 // release runs release_vm → await_release → free_leases.
@@ -14,8 +15,8 @@
 // queued). A control plane that restarts, or another replica on the same
 // PostgreSQL, resumes the workflows not finished (Resume) from their last
 // recorded step. Task results reach the workflow by task event
-// (taskbus.Finished of slice.vm_provision and slice.vm_release), never by
-// polling. It must not import the node side (internal/node).
+// (taskbus.Finished of slice.vm_provision, slice.vm_release and the
+// workflow's allocation.provision_user/deprovision_user), never by polling. It must not import the node side (internal/node).
 package sliceflow
 
 import (
@@ -84,11 +85,14 @@ func New(st Store, tasks Tasks, auditLog *audit.Log, log *slog.Logger, now func(
 // before the reaper expires it (which ends the await step).
 const taskTTL = task.VMProvisionTimeout + 10*time.Minute
 
-// Subscribe makes the results of slice.vm_provision and slice.vm_release
-// advance the workflow they belong to.
+// Subscribe makes the results of slice.vm_provision, slice.vm_release
+// and the guest user tasks (allocation.provision_user and
+// deprovision_user with vm_name) advance the workflow they belong to.
 func (s *Room) Subscribe(b *taskbus.Bus) {
 	b.OnFinished(task.TypeVMProvision, s.taskDone)
 	b.OnFinished(task.TypeVMRelease, s.taskDone)
+	b.OnFinished(task.TypeAllocProvisionUser, s.taskDone)
+	b.OnFinished(task.TypeAllocDeprovisionUser, s.taskDone)
 }
 
 func (s *Room) taskDone(ctx context.Context, e taskbus.Finished) {
@@ -99,8 +103,8 @@ func (s *Room) taskDone(ctx context.Context, e taskbus.Finished) {
 		return
 	}
 	w, err := s.store.GetSliceWorkflow(ctx, p.AllocationID)
-	if err != nil || (w.ProvisionTaskID != e.Task.ID && w.ReleaseTaskID != e.Task.ID) {
-		return // not a workflow's task (an operator ran it by hand)
+	if err != nil || !s.ownsTask(ctx, w, e.Task.ID) {
+		return // not a workflow's task (an operator ran it by hand, a host allocation's user task)
 	}
 	if err := s.Advance(context.WithoutCancel(ctx), p.AllocationID); err != nil {
 		s.log.Warn("slice workflow", "allocation_id", p.AllocationID, "task_id", e.Task.ID, "err", err,

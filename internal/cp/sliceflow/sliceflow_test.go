@@ -42,15 +42,26 @@ func TestCreateActiveRelease(t *testing.T) {
 		t.Fatalf("allocation provision task %q", a.ProvisionTaskID)
 	}
 	h.answer(prov[0].ID, true, readyOutput(), true)
+	// provision_user: allocation.provision_user in the guest, awaited.
+	if w := h.wantStatus("alc_a", store.SliceFlowProvisioning, api.AllocationProvisioning); w.Step != StepProvisionUser {
+		t.Fatalf("workflow at %s, want %s", w.Step, StepProvisionUser)
+	}
+	us := h.queued(task.TypeAllocProvisionUser)
+	if len(us) != 1 {
+		t.Fatalf("%d provision_user tasks", len(us))
+	}
+	up, fe := task.DecodeAllocProvisionUserParams(us[0].Params)
+	if fe != nil || up.VMName != p.VMName || up.Username != "alice" || up.AllocationID != "alc_a" ||
+		us[0].CorrelationID != w.CorrelationID || us[0].NodeID != "h1" {
+		t.Fatalf("provision_user %+v %v (task %+v)", up, fe, us[0])
+	}
+	h.answer(us[0].ID, true, userOutput(), true)
 	h.wantStatus("alc_a", store.SliceFlowActive, api.AllocationActive)
 	states := h.stepStates("alc_a")
-	for _, s := range []string{StepLeaseSlots, StepVMProvision, StepAwaitProvision, StepRecordResult, StepActivate} {
+	for _, s := range []string{StepLeaseSlots, StepVMProvision, StepAwaitProvision, StepRecordResult, StepProvisionUser, StepActivate} {
 		if states[s] != store.SliceStepDone {
 			t.Errorf("step %s: %q", s, states[s])
 		}
-	}
-	if states[StepProvisionUser] != store.SliceStepSkipped {
-		t.Errorf("provision_user: %q, want skipped", states[StepProvisionUser])
 	}
 	v, err := h.room.View(h.ctx, "alc_a")
 	if err != nil {
@@ -125,7 +136,8 @@ func TestResumeAtEveryBoundary(t *testing.T) {
 						}
 						continue
 					}
-					for _, q := range append(h.queued(task.TypeVMProvision), h.queued(task.TypeVMRelease)...) {
+					queued := append(h.queued(task.TypeVMProvision), h.queued(task.TypeVMRelease)...)
+					for _, q := range append(queued, h.queued(task.TypeAllocProvisionUser)...) {
 						out := any(map[string]any{})
 						if q.Type == task.TypeVMProvision {
 							out = readyOutput()
@@ -147,8 +159,8 @@ func TestResumeAtEveryBoundary(t *testing.T) {
 			if !crashed {
 				t.Fatalf("never reached %s", point)
 			}
-			if n, m := len(h.all(task.TypeVMProvision)), len(h.all(task.TypeVMRelease)); n != 1 || m != 1 {
-				t.Fatalf("%d provision and %d release tasks, want one each", n, m)
+			if n, u, m := len(h.all(task.TypeVMProvision)), len(h.all(task.TypeAllocProvisionUser)), len(h.all(task.TypeVMRelease)); n != 1 || u != 1 || m != 1 {
+				t.Fatalf("%d provision, %d provision_user and %d release tasks, want one each", n, u, m)
 			}
 			if ls := h.leases(); len(ls) != 0 {
 				t.Fatalf("leaked leases: %+v", ls)
@@ -165,6 +177,12 @@ func TestResumeReadsResultWithoutEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.answer(h.queued(task.TypeVMProvision)[0].ID, true, readyOutput(), false)
+	h.wantStatus("alc_q", store.SliceFlowProvisioning, api.AllocationProvisioning)
+	h.restart()
+	if err := h.room.Resume(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.answerUser(true, false)
 	h.wantStatus("alc_q", store.SliceFlowProvisioning, api.AllocationProvisioning)
 	h.restart()
 	if err := h.room.Resume(h.ctx); err != nil {

@@ -205,14 +205,6 @@ func (s *Room) recordResult(ctx context.Context, w *store.SliceWorkflow, _ *stor
 	return outcome{detail: fmt.Sprintf("vm at %s (ssh %s:%d), console %s", vm.PrivateIP, vm.SSHHost, vm.SSHPort, vm.ConsoleModel)}, nil
 }
 
-// provisionUser is skipped: allocation.provision_user cannot target a
-// guest yet, and the user was made by cloud-init in vm_provision.
-func (s *Room) provisionUser(_ context.Context, w *store.SliceWorkflow, _ *store.SliceStep) (outcome, error) {
-	var vm api.SliceVM
-	_ = json.Unmarshal(w.Result, &vm)
-	return outcome{kind: skipped, detail: provisionUserReason + "; guest default_user=" + vm.DefaultUser}, nil
-}
-
 func (s *Room) activate(context.Context, *store.SliceWorkflow, *store.SliceStep) (outcome, error) {
 	return outcome{detail: "allocation active"}, nil
 }

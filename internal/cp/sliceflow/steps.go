@@ -14,17 +14,19 @@ import (
 
 // The steps, by name (the names are the contract: API, CLI, runbook).
 const (
-	StepLeaseSlots      = "lease_slots"
-	StepVMProvision     = "vm_provision"
-	StepAwaitProvision  = "await_provision"
-	StepRecordResult    = "record_result"
-	StepProvisionUser   = "provision_user"
-	StepActivate        = "activate"
-	StepReleaseVM       = "release_vm"
-	StepAwaitRelease    = "await_release"
-	StepFreeLeases      = "free_leases"
+	StepLeaseSlots     = "lease_slots"
+	StepVMProvision    = "vm_provision"
+	StepAwaitProvision = "await_provision"
+	StepRecordResult   = "record_result"
+	StepProvisionUser  = "provision_user"
+	StepActivate       = "activate"
+	StepReleaseVM      = "release_vm"
+	StepAwaitRelease   = "await_release"
+	StepFreeLeases     = "free_leases"
+	// StepDeprovisionUser runs only compensating
+	// (compensate_deprovision_user).
+	StepDeprovisionUser = "deprovision_user"
 	compensatePrefix    = "compensate_"
-	provisionUserReason = "allocation.provision_user has no guest target (it runs on the host's OS); the user and its SSH keys are created in the guest by slice.vm_provision's cloud-init (default_username, ssh_public_keys)"
 )
 
 type outcomeKind int
@@ -59,7 +61,7 @@ func (s *Room) sequence(st store.SliceFlowStatus) []step {
 			{StepAwaitProvision, s.awaitProvision}, {StepRecordResult, s.recordResult},
 			{StepProvisionUser, s.provisionUser}, {StepActivate, s.activate}}
 	case store.SliceFlowCompensating:
-		return []step{{compensatePrefix + StepReleaseVM, s.enqueueRelease},
+		return []step{{compensatePrefix + StepDeprovisionUser, s.deprovisionUser}, {compensatePrefix + StepReleaseVM, s.enqueueRelease},
 			{compensatePrefix + StepAwaitRelease, s.awaitRelease}, {compensatePrefix + StepFreeLeases, s.freeLeases}}
 	case store.SliceFlowReleasing:
 		return []step{{StepReleaseVM, s.enqueueRelease}, {StepAwaitRelease, s.awaitRelease}, {StepFreeLeases, s.freeLeases}}
@@ -245,10 +247,14 @@ func (s *Room) at(point string) error {
 }
 
 // provisionSettled reports whether a workflow released while provisioning
-// may switch to releasing now: no provision task is queued, or it finished.
+// may switch to releasing now: no provision task is queued, or it finished
+// (and so did the provision_user task, when one was queued).
 func (s *Room) provisionSettled(ctx context.Context, w store.SliceWorkflow) (bool, error) {
 	if w.ProvisionTaskID == "" {
 		return true, nil
+	}
+	if ok, err := s.userTaskSettled(ctx, w); err != nil || !ok {
+		return false, err
 	}
 	t, err := s.store.GetTask(ctx, w.ProvisionTaskID)
 	if errors.Is(err, store.ErrNotFound) {

@@ -45,6 +45,10 @@ func TestSweep(t *testing.T) {
 		if err := h.room.Sweep(h.ctx); err != nil {
 			t.Fatal(err)
 		}
+		h.answerUser(true, false)
+		if err := h.room.Sweep(h.ctx); err != nil {
+			t.Fatal(err)
+		}
 		h.wantStatus("alc_s", store.SliceFlowActive, api.AllocationActive)
 	})
 	t.Run("provision never answered", func(t *testing.T) {
@@ -73,7 +77,7 @@ func TestSweep(t *testing.T) {
 		if err := h.create("alc_s", 1); err != nil {
 			t.Fatal(err)
 		}
-		h.answer(h.queued(task.TypeVMProvision)[0].ID, true, readyOutput(), true)
+		h.provisioned()
 		h.wantStatus("alc_s", store.SliceFlowActive, api.AllocationActive)
 		if _, err := h.room.Release(h.ctx, "alc_s"); err != nil {
 			t.Fatal(err)

@@ -52,6 +52,7 @@ const (
 	SliceSlotsUnavailable Name = "slice_slots_unavailable"
 	SliceProvisionFailed  Name = "slice_vm_provision_failed"
 	SliceWorkflowStuck    Name = "slice_workflow_stuck"
+	SliceGuestUserFailed  Name = "slice_guest_user_failed"
 )
 
 // Signal is one row of the runbook: what the operator sees, the quickest
@@ -185,6 +186,10 @@ func Signals() []Signal {
 		{SliceWorkflowStuck, DomainControlPlane, "A slice allocation failed at await_provision because slice.vm_provision never answered: no result and no expiry past the sweep's bound (sliceflow.StuckAfter), or the task is gone from the store",
 			"`drover allocations show <id>` (workflow.failed_step, error, correlation_id); `drover tasks show <provision_task_id>`; the node's agent log for the correlation id",
 			"Control plane / node", "Check that the node is up and claims tasks and that the control plane's reaper runs; the workflow already released the VM and its slots, so recreate the allocation",
+			[]Hop{HopAllocationBinding}, ""},
+		{SliceGuestUserFailed, DomainNode, "A slice allocation failed at provision_user: allocation.provision_user could not make the allocation's user inside the VM over the brokered SSH channel (the result code names the hop: guest_user_failed, guest_ssh_unreachable, guest_host_key_mismatch, guest_auth_failed, guest_terminal_unavailable) or expired unanswered",
+			"`drover allocations show <id>` (workflow.failed_step, error); `drover tasks show <provision_user task_id>` (the step's task_id); the VM's serial log on the node",
+			"Node / slice guest", "Repair what the code names (the guest's sshd, its terminal key, a user name the image reserves); the workflow already removed the user, released the VM and its slots, so recreate the allocation",
 			[]Hop{HopAllocationBinding}, ""},
 	}
 }
