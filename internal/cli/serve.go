@@ -42,6 +42,7 @@ type ServerFlags struct {
 	HTTPIdleTimeout       time.Duration `name:"http-idle-timeout" default:"2m" help:"Both listeners: close keep-alive connections idle this long."`
 	HTTPMaxHeaderBytes    int           `name:"http-max-header-bytes" default:"65536" help:"Both listeners: largest request header block (431 beyond)."`
 	NodeLongPollLimit     int           `name:"node-long-poll-limit" default:"4" help:"Long-polls of one route (tasks, instances) a node may hold open on this replica (429 node_long_poll_limit beyond)."`
+	LongPollFallback      time.Duration `name:"long-poll-fallback-interval" default:"10s" help:"How often a replica re-checks the task queue for the agents' parked long-polls in case a change event was lost (a PostgreSQL restart); negative disables."`
 	TerminalPerNode       int           `name:"terminal-sessions-per-node" default:"16" help:"Terminal sessions one node may have on this replica (terminal_session_limit beyond)."`
 	TerminalRecheck       time.Duration `name:"terminal-recheck-interval" default:"30s" help:"How often live terminals re-check their node, allocation and token in case a change event was lost."`
 	TerminalDispatch      time.Duration `name:"terminal-dispatch-timeout" default:"10s" help:"How long the gateway waits for the node to pick up terminal.open (node_offline or dispatch_timeout beyond)."`
@@ -57,7 +58,8 @@ func (f ServerFlags) config(allowUnknown bool, log *slog.Logger) server.Config {
 			MaxSessionsPerNode: f.TerminalPerNode, RecheckInterval: f.TerminalRecheck, DispatchTimeout: f.TerminalDispatch,
 			NodeStreamTimeout: f.TerminalNodeStream, PTYTimeout: f.TerminalPTY},
 		ReadHeaderTimeout: f.HTTPReadHeaderTimeout, BodyReadTimeout: f.HTTPBodyTimeout, IdleTimeout: f.HTTPIdleTimeout,
-		MaxHeaderBytes: f.HTTPMaxHeaderBytes, NodeLongPollLimit: f.NodeLongPollLimit, HealthProbeInterval: f.HealthProbeInterval}
+		MaxHeaderBytes: f.HTTPMaxHeaderBytes, NodeLongPollLimit: f.NodeLongPollLimit, HealthProbeInterval: f.HealthProbeInterval,
+		LongPollFallback: f.LongPollFallback}
 }
 
 func newLogger(level slog.Level) *slog.Logger {

@@ -46,6 +46,20 @@ func (w *Waiters) Wake(node string) {
 	w.mu.Unlock()
 }
 
+// WakeAll signals every waiter of every node (events may have been lost).
+func (w *Waiters) WakeAll() {
+	w.mu.Lock()
+	for _, set := range w.nodes {
+		for ch := range set {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	w.mu.Unlock()
+}
+
 // Count is the number of open long-polls (for metrics).
 func (w *Waiters) Count() int {
 	w.mu.Lock()

@@ -64,5 +64,9 @@ func New(cfg Config, st Store, auditLog *audit.Log) *Room {
 // instance or host change event, a drain).
 func (s *Room) Wake(nodeID string) { s.waiters.Wake(nodeID) }
 
+// WakeAll wakes every desired-set long-poll on this replica: change events
+// may have been lost (store.EventResync).
+func (s *Room) WakeAll() { s.waiters.WakeAll() }
+
 // errNoChange aborts an UpdateInstance without writing.
 var errNoChange = errors.New("no change")

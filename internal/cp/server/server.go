@@ -100,6 +100,12 @@ type Config struct {
 	HealthProbeInterval time.Duration
 	// MaxWait caps a long-poll (default 30s).
 	MaxWait time.Duration
+	// LongPollFallback is how often the replica re-checks the task queue
+	// for the claim long-polls parked on it, in case a change event was
+	// lost (default 10s; negative disables it). Wake-ups normally come from
+	// store events; after PostgreSQL's LISTEN connection reconnects every
+	// long-poll is woken anyway.
+	LongPollFallback time.Duration
 	// ReadHeaderTimeout bounds reading a request's headers, and the TLS
 	// handshake, on both listeners (default 10s).
 	ReadHeaderTimeout time.Duration
@@ -184,6 +190,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = 30 * time.Second
+	}
+	if c.LongPollFallback == 0 {
+		c.LongPollFallback = 10 * time.Second
 	}
 	if c.BootstrapTokenTTL == 0 {
 		c.BootstrapTokenTTL = 24 * time.Hour
@@ -318,7 +327,8 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 		RegisterRate: cfg.RegisterRate, RegisterBurst: cfg.RegisterBurst, AuthFailRate: cfg.AuthFailRate,
 		AuthFailBurst: cfg.AuthFailBurst, Log: s.log, Now: cfg.Now},
 		st, s.ca, s.keys, s.inst, s.audit, hosts.NewMetrics(s.reg))
-	s.tasks = tasks.New(tasks.Config{Registry: s.cfg.Registry, MaxWait: s.cfg.MaxWait, Log: s.log, Now: cfg.Now},
+	s.tasks = tasks.New(tasks.Config{Registry: s.cfg.Registry, MaxWait: s.cfg.MaxWait,
+		FallbackPoll: s.cfg.LongPollFallback, Log: s.log, Now: cfg.Now},
 		st, s.hosts, s.inst, s.keys, s.audit, tasks.NewMetrics(s.reg))
 	s.term = termgw.New(s.cfg.Terminal, st, s.hosts, s.tasks, s.audit, termgw.NewMetrics(s.reg, limitRefusals),
 		s.log, cfg.Now)
@@ -334,6 +344,7 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	s.taskPolls = httpapi.NewLongPolls("tasks", s.cfg.NodeLongPollLimit, s.reg, limitRefusals)
 	s.instancePolls = httpapi.NewLongPolls("instances", s.cfg.NodeLongPollLimit, s.reg, limitRefusals)
 	s.term.RegisterLiveSessions(s.reg)
+	registerStoreMetrics(s.reg, st)
 	if cfg.Terminal.RecordingDir == "" {
 		s.log.Warn("terminal sessions are not recorded: no recording directory configured")
 	}
@@ -397,6 +408,7 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 	g.Go(func() error { s.dispatchEvents(gctx, events); return nil })
 	g.Go(func() error { s.hosts.Run(gctx); return nil })
 	g.Go(func() error { s.tasks.Reap(gctx); return nil })
+	g.Go(func() error { s.tasks.RunFallback(gctx); return nil })
 	g.Go(func() error { s.sliceRoom.RunSweeper(gctx, sliceflow.SweepInterval); return nil })
 	g.Go(func() error { s.health.Run(gctx); return nil })
 	g.Go(func() error { s.term.Run(gctx); return nil })
@@ -454,6 +466,10 @@ func (s *Server) dispatchEvents(ctx context.Context, events <-chan store.Event) 
 				s.inst.Wake(ev.ID)  // draining is part of the node's instance set
 			case store.EventInstance:
 				s.inst.Wake(ev.ID)
+			case store.EventResync: // events were lost: every waiter re-reads
+				s.log.Info("store events resynchronised: waking every long-poll")
+				s.tasks.WakeAll()
+				s.inst.WakeAll()
 			}
 			s.term.Event(ctx, ev) // host, allocation and token changes end terminals
 		}

@@ -63,6 +63,10 @@ type Config struct {
 	Registry *task.Registry
 	// MaxWait caps the node's claim long-poll.
 	MaxWait time.Duration
+	// FallbackPoll is how often RunFallback re-checks the queue for the
+	// nodes parked on this replica, in case a change event was lost (0:
+	// RunFallback returns at once).
+	FallbackPoll time.Duration
 	Log     *slog.Logger
 	Now     func() time.Time
 }
@@ -96,6 +100,10 @@ func (s *Room) Bus() *taskbus.Bus { return s.bus }
 // Wake wakes the claim long-polls of a node on this replica (a task or
 // host change event).
 func (s *Room) Wake(nodeID string) { s.waiters.Wake(nodeID) }
+
+// WakeAll wakes every claim long-poll on this replica: change events may
+// have been lost (store.EventResync).
+func (s *Room) WakeAll() { s.waiters.WakeAll() }
 
 // NewTask builds a queued task created by the control plane on behalf of
 // the caller.

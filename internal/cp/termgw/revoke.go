@@ -32,6 +32,8 @@ func (s *Gateway) Event(ctx context.Context, ev store.Event) {
 		keep = func(l *liveSession) bool { return l.allocID == ev.ID }
 	case store.EventOperatorToken:
 		keep = func(l *liveSession) bool { return l.mintedBy != "" && l.mintedBy == ev.ID }
+	case store.EventResync: // revocations may have been lost
+		keep = func(*liveSession) bool { return true }
 	default:
 		return
 	}

@@ -1,0 +1,41 @@
+package tasks
+
+import (
+	"context"
+	"time"
+)
+
+// RunFallback is the claim long-polls' safety net for lost change events
+// (a notification committed while PostgreSQL's LISTEN connection was down,
+// a subscriber that fell behind): every Config.FallbackPoll, while any
+// long-poll is parked here, it reads which nodes have a claimable task (one
+// statement) and wakes those. A task therefore waits at most about one
+// interval for a parked agent, whatever happened to its event. It returns
+// when ctx ends.
+func (s *Room) RunFallback(ctx context.Context) {
+	if s.cfg.FallbackPoll <= 0 {
+		return
+	}
+	t := time.NewTicker(s.cfg.FallbackPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.waiters.Count() == 0 {
+			continue
+		}
+		nodes, err := s.store.QueuedTaskNodes(ctx, s.cfg.Now().UTC())
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("long-poll fallback: read queued tasks", "err", err)
+			}
+			continue
+		}
+		for _, n := range nodes {
+			s.waiters.Wake(n)
+		}
+	}
+}
