@@ -28,6 +28,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -311,6 +312,25 @@ func (s *Server) Halt() error {
 	case <-time.After(10 * time.Second):
 		s.kill()
 		<-s.done
+	}
+	s.cmd, s.done = nil, nil
+	return nil
+}
+
+// Crash stops the server as `pg_ctl stop -m immediate` does (SIGQUIT to
+// the postmaster: no checkpoint, clients cut off at once; the next start
+// runs crash recovery) and keeps its data for Resume.
+func (s *Server) Crash() error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return errors.New("pgtest: server not running")
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		return fmt.Errorf("pgtest: immediate shutdown: %w", err)
+	}
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		s.kill()
 	}
 	s.cmd, s.done = nil, nil
 	return nil

@@ -62,45 +62,58 @@ func TestStartStop(t *testing.T) {
 	}
 }
 
-// TestHaltResume: a halted server refuses connections and keeps its data;
-// resumed, it answers on the same DSN.
+// TestHaltResume: a server halted (fast shutdown) or crashed (immediate
+// shutdown) refuses connections and keeps its committed data; resumed, it
+// answers on the same DSN.
 func TestHaltResume(t *testing.T) {
 	srv, err := pgtest.StartServer()
 	if err != nil {
 		pgtest.Skip(t, err)
 	}
 	t.Cleanup(srv.Stop)
-	dsn := srv.NewDatabase(t)
-	ctx := context.Background()
-	exec := func() error {
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS kept (id int); INSERT INTO kept VALUES (1)`)
-		return err
-	}
-	if err := exec(); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Halt(); err != nil {
-		t.Fatal(err)
-	}
-	if err := exec(); err == nil {
-		t.Fatal("a halted server accepted a connection")
-	}
-	if err := srv.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM kept`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("after Resume: %d rows, %v", n, err)
+	for _, tc := range []struct {
+		name string
+		stop func() error
+	}{
+		{"halt", srv.Halt},
+		{"crash", srv.Crash},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn := srv.NewDatabase(t)
+			ctx := context.Background()
+			exec := func() error {
+				conn, err := pgx.Connect(ctx, dsn)
+				if err != nil {
+					return err
+				}
+				defer conn.Close(ctx)
+				// The test server commits asynchronously; this commit is
+				// flushed before it returns, so a crash keeps it.
+				_, err = conn.Exec(ctx, `SET synchronous_commit = on; CREATE TABLE IF NOT EXISTS kept (id int); INSERT INTO kept VALUES (1)`)
+				return err
+			}
+			if err := exec(); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.stop(); err != nil {
+				t.Fatal(err)
+			}
+			if err := exec(); err == nil {
+				t.Fatal("a stopped server accepted a connection")
+			}
+			if err := srv.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			var n int
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM kept`).Scan(&n); err != nil || n != 1 {
+				t.Fatalf("after Resume: %d rows, %v", n, err)
+			}
+		})
 	}
 }
 
