@@ -1,16 +1,12 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/node/guestinit/microvmtest"
-	"github.com/drover-dev/drover/internal/node/ocitest"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
@@ -25,28 +21,8 @@ import (
 // it is gone volume.delete removes the volume.
 func TestMicroVMVolumesTCG(t *testing.T) {
 	t0 := time.Now()
-	kit := microvmtest.Build(t, "")
-	reg := ocitest.StartRegistry()
-	defer reg.Close()
-	server, err := ocitest.BuildTestServer(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := reg.Push("drover/web", "v1", server, "PORT=8080")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rtDir, err := os.MkdirTemp("", "dmv") // unix socket paths stay short
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(rtDir) })
-	e := startEnv(t, openSQLite(t))
-	bt := e.createHost("mv-1")
-	e.startAgent("mv-1", bt.Token, agentOpts{runtime: "qemu", runtimeDir: rtDir, allowLocal: true,
-		settings: map[string]string{"NODE_AGENT_QEMU_MICROVM_KERNEL": kit.Kernel, "NODE_AGENT_QEMU_MICROVM_INITRD": kit.Initrd}})
-	e.waitHostStatus("mv-1", api.HostHealthy, 60*time.Second)
-	waitCapacity(t, e, "mv-1")
+	h := startMicroVMHost(t, "mv-1", nil)
+	e, img, rtDir := h.e, h.img, h.rtDir
 	t.Logf("setup took %v", time.Since(t0).Round(time.Millisecond))
 
 	spec := func(script string, vol api.VolumeMount) api.InstanceSpec {

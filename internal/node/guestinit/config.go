@@ -169,6 +169,24 @@ func DecodeConfig(r io.Reader) (Config, error) {
 	return c, c.Validate()
 }
 
+// Workload is the guest config of a workload: image (the entrypoint, cmd,
+// env, user and working directory of an OCI image's config; zero for a
+// bare root filesystem) with an instance's overrides, as Docker applies
+// them: command replaces the entrypoint and resets the cmd, args replace
+// the cmd, env entries are merged over the image's (MergeEnv). The caller
+// sets the rest (hostname, secrets, network, volumes).
+func Workload(image Config, command, args []string, env map[string]string) Config {
+	cfg := image
+	if len(command) > 0 {
+		cfg.Entrypoint, cfg.Cmd = command, nil
+	}
+	if len(args) > 0 {
+		cfg.Cmd = args
+	}
+	cfg.Env = MergeEnv(cfg.Env, env)
+	return cfg
+}
+
 // MergeEnv overlays extra (KEY=VALUE) on base; keys keep their first
 // position, sorted extra keys follow.
 func MergeEnv(base []string, extra map[string]string) []string {

@@ -121,3 +121,29 @@ func TestResolvConf(t *testing.T) {
 		}
 	}
 }
+
+func TestWorkload(t *testing.T) {
+	img := Config{Entrypoint: []string{"/entry"}, Cmd: []string{"serve"}, Env: []string{"A=1", "B=2"}, User: "app", WorkingDir: "/srv"}
+	for _, c := range []struct {
+		name          string
+		command, args []string
+		env           map[string]string
+		want          Config
+	}{
+		{"image as is", nil, nil, nil, Config{Entrypoint: []string{"/entry"}, Cmd: []string{"serve"}, Env: []string{"A=1", "B=2"}, User: "app", WorkingDir: "/srv"}},
+		{"command resets the cmd", []string{"/bin/sh"}, nil, nil, Config{Entrypoint: []string{"/bin/sh"}, Env: []string{"A=1", "B=2"}, User: "app", WorkingDir: "/srv"}},
+		{"args replace the cmd", nil, []string{"migrate"}, nil, Config{Entrypoint: []string{"/entry"}, Cmd: []string{"migrate"}, Env: []string{"A=1", "B=2"}, User: "app", WorkingDir: "/srv"}},
+		{"command and args", []string{"/bin/sh"}, []string{"-c", "x"}, nil, Config{Entrypoint: []string{"/bin/sh"}, Cmd: []string{"-c", "x"}, Env: []string{"A=1", "B=2"}, User: "app", WorkingDir: "/srv"}},
+		{"env merged", nil, nil, map[string]string{"B": "3", "C": "4"}, Config{Entrypoint: []string{"/entry"}, Cmd: []string{"serve"}, Env: []string{"A=1", "B=3", "C=4"}, User: "app", WorkingDir: "/srv"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := Workload(img, c.command, c.args, c.env)
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("Workload = %+v, want %+v", got, c.want)
+			}
+		})
+	}
+	if Workload(img, nil, nil, map[string]string{"Z": "9"}); len(img.Env) != 2 {
+		t.Errorf("Workload changed the image's env: %v", img.Env)
+	}
+}

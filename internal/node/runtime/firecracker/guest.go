@@ -149,14 +149,8 @@ func (r *Runtime) prepareGuest(ctx context.Context, in *instance, spec runtime.S
 		return err // image_pull_failed or rootfs_build_failed already
 	}
 	c := img.Config
-	cfg := guestinit.Config{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Env: c.Env, User: c.User, WorkingDir: c.WorkingDir}
-	if len(spec.Command) > 0 {
-		cfg.Entrypoint, cfg.Cmd = spec.Command, nil // as Docker: an entrypoint resets the cmd
-	}
-	if len(spec.Args) > 0 {
-		cfg.Cmd = spec.Args
-	}
-	cfg.Env = guestinit.MergeEnv(cfg.Env, spec.Env)
+	cfg := guestinit.Workload(guestinit.Config{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Env: c.Env, User: c.User, WorkingDir: c.WorkingDir},
+		spec.Command, spec.Args, spec.Env)
 	cfg.Hostname, cfg.Secrets = id, spec.Secrets
 	if n := spec.VMOrZero().Network; n.Mode == api.NetworkTap || n.Mode == api.NetworkBridge {
 		t, err := r.tapFor(ctx, id, n)

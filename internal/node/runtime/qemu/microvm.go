@@ -180,13 +180,7 @@ func (r *Runtime) prepareMicroVM(ctx context.Context, in *instance, spec runtime
 			return runtime.Errorf(api.ReasonImagePullFailed, "create", id, "spec.image: %w", err)
 		}
 	}
-	if len(spec.Command) > 0 {
-		cfg.Entrypoint, cfg.Cmd = spec.Command, nil // as Docker: an entrypoint resets the cmd
-	}
-	if len(spec.Args) > 0 {
-		cfg.Cmd = spec.Args
-	}
-	cfg.Env = guestinit.MergeEnv(cfg.Env, spec.Env)
+	cfg = guestinit.Workload(cfg, spec.Command, spec.Args, spec.Env)
 	cfg.Hostname, cfg.Secrets = id, spec.Secrets
 	network := guestinit.UserNetwork
 	if spec.VMOrZero().Network.Mode == api.NetworkBridge {
