@@ -10,42 +10,81 @@ import (
 	"github.com/drover-dev/drover/internal/cp/store/sqlstore"
 )
 
-// poolDB is sqlstore.DB over the writer and reader pools.
+// poolDB is sqlstore.DB over the writer and reader pools, each with its
+// statement cache (the same pool and cache twice for an in-memory
+// database).
 type poolDB struct {
-	w, r *sql.DB
-	hub  *sqlstore.Broadcaster
+	w, r   *sql.DB
+	ws, rs *stmtCache
+	hub    *sqlstore.Broadcaster
+}
+
+func newPoolDB(w, r *sql.DB, hub *sqlstore.Broadcaster) *poolDB {
+	p := &poolDB{w: w, r: r, ws: newStmtCache(w), hub: hub}
+	p.rs = p.ws
+	if r != w {
+		p.rs = newStmtCache(r)
+	}
+	return p
+}
+
+// isSelect says whether a statement is a read-only SELECT.
+func isSelect(query string) bool {
+	q := strings.TrimLeft(query, " \t\r\n")
+	return len(q) >= 6 && strings.EqualFold(q[:6], "SELECT")
 }
 
 // pick routes a statement: read-only SELECTs to the reader pool, everything
 // else (including UPDATE ... RETURNING) to the writer.
-func (p *poolDB) pick(query string) *sql.DB {
-	q := strings.TrimLeft(query, " \t\r\n")
-	if len(q) >= 6 && strings.EqualFold(q[:6], "SELECT") {
-		return p.r
+func (p *poolDB) pick(query string) *stmtCache {
+	if isSelect(query) {
+		return p.rs
 	}
-	return p.w
+	return p.ws
+}
+
+// close closes the cached statements.
+func (p *poolDB) close() error {
+	err := p.ws.close()
+	if p.rs != p.ws {
+		err = errors.Join(err, p.rs.close())
+	}
+	return err
 }
 
 func (p *poolDB) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	if st := p.ws.get(ctx, query); st != nil {
+		return result(st.ExecContext(ctx, args...))
+	}
 	return execOn(ctx, p.w, query, args)
 }
 
 func (p *poolDB) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
-	return queryOn(ctx, p.pick(query), query, args)
+	c := p.pick(query)
+	if st := c.get(ctx, query); st != nil {
+		return wrapRows(st.QueryContext(ctx, args...))
+	}
+	return queryOn(ctx, c.db, query, args)
 }
 
 func (p *poolDB) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
-	return row{p.pick(query).QueryRowContext(ctx, query, args...)}
+	c := p.pick(query)
+	if st := c.get(ctx, query); st != nil {
+		return row{st.QueryRowContext(ctx, args...)}
+	}
+	return row{c.db.QueryRowContext(ctx, query, args...)}
 }
 
 // InTx runs fn in a BEGIN IMMEDIATE transaction on the writer and publishes
-// the events fn queued once the commit succeeded.
+// the events fn queued once the commit succeeded. Statements the
+// transaction ran uncached are prepared once it has ended.
 func (p *poolDB) InTx(ctx context.Context, fn func(tx sqlstore.DB) error) error {
 	tx, err := p.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	t := &txDB{tx: tx}
+	defer p.ws.prepareMissed(ctx)
+	t := &txDB{tx: tx, stmts: p.ws}
 	if err := fn(t); err != nil {
 		_ = tx.Rollback()
 		return err
@@ -70,10 +109,24 @@ func (p *poolDB) notify(_ context.Context, tx sqlstore.DB, ev store.Event) error
 	return nil
 }
 
-// txDB is sqlstore.DB inside a transaction.
+// txDB is sqlstore.DB inside a transaction. Every statement runs on the
+// writer's connection; a cached one is bound to the transaction
+// (Tx.StmtContext reuses the connection's prepared copy).
 type txDB struct {
 	tx      *sql.Tx
+	stmts   *stmtCache
 	pending []store.Event
+}
+
+// stmt is query's cached statement bound to the transaction, or nil (and
+// the text is remembered for preparing after the transaction).
+func (t *txDB) stmt(ctx context.Context, query string) *sql.Stmt {
+	st := t.stmts.lookup(query)
+	if st == nil {
+		t.stmts.miss(query)
+		return nil
+	}
+	return t.tx.StmtContext(ctx, st)
 }
 
 type execQuerier interface {
@@ -82,29 +135,44 @@ type execQuerier interface {
 }
 
 func (t *txDB) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	if st := t.stmt(ctx, query); st != nil {
+		return result(st.ExecContext(ctx, args...))
+	}
 	return execOn(ctx, t.tx, query, args)
 }
 
 func (t *txDB) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	if st := t.stmt(ctx, query); st != nil {
+		return wrapRows(st.QueryContext(ctx, args...))
+	}
 	return queryOn(ctx, t.tx, query, args)
 }
 
 func (t *txDB) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	if st := t.stmt(ctx, query); st != nil {
+		return row{st.QueryRowContext(ctx, args...)}
+	}
 	return row{t.tx.QueryRowContext(ctx, query, args...)}
 }
 
 func (t *txDB) InTx(_ context.Context, fn func(tx sqlstore.DB) error) error { return fn(t) }
 
 func execOn(ctx context.Context, q execQuerier, query string, args []any) (int64, error) {
-	res, err := q.ExecContext(ctx, query, args...)
+	return result(q.ExecContext(ctx, query, args...))
+}
+
+func queryOn(ctx context.Context, q execQuerier, query string, args []any) (sqlstore.Rows, error) {
+	return wrapRows(q.QueryContext(ctx, query, args...))
+}
+
+func result(res sql.Result, err error) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
 	return res.RowsAffected()
 }
 
-func queryOn(ctx context.Context, q execQuerier, query string, args []any) (sqlstore.Rows, error) {
-	r, err := q.QueryContext(ctx, query, args...)
+func wrapRows(r *sql.Rows, err error) (sqlstore.Rows, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -30,6 +30,7 @@ type Store struct {
 	*sqlstore.Store
 	writer *sql.DB
 	reader *sql.DB // == writer for an in-memory database
+	db     *poolDB
 	hub    *sqlstore.Broadcaster
 }
 
@@ -94,15 +95,17 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		}
 	}
 	hub := sqlstore.NewBroadcaster()
-	db := &poolDB{w: writer, r: reader, hub: hub}
+	db := newPoolDB(writer, reader, hub)
 	s := &Store{
 		Store: sqlstore.New(db, sqlstore.Dialect{
 			Name:              "sqlite",
+			ClaimIndex:        " INDEXED BY tasks_node_state_created",
 			Notify:            db.notify,
 			IsUniqueViolation: isUniqueViolation,
 		}),
 		writer: writer,
 		reader: reader,
+		db:     db,
 		hub:    hub,
 	}
 	return s, nil
@@ -146,7 +149,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close implements store.Store: subscriptions end and connections close.
 func (s *Store) Close() error {
 	s.hub.Close()
-	var errs []error
+	errs := []error{s.db.close()}
 	if s.reader != s.writer {
 		errs = append(errs, s.reader.Close())
 	}

@@ -61,6 +61,12 @@ type Dialect struct {
 	// SkipLocked is appended to the SELECT that picks a task to claim:
 	// " FOR UPDATE SKIP LOCKED" on PostgreSQL, "" on SQLite.
 	SkipLocked string
+	// ClaimIndex follows "FROM tasks" in the SELECT that picks a task to
+	// claim: SQLite's planner, without statistics, prefers the
+	// (state, expires_at) index and so scans every queued task of every
+	// node on each claim; " INDEXED BY tasks_node_state_created" makes it
+	// read the claiming node's queued tasks only. "" on PostgreSQL.
+	ClaimIndex string
 	// Notify publishes ev to every replica's subscribers once tx commits and
 	// not at all if it rolls back. It is called inside the transaction that
 	// made the change. PostgreSQL: pg_notify on tx. SQLite: queue on the

@@ -167,7 +167,7 @@ func (s *Store) ClaimTaskLeases(ctx context.Context, nodeID string, now time.Tim
 	}
 	t, err := scanTask(s.db.QueryRow(ctx, `UPDATE tasks
 		SET state = 'dispatched', dispatched_at = $2, lease_expires_at = `+lease+`, attempts = attempts + 1
-		WHERE id = (SELECT id FROM tasks WHERE node_id = $1 AND state = 'queued' AND expires_at > $2
+		WHERE id = (SELECT id FROM tasks`+s.d.ClaimIndex+` WHERE node_id = $1 AND state = 'queued' AND expires_at > $2
 			ORDER BY created_at, id LIMIT 1`+s.d.SkipLocked+`)
 		AND state = 'queued'
 		AND NOT EXISTS (SELECT 1 FROM hosts WHERE hosts.id = $1 AND (hosts.enabled = 0 OR hosts.revoked = 1))
@@ -243,6 +243,11 @@ func (s *Store) StartTask(ctx context.Context, nodeID, taskID string, leaseUntil
 // same non-empty resultHash returns the task unchanged; anything else
 // (another result, or a canceled or expired task) is ErrConflict. A zero at
 // is now.
+//
+// The accepting case is one conditional UPDATE ... RETURNING (no
+// transaction around a read and a write); only when it matches no row is
+// the task read to tell a replay from a conflict or an unknown task. A
+// terminal state is final, so that read cannot race with the update.
 func (s *Store) CompleteTask(ctx context.Context, nodeID, taskID string, state api.TaskState,
 	result json.RawMessage, resultHash string, at time.Time) (store.Task, error) {
 	if state != api.TaskSucceeded && state != api.TaskFailed {
@@ -251,29 +256,30 @@ func (s *Store) CompleteTask(ctx context.Context, nodeID, taskID string, state a
 	if at.IsZero() {
 		at = s.now()
 	}
-	var out store.Task
-	err := s.db.InTx(ctx, func(tx DB) error {
-		t, err := s.lockTask(ctx, tx, "complete task", nodeID, taskID)
-		if err != nil {
-			return err
-		}
-		if t.State.Terminal() {
-			if t.ResultHash != "" && t.ResultHash == resultHash {
-				out = t
-				return nil
-			}
-			return fmt.Errorf("complete task %q: task is %s with another result: %w", taskID, t.State, store.ErrConflict)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE tasks SET state = $2, result = $3, result_hash = $4, finished_at = $5,
-			lease_expires_at = 0 WHERE id = $1`, taskID, string(state), rawText(result), resultHash, ms(at)); err != nil {
-			return fmt.Errorf("complete task %q: %w", taskID, err)
-		}
-		t.State, t.Result, t.ResultHash = state, textRaw(rawText(result)), resultHash
-		t.FinishedAt, t.LeaseExpiresAt = tm(ms(at)), time.Time{}
-		out = t
-		return nil
-	})
-	return out, err
+	t, err := scanTask(s.db.QueryRow(ctx, `UPDATE tasks SET state = $2, result = $3, result_hash = $4, finished_at = $5,
+		lease_expires_at = 0
+		WHERE id = $1 AND ($6 = '' OR node_id = $6) AND state IN ('queued', 'dispatched', 'running')
+		RETURNING `+taskCols, taskID, string(state), rawText(result), resultHash, ms(at), nodeID))
+	if err == nil {
+		return t, nil
+	}
+	if !errors.Is(err, ErrNoRows) {
+		return store.Task{}, fmt.Errorf("complete task %q: %w", taskID, err)
+	}
+	t, err = s.GetTask(ctx, taskID)
+	if err != nil {
+		return store.Task{}, fmt.Errorf("complete task: %w", err)
+	}
+	switch {
+	case nodeID != "" && t.NodeID != nodeID:
+		return store.Task{}, fmt.Errorf("complete task %q of node %q: %w", taskID, nodeID, store.ErrNotFound)
+	case !t.State.Terminal():
+		// Not reachable: the update takes every unfinished task.
+		return store.Task{}, fmt.Errorf("complete task %q: task is %s: %w", taskID, t.State, store.ErrConflict)
+	case t.ResultHash != "" && t.ResultHash == resultHash:
+		return t, nil
+	}
+	return store.Task{}, fmt.Errorf("complete task %q: task is %s with another result: %w", taskID, t.State, store.ErrConflict)
 }
 
 // CancelTask implements store.Store. A zero at is now.
