@@ -93,6 +93,7 @@ func (f *fleet) throughput(ctx context.Context, pollers []*simAgent) error {
 		}
 	}()
 	var enqErrs atomic.Int64
+	cpu0, srv0 := selfCPU(), f.serverCPU()
 	start := time.Now()
 	if f.cfg.Enqueue == EnqueueBatch {
 		bs := f.cfg.BatchSize
@@ -157,18 +158,27 @@ wait:
 			return ctx.Err()
 		}
 	}
+	cpu, srv := selfCPU()-cpu0, f.serverCPU()-srv0
 	el := last.Sub(start)
 	f.rep.Throughput = ThroughputReport{Tasks: n, Completed: completed, Errors: errs, ElapsedS: secs(el),
 		TasksPerSec: perSec(completed, el), EnqueuePerSec: perSec(n-int(enqErrs.Load()), enqDone),
-		EnqueueToResult: lat.summary(), Enqueue: f.cfg.Enqueue, EnqueueS: secs(enqDone)}
+		EnqueueToResult: lat.summary(), Enqueue: f.cfg.Enqueue, EnqueueS: secs(enqDone), HarnessCPUS: round2(cpu)}
+	if f.t.mode == ModeServerProcess {
+		f.rep.Throughput.ServerCPUS = round2(srv)
+	}
+	if completed > 0 {
+		f.rep.Throughput.HarnessCPUPerTaskUs = round2(cpu / float64(completed) * 1e6)
+		f.rep.Throughput.ServerCPUPerTaskUs = round2(f.rep.Throughput.ServerCPUS / float64(completed) * 1e6)
+	}
 	if f.cfg.Enqueue == EnqueueBatch {
 		f.rep.Throughput.BatchSize = f.cfg.BatchSize
 	}
 	if last.After(enqEnd) {
 		f.rep.Throughput.DrainPerSec = perSec(afterEnq, last.Sub(enqEnd))
 	}
-	f.logf("throughput (%s enqueue): %d tasks in %.2fs = %.0f/s, enqueue %.0f/s", f.cfg.Enqueue, completed, secs(el),
-		f.rep.Throughput.TasksPerSec, f.rep.Throughput.EnqueuePerSec)
+	f.logf("throughput (%s enqueue): %d tasks in %.2fs = %.0f/s, enqueue %.0f/s, cpu µs/task server %.0f harness %.0f",
+		f.cfg.Enqueue, completed, secs(el), f.rep.Throughput.TasksPerSec, f.rep.Throughput.EnqueuePerSec,
+		f.rep.Throughput.ServerCPUPerTaskUs, f.rep.Throughput.HarnessCPUPerTaskUs)
 	return nil
 }
 

@@ -137,6 +137,14 @@ type ThroughputReport struct {
 	// results after the last enqueue answered / (last result − that
 	// moment). With batch enqueue it is the claim+result path alone.
 	DrainPerSec float64 `json:"drain_per_sec,omitempty"`
+	// HarnessCPUS and ServerCPUS are the CPU seconds this process and (with
+	// --server-process) the server child used from the first enqueue to the
+	// last result; the per-task figures divide them by Completed. In
+	// process the harness figure includes the server.
+	HarnessCPUS         float64 `json:"harness_cpu_s"`
+	ServerCPUS          float64 `json:"server_cpu_s,omitempty"`
+	HarnessCPUPerTaskUs float64 `json:"harness_cpu_us_per_task"`
+	ServerCPUPerTaskUs  float64 `json:"server_cpu_us_per_task,omitempty"`
 }
 
 // MemSample is one memory observation of the control plane.

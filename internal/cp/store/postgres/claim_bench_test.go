@@ -1,0 +1,168 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/store/postgres"
+	"github.com/drover-dev/drover/internal/pgtest"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// claimBenchWorkers is the concurrent claimers, one node each, as parked
+// agents are.
+const claimBenchWorkers = 8
+
+// BenchmarkClaimResult compares, on the same PostgreSQL server and with
+// synchronous_commit on (fsync switched on for the run; pgtest starts the
+// server with both off), a raw task queue loop — one
+// UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING to
+// claim and one UPDATE to post the result, each its own commit — with the
+// store's ClaimTaskLeases + CompleteTask on an identical schema and queue.
+// Each sub-benchmark queues b.N tasks over claimBenchWorkers nodes and times
+// draining them; run with a fixed count, e.g.
+//
+//	go test ./internal/cp/store/postgres -run '^$' -bench ClaimResult -benchtime 4000x -count 3
+//
+// and compare the tasks/s metrics of raw and store within one run.
+func BenchmarkClaimResult(b *testing.B) {
+	srv := pgtest.Default(b)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	for _, q := range []string{`ALTER SYSTEM SET fsync = on`, `SELECT pg_reload_conf()`} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, q := range []string{`ALTER SYSTEM RESET fsync`, `SELECT pg_reload_conf()`} {
+			_, _ = admin.Exec(ctx, q)
+		}
+	}()
+	for _, mode := range []string{"raw", "store"} {
+		b.Run(mode, func(b *testing.B) {
+			dsn := srv.NewDatabase(b) + "&synchronous_commit=on"
+			s, err := postgres.Open(ctx, dsn)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			pool, err := pgxpool.New(ctx, dsn)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer pool.Close()
+			var sc string
+			if err := pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit') || '/' || current_setting('fsync')`).Scan(&sc); err != nil || sc != "on/on" {
+				b.Fatalf("synchronous_commit/fsync = %q, %v; want on/on", sc, err)
+			}
+			seedClaimBench(ctx, b, s, b.N)
+			claim := rawClaim
+			if mode == "store" {
+				claim = storeClaim(s)
+			}
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			done := make([]int, claimBenchWorkers)
+			for w := range claimBenchWorkers {
+				wg.Go(func() {
+					node := fmt.Sprintf("n%d", w)
+					for {
+						ok, err := claim(ctx, pool, node)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if !ok {
+							return
+						}
+						done[w]++
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			total := 0
+			for _, d := range done {
+				total += d
+			}
+			if total != b.N {
+				b.Fatalf("%d tasks done, want %d", total, b.N)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
+		})
+	}
+}
+
+// seedClaimBench queues n tasks round-robin over the workers' nodes, with
+// their hosts (the store's claim reads the host's flags).
+func seedClaimBench(ctx context.Context, b *testing.B, s *postgres.Store, n int) {
+	b.Helper()
+	for w := range claimBenchWorkers {
+		if err := s.CreateHost(ctx, store.Host{ID: fmt.Sprintf("n%d", w), Enabled: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	now := time.Now()
+	batch := make([]store.Task, 0, 500)
+	for i := range n {
+		batch = append(batch, store.Task{ID: fmt.Sprintf("t%07d", i), NodeID: fmt.Sprintf("n%d", i%claimBenchWorkers),
+			Type: "diag.health_probe", Params: json.RawMessage(`{}`), CreatedAt: now.Add(time.Duration(i)),
+			ExpiresAt: now.Add(time.Hour)})
+		if len(batch) == cap(batch) || i == n-1 {
+			if err := s.InsertTasks(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+}
+
+var benchResult = json.RawMessage(`{"status":"succeeded","finished_at":"2026-01-01T00:00:00Z"}`)
+
+// rawClaim is the textbook SKIP LOCKED queue: claim, then the result, two
+// autocommitted statements on the pool.
+func rawClaim(ctx context.Context, pool *pgxpool.Pool, node string) (bool, error) {
+	now := time.Now().UnixMilli()
+	var id string
+	err := pool.QueryRow(ctx, `UPDATE tasks SET state = 'dispatched', dispatched_at = $2, lease_expires_at = $3,
+		attempts = attempts + 1
+		WHERE id = (SELECT id FROM tasks WHERE node_id = $1 AND state = 'queued' AND expires_at > $2
+			ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+		RETURNING id`, node, now, now+60_000).Scan(&id)
+	if err == pgx.ErrNoRows {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	_, err = pool.Exec(ctx, `UPDATE tasks SET state = 'succeeded', result = $2, result_hash = 'h', finished_at = $3,
+		lease_expires_at = 0 WHERE id = $1 AND state IN ('queued', 'dispatched', 'running')`,
+		id, string(benchResult), time.Now().UnixMilli())
+	return err == nil, err
+}
+
+// storeClaim is Drover's store path: ClaimTaskLeases, then CompleteTask.
+func storeClaim(s *postgres.Store) func(ctx context.Context, _ *pgxpool.Pool, node string) (bool, error) {
+	return func(ctx context.Context, _ *pgxpool.Pool, node string) (bool, error) {
+		now := time.Now()
+		t, ok, err := s.ClaimTaskLeases(ctx, node, now, store.ClaimLeases{Default: now.Add(time.Minute)})
+		if err != nil || !ok {
+			return false, err
+		}
+		_, err = s.CompleteTask(ctx, node, t.ID, api.TaskSucceeded, benchResult, "h", time.Now())
+		return err == nil, err
+	}
+}
