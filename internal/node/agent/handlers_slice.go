@@ -17,10 +17,12 @@ func SliceHandlers(cfg Config) Handlers {
 }
 
 // sliceHandlersAt are SliceHandlers reading the host below root
-// (WithSliceHost).
+// (WithSliceHost); devices are named where this agent opens them, below
+// root (slice.vm_provision reads such paths as they are).
 func sliceHandlersAt(cfg Config, root string) Handlers {
+	dev := filepath.Join(root, "dev")
 	return sliceHandlers(cfg, slice.NewDiscoverer(slice.Config{HostID: cfg.HostID, SysRoot: filepath.Join(root, "sys"),
-		ProcRoot: filepath.Join(root, "proc"), DevRoot: filepath.Join(root, "dev"), RootDir: root}))
+		ProcRoot: filepath.Join(root, "proc"), DevRoot: dev, DevPath: dev, RootDir: root}))
 }
 
 func sliceHandlers(cfg Config, d *slice.Discoverer) Handlers {

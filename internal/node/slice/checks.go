@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/drover-dev/drover/internal/node/accel"
 	"github.com/drover-dev/drover/internal/node/hostinfo"
 )
 
@@ -29,32 +30,43 @@ func Modules() []string {
 // VFIOModules must all be loaded for passthrough.
 func VFIOModules() []string { return []string{"vfio", "vfio_pci", "vfio_iommu_type1"} }
 
-// RequiredCommands are the commands slice provisioning runs.
-func RequiredCommands() []string {
-	return []string{"cloud-localds", "qemu-img", "virt-install", "virsh", "ovs-vsctl", "findmnt"}
+// RequiredCommands are the commands Drover's slice provisioning runs on
+// the host (slice.vm_provision's host_dependencies looks the same up): the
+// QEMU system emulator of goarch, which the qemu runtime starts, and
+// qemu-img (image_write_convert). A missing one is a host blocker
+// (command_missing:<cmd>).
+func RequiredCommands(goarch string) []string {
+	return []string{accel.QEMUBinary(goarch), "qemu-img"}
+}
+
+// SeedCommands are the provisioning tools of the platform Drover's slice
+// contract comes from (prerequisites.required_commands is its field).
+// Drover does not run them: it starts QEMU through its runtime instead of
+// virt-install and virsh, builds the NoCloud seed in Go instead of
+// cloud-localds, reads mountinfo instead of findmnt, and needs ovs-vsctl
+// only for an Open vSwitch bridge, which its tap networking cannot use.
+// They are reported (required false) and a missing one is a notice
+// (command_absent:<cmd>), never a blocker.
+func SeedCommands() []string {
+	return []string{"cloud-localds", "virt-install", "virsh", "ovs-vsctl", "findmnt"}
 }
 
 // RebootMarkers are the files, relative to Config.RootDir, whose presence
 // means a reboot is pending.
 func RebootMarkers() []string { return []string{"var/run/reboot-required", "run/reboot-required"} }
 
-// commandPackage names the Debian/Ubuntu package that installs a command.
+// commandPackage names the Debian/Ubuntu package that installs a
+// required command.
 func commandPackage(cmd string) string {
 	switch cmd {
-	case "cloud-localds":
-		return "cloud-image-utils"
+	case "qemu-system-x86_64":
+		return "qemu-system-x86"
+	case "qemu-system-aarch64":
+		return "qemu-system-arm"
 	case "qemu-img":
 		return "qemu-utils"
-	case "virt-install":
-		return "virtinst"
-	case "virsh":
-		return "libvirt-clients"
-	case "ovs-vsctl":
-		return "openvswitch-switch"
-	case "findmnt":
-		return "util-linux"
 	}
-	return cmd
+	return "qemu-system"
 }
 
 func (d *Discoverer) hostChecks(_ context.Context, s *scan) error {
@@ -140,17 +152,43 @@ func (d *Discoverer) hostChecks(_ context.Context, s *scan) error {
 }
 
 func (d *Discoverer) commands(_ context.Context, s *scan) error {
-	for _, c := range RequiredCommands() {
+	look := func(c string, required bool) {
 		p, err := d.cfg.LookPath(c)
-		if err != nil || p == "" {
-			s.topo.Prerequisites.RequiredCommands[c] = Command{}
+		if err == nil && p != "" {
+			s.topo.Prerequisites.RequiredCommands[c] = Command{Present: true, Path: p, Required: required}
+			return
+		}
+		s.topo.Prerequisites.RequiredCommands[c] = Command{Required: required}
+		if required {
 			s.host = append(s.host, Blocker{Code: BlockerCommandMissingPrefix + c,
 				Message: fmt.Sprintf("%s is not installed: apt-get install %s", c, commandPackage(c))})
-			continue
+			return
 		}
-		s.topo.Prerequisites.RequiredCommands[c] = Command{Present: true, Path: p}
+		s.notices = append(s.notices, Blocker{Code: NoticeCommandAbsentPrefix + c,
+			Message: fmt.Sprintf("%s is not installed; Drover's slice provisioning does not use it (%s)", c, seedNote(c))})
+	}
+	for _, c := range RequiredCommands(d.cfg.GOARCH) {
+		look(c, true)
+	}
+	for _, c := range SeedCommands() {
+		look(c, false)
 	}
 	return nil
+}
+
+// seedNote says what Drover does instead of running a seed command.
+func seedNote(cmd string) string {
+	switch cmd {
+	case "cloud-localds":
+		return "the NoCloud seed ISO is built in Go"
+	case "virt-install", "virsh":
+		return "VMs are started and stopped through the qemu runtime"
+	case "ovs-vsctl":
+		return "needed only to manage an Open vSwitch bridge; tap networking uses a Linux bridge"
+	case "findmnt":
+		return "mounts are read from /proc/self/mountinfo"
+	}
+	return "informational"
 }
 
 func (d *Discoverer) network(_ context.Context, s *scan) error {
@@ -173,10 +211,12 @@ func (d *Discoverer) network(_ context.Context, s *scan) error {
 	switch {
 	case !net.OVSBridgePresent:
 		s.host = append(s.host, Blocker{Code: BlockerOVSBridgeMissing,
-			Message: fmt.Sprintf("bridge %s does not exist: ovs-vsctl add-br %s", net.OVSBridge, net.OVSBridge)})
+			Message: fmt.Sprintf("bridge %s does not exist: set the agent's NODE_AGENT_SLICE_CIDR (it makes the bridge) or create it", net.OVSBridge)})
 	case net.OVSBridgeKind == "linux_bridge":
-		s.host = append(s.host, Blocker{Code: BlockerOVSBridgeNotOVS,
-			Message: fmt.Sprintf("%s is a Linux bridge, not an Open vSwitch bridge: recreate it with ovs-vsctl add-br %s", net.OVSBridge, net.OVSBridge)})
+		// What Drover's tap networking needs (the qemu runtime enslaves
+		// taps with ip link): a notice, not a blocker.
+		s.notices = append(s.notices, Blocker{Code: BlockerOVSBridgeNotOVS,
+			Message: fmt.Sprintf("%s is a Linux bridge, not an Open vSwitch bridge: Drover's slice VMs use it as is", net.OVSBridge)})
 	}
 	if v, err := os.ReadFile(filepath.Join(cfg.ProcRoot, "sys", "net", "ipv4", "ip_forward")); err == nil {
 		on := strings.TrimSpace(string(v)) == "1"

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/drover-dev/drover/internal/node/hostinfo"
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -106,12 +107,20 @@ func (d *Discoverer) nvmeDevices(ctx context.Context, s *scan) error {
 		return err
 	}
 	for _, n := range nvme {
-		s.topo.NVMeDevices = append(s.topo.NVMeDevices, NVMeDevice{Name: n.Name, Path: n.Path, ByIDPath: n.ByIDPath,
+		s.topo.NVMeDevices = append(s.topo.NVMeDevices, NVMeDevice{Name: n.Name, Path: d.devPath(n.Path), ByIDPath: d.devPath(n.ByIDPath),
 			Model: n.Model, Serial: n.Serial, SizeBytes: n.SizeBytes, PCIAddress: n.PCIAddress, NUMANode: n.NUMANode,
 			IOMMUGroup: n.IOMMUGroup, InUse: !s.mountOK || len(n.MountPoints) > 0 || len(n.Holders) > 0,
 			MountPoints: n.MountPoints, Holders: n.Holders})
 	}
 	return nil
+}
+
+// devPath names a host device path ("/dev/...") as Config.DevPath says.
+func (d *Discoverer) devPath(p string) string {
+	if rest, ok := strings.CutPrefix(p, "/dev/"); ok && d.cfg.DevPath != "/dev" {
+		return filepath.Join(d.cfg.DevPath, rest)
+	}
+	return p
 }
 
 func firstErr(errs ...error) error {

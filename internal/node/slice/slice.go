@@ -73,6 +73,11 @@ type Config struct {
 	SysRoot  string // default "/sys"
 	ProcRoot string // default "/proc"
 	DevRoot  string // default "/dev"
+	// DevPath is how device paths are named in the result (nvme path and
+	// by-id path): "/dev" (the default) names them as on the host; an
+	// agent that reads a host tree below a root (agent.WithSliceHost)
+	// names them where it opens them, DevRoot.
+	DevPath string
 	// RootDir is the filesystem root for marker files
 	// (var/run/reboot-required), etc/netplan and the well-known pci.ids
 	// locations; default "/".
@@ -87,6 +92,7 @@ type Config struct {
 	HostID   string
 	Hostname func() (string, error) // default os.Hostname
 	GOOS     string                 // default runtime.GOOS; only linux is scanned
+	GOARCH   string                 // default runtime.GOARCH; picks qemu-system-<arch>
 	Now      func() time.Time       // timings clock; default time.Now
 }
 
@@ -104,7 +110,9 @@ func NewDiscoverer(cfg Config) *Discoverer {
 	def(&cfg.ProcRoot, "/proc")
 	def(&cfg.DevRoot, "/dev")
 	def(&cfg.RootDir, "/")
+	def(&cfg.DevPath, "/dev")
 	def(&cfg.GOOS, runtime.GOOS)
+	def(&cfg.GOARCH, runtime.GOARCH)
 	if cfg.Getenv == nil {
 		cfg.Getenv = os.Getenv
 	}
@@ -141,6 +149,7 @@ type scan struct {
 	params  Params
 	topo    Topology
 	host    []Blocker // host-wide blockers, in check order
+	notices []Blocker // informational findings, never blockers
 	pci     []hostinfo.PCIDev
 	byAddr  map[string]hostinfo.PCIDev
 	mountOK bool
@@ -169,7 +178,7 @@ func (d *Discoverer) Discover(ctx context.Context, params Params, progress func(
 	if d.cfg.GOOS != "linux" {
 		s.host = append(s.host, Blocker{Code: BlockerUnsupportedOS,
 			Message: "GPU slices need Linux with KVM and VFIO; this host runs " + d.cfg.GOOS})
-		s.topo.CandidateSummary = summarize(s.host, nil, s.topo.CandidateSlots)
+		s.topo.CandidateSummary = summarize(s.host, nil, s.topo.CandidateSlots, nil)
 		return s.topo, timings, nil
 	}
 	phases := []struct {

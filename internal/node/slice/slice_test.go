@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func testDiscoverer(r hostinfotest.Roots, lookPath func(string) (string, error))
 	return NewDiscoverer(Config{
 		SysRoot: r.Sys, ProcRoot: r.Proc, DevRoot: r.Dev, RootDir: r.Root,
 		PCIIDsPath: "testdata/pci.ids", Getenv: func(string) string { return "" },
-		LookPath: lookPath, HostID: "gpu-host-01", GOOS: "linux", Now: fakeClock(),
+		LookPath: lookPath, HostID: "gpu-host-01", GOOS: "linux", GOARCH: "amd64", Now: fakeClock(),
 	})
 }
 
@@ -51,9 +52,12 @@ func TestDiscoverGolden(t *testing.T) {
 		{"gpu_host_8", gpuHost8(), missingCommands(), `{}`, 8, []string{}},
 		{"iommu_off", iommuOffHost(), missingCommands(), `{"ovs_bridge":"br-slice","private_cidr":"192.168.77.0/24"}`, 0,
 			[]string{BlockerIOMMUDisabled}},
-		{"missing_modules_commands", bareHost(), missingCommands("cloud-localds", "virt-install", "ovs-vsctl"), ``, 0,
-			[]string{BlockerVFIOModulesMissing, "command_missing:cloud-localds", "command_missing:virt-install",
-				"command_missing:ovs-vsctl", BlockerOVSBridgeMissing}},
+		// The seed's tools (cloud-localds, virt-install, virsh, ovs-vsctl,
+		// findmnt) are notices, never blockers; Drover's own (qemu-img,
+		// qemu-system-x86_64) are blockers.
+		{"missing_modules_commands", bareHost(), missingCommands("cloud-localds", "virt-install", "virsh", "ovs-vsctl",
+			"findmnt", "qemu-img"), ``, 0,
+			[]string{BlockerVFIOModulesMissing, "command_missing:qemu-img", BlockerOVSBridgeMissing}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,6 +85,16 @@ func TestDiscoverGolden(t *testing.T) {
 			codes := []string{}
 			for _, b := range topo.CandidateSummary.Blockers {
 				codes = append(codes, b.Code)
+			}
+			for _, n := range topo.CandidateSummary.Notices {
+				if rest, ok := strings.CutPrefix(n.Code, NoticeCommandAbsentPrefix); !ok || !slices.Contains(SeedCommands(), rest) {
+					t.Errorf("notice %+v", n)
+				}
+			}
+			for c, cmd := range topo.Prerequisites.RequiredCommands {
+				if cmd.Required != slices.Contains(RequiredCommands("amd64"), c) {
+					t.Errorf("required_commands[%s] %+v", c, cmd)
+				}
 			}
 			if !reflect.DeepEqual(codes, tc.wantBlockers) || topo.CandidateSummary.SchedulableSlots != tc.wantSlots {
 				t.Errorf("blockers %v, schedulable %d; want %v, %d", codes, topo.CandidateSummary.SchedulableSlots, tc.wantBlockers, tc.wantSlots)

@@ -173,7 +173,7 @@ func (d *Discoverer) slots(_ context.Context, s *scan) error {
 		slot.Schedulable = len(perSlot[i]) == 0 && len(s.host) == 0
 		topo.CandidateSlots = append(topo.CandidateSlots, slot)
 	}
-	topo.CandidateSummary = summarize(s.host, perSlot, topo.CandidateSlots)
+	topo.CandidateSummary = summarize(s.host, perSlot, topo.CandidateSlots, s.notices)
 	return nil
 }
 
@@ -237,9 +237,11 @@ func sortNVMe(ns []NVMeDevice) {
 	})
 }
 
-// summarize lists host-wide blockers, then each slot's in slot order.
-func summarize(host []Blocker, perSlot [][]Blocker, slots []CandidateSlot) CandidateSummary {
-	sum := CandidateSummary{SlotCount: len(slots), HostReady: len(host) == 0, Blockers: []Blocker{}}
+// summarize lists host-wide blockers, then each slot's in slot order,
+// and the notices.
+func summarize(host []Blocker, perSlot [][]Blocker, slots []CandidateSlot, notices []Blocker) CandidateSummary {
+	sum := CandidateSummary{SlotCount: len(slots), HostReady: len(host) == 0, Blockers: []Blocker{},
+		Notices: append([]Blocker{}, notices...)}
 	sum.Blockers = append(sum.Blockers, host...)
 	for _, b := range perSlot {
 		sum.Blockers = append(sum.Blockers, b...)

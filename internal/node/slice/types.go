@@ -32,8 +32,10 @@ type Prerequisites struct {
 	// LoadedModules says, per module slices care about, whether it is
 	// loaded or built in.
 	LoadedModules map[string]bool `json:"loaded_modules"`
-	// RequiredCommands says, per command slice provisioning runs, whether
-	// it is installed and where.
+	// RequiredCommands says, per command, whether it is installed and
+	// where: the commands Drover's provisioning runs (RequiredCommands,
+	// required true: missing is a blocker) and the seed contract's tools
+	// it does not run (SeedCommands, required false: informational).
 	RequiredCommands map[string]Command `json:"required_commands"`
 	SliceNetwork     SliceNetwork       `json:"slice_network"`
 	// RebootRequired is true when a reboot-required marker file exists.
@@ -46,10 +48,13 @@ type CPUVirtualization struct {
 	SVM bool `json:"svm"` // AMD-V
 }
 
-// Command is one required command.
+// Command is one command of prerequisites.required_commands.
 type Command struct {
 	Present bool   `json:"present"`
 	Path    string `json:"path,omitempty"`
+	// Required: Drover's slice provisioning runs it (missing is the
+	// blocker command_missing:<cmd>); false: a seed tool, informational.
+	Required bool `json:"required"`
 }
 
 // SliceNetwork is what the slice network needs on the host.
@@ -166,6 +171,9 @@ type CandidateSummary struct {
 	SchedulableSlots int       `json:"schedulable_slots"`
 	HostReady        bool      `json:"host_ready"` // no host-wide blocker
 	Blockers         []Blocker `json:"blockers"`
+	// Notices are informational findings (NoticeCommandAbsentPrefix,
+	// BlockerOVSBridgeNotOVS): they block neither a slot nor approval.
+	Notices []Blocker `json:"notices"`
 }
 
 // Blocker is one reason a slot, or the whole host (SlotIndex null), is not
@@ -186,16 +194,19 @@ const (
 	BlockerIOMMUDisabled        = "iommu_disabled"
 	BlockerVFIOModulesMissing   = "vfio_modules_missing"
 	BlockerCommandMissingPrefix = "command_missing:"
-	BlockerOVSBridgeMissing     = "ovs_bridge_missing"
-	BlockerOVSBridgeNotOVS      = "ovs_bridge_not_ovs"
-	BlockerIPForwardDisabled    = "ip_forward_disabled"
-	BlockerRebootRequired       = "reboot_required"
-	BlockerMountStateUnknown    = "nvme_mount_state_unknown"
-	BlockerNVMeUnavailable      = "nvme_unavailable"
-	BlockerNVMeMounted          = "nvme_mounted"
-	BlockerNVMeByIDMissing      = "nvme_by_id_missing"
-	BlockerFabricVFUnavailable  = "fabric_vf_unavailable"
-	BlockerGPUNUMAMismatch      = "gpu_numa_mismatch"
-	BlockerGPUIOMMUGroupShared  = "gpu_iommu_group_shared"
-	BlockerPrivateIPExhausted   = "private_ip_exhausted"
+	// NoticeCommandAbsentPrefix: a seed tool Drover does not run is not
+	// installed (a notice, "command_absent:<cmd>").
+	NoticeCommandAbsentPrefix  = "command_absent:"
+	BlockerOVSBridgeMissing    = "ovs_bridge_missing"
+	BlockerOVSBridgeNotOVS     = "ovs_bridge_not_ovs"
+	BlockerIPForwardDisabled   = "ip_forward_disabled"
+	BlockerRebootRequired      = "reboot_required"
+	BlockerMountStateUnknown   = "nvme_mount_state_unknown"
+	BlockerNVMeUnavailable     = "nvme_unavailable"
+	BlockerNVMeMounted         = "nvme_mounted"
+	BlockerNVMeByIDMissing     = "nvme_by_id_missing"
+	BlockerFabricVFUnavailable = "fabric_vf_unavailable"
+	BlockerGPUNUMAMismatch     = "gpu_numa_mismatch"
+	BlockerGPUIOMMUGroupShared = "gpu_iommu_group_shared"
+	BlockerPrivateIPExhausted  = "private_ip_exhausted"
 )
