@@ -116,7 +116,7 @@ func (a *Agent) vmTerminalTarget(_ context.Context, vm, allocationID string) (te
 		return termnode.VMTarget{}, &termnode.Error{CodedError: api.CodedError{Code: termnode.CodeGuestTerminalUnavailable,
 			Message: "this host runs no slice VMs"}}
 	}
-	t, err := vms.slices.Terminal(vm, allocationID)
+	t, err := vms.slices.GuestTarget(vm, allocationID)
 	if errors.Is(err, slicevm.ErrNotOwned) {
 		return termnode.VMTarget{}, &termnode.Error{CodedError: api.CodedError{Code: termnode.CodeGuestNotOwned,
 			Message: "refused", Err: err}}
@@ -124,5 +124,5 @@ func (a *Agent) vmTerminalTarget(_ context.Context, vm, allocationID string) (te
 		return termnode.VMTarget{}, &termnode.Error{CodedError: api.CodedError{Code: termnode.CodeGuestTerminalUnavailable,
 			Message: "no brokered terminal", Err: err}}
 	}
-	return termnode.VMTarget{Addr: t.Addr(), User: t.User, KeyPath: t.KeyPath, HostKeys: t.HostKeys}, nil
+	return t, nil
 }

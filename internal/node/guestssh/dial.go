@@ -1,13 +1,14 @@
 // Package guestssh is the node's one SSH client into slice VM guests: it
-// dials a guest's SSH server at an address on the node's own loopback,
-// accepts only the host keys pinned at provision, authenticates with the
+// dials a guest's SSH server at an address on the node's own loopback, or
+// a tap-networked VM's own address on the agent's slice network
+// (CheckAddr), accepts only the host keys pinned at provision, authenticates with the
 // VM's terminal key, and runs bounded commands as the guest's root
 // (OpenAdmin). On top of it sit the guest-side work of the node: the
 // allocation's user (ProvisionUser, DeprovisionUser), telemetry (Collect)
 // and the performance probe (Probe). termnode's brokered terminals dial
 // through Dial too.
 //
-// It never dials an address beyond the loopback, never accepts an unpinned
+// It never dials an address CheckAddr refuses, never accepts an unpinned
 // host key, and never reads a key or address from a task: callers pass
 // what the node's own provision recorded.
 package guestssh
@@ -17,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -43,7 +45,8 @@ const DialTimeout = 15 * time.Second
 
 // Target is a guest's SSH server as the node's provision recorded it.
 type Target struct {
-	// Addr is host:port; it must be an IP on the node's loopback.
+	// Addr is host:port; CheckAddr must accept it: an IP on the node's
+	// loopback, or VMAddr inside SliceNet.
 	Addr string
 	// User is the guest user the terminal key is authorized for.
 	User string
@@ -51,6 +54,12 @@ type Target struct {
 	KeyPath string
 	// HostKeys are the pinned host keys, authorized_keys lines.
 	HostKeys []string
+	// SliceNet is the agent's slice network (NODE_AGENT_SLICE_CIDR);
+	// zero when none is configured.
+	SliceNet netip.Prefix
+	// VMAddr is the VM's own address on SliceNet as the node's provision
+	// reserved it; zero when it has none.
+	VMAddr netip.Addr
 }
 
 // DialError is a failed Dial: Code names the hop (Code* constants).
@@ -79,7 +88,7 @@ func Dial(ctx context.Context, t Target, user string) (*ssh.Client, error) {
 	if user == "" {
 		user = t.User
 	}
-	if err := CheckLoopback(t.Addr); err != nil {
+	if err := CheckAddr(t.Addr, t.SliceNet, t.VMAddr); err != nil {
 		return nil, fail(CodeUnavailable, err, "ssh target")
 	}
 	pins, algos, err := parsePins(t.HostKeys)
@@ -136,16 +145,62 @@ func Dial(ctx context.Context, t Target, user string) (*ssh.Client, error) {
 	return ssh.NewClient(cc, chans, reqs), nil
 }
 
-// CheckLoopback refuses an address that is not an IP on the loopback.
-func CheckLoopback(addr string) error {
+// CheckAddr is where the node may dial a guest's SSH server: an IP on
+// its loopback (user-mode networking's forward), or, for a tap-networked
+// VM, the VM's own address on the slice network: inside sliceNet (the
+// agent's NODE_AGENT_SLICE_CIDR; zero when none is configured), equal to
+// vmAddr (the address the node's provision reserved for that VM; zero
+// when none), and neither the network's own, first (the gateway: the
+// agent's bridge) nor broadcast address. Anything else (another host,
+// another VM's address, the gateway) is refused.
+func CheckAddr(addr string, sliceNet netip.Prefix, vmAddr netip.Addr) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return err
 	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("ssh address %s is not on this node's loopback", addr)
+	ip, err := netip.ParseAddr(host)
+	if err != nil || ip.Zone() != "" {
+		return fmt.Errorf("ssh address %s is not an IP address", addr)
+	}
+	ip = ip.Unmap()
+	if ip.IsLoopback() {
+		return nil
+	}
+	switch {
+	case !sliceNet.IsValid():
+		return fmt.Errorf("ssh address %s is not on this node's loopback, and no slice network is configured", addr)
+	case !sliceNet.Contains(ip):
+		return fmt.Errorf("ssh address %s is neither on this node's loopback nor in the slice network %s", addr, sliceNet)
+	case !vmAddr.IsValid() || ip != vmAddr.Unmap():
+		return fmt.Errorf("ssh address %s is not the vm's own address on the slice network (%s)", addr, orNone(vmAddr))
+	}
+	n := sliceNet.Masked()
+	if ip == n.Addr() || ip == n.Addr().Next() || ip == lastAddr(n) {
+		return fmt.Errorf("ssh address %s is the network, gateway or broadcast address of %s", addr, n)
 	}
 	return nil
+}
+
+func orNone(a netip.Addr) string {
+	if !a.IsValid() {
+		return "none recorded"
+	}
+	return a.String()
+}
+
+// lastAddr is p's last (broadcast) address.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	bits := p.Bits()
+	for i := range b {
+		for j := 7; j >= 0; j-- {
+			if i*8+(7-j) >= bits {
+				b[i] |= 1 << j
+			}
+		}
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }
 
 // parsePins parses the pinned host keys and returns the host key

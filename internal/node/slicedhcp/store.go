@@ -131,6 +131,10 @@ func (s *Store) load() (byVM map[string][]Reservation, bad []error, err error) {
 	return byVM, bad, nil
 }
 
+// Subnet is the slice network the Store checks reservations against;
+// zero when none was given.
+func (s *Store) Subnet() netip.Prefix { return s.subnet }
+
 // Dir is the directory the Store keeps its files in.
 func (s *Store) Dir() string { return s.dir }
 

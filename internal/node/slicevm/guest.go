@@ -30,7 +30,9 @@ func (p *Provisioner) GuestTarget(vm, allocationID string) (guestssh.Target, err
 	if err != nil {
 		return guestssh.Target{}, err
 	}
-	return guestssh.Target{Addr: t.Addr(), User: t.User, KeyPath: t.KeyPath, HostKeys: t.HostKeys}, nil
+	sliceNet, own := p.guestNet(vm)
+	return guestssh.Target{Addr: t.Addr(), User: t.User, KeyPath: t.KeyPath, HostKeys: t.HostKeys,
+		SliceNet: sliceNet, VMAddr: own}, nil
 }
 
 // GuestUserOutput is allocation.provision_user's (and deprovision_user's)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drover-dev/drover/internal/node/guestssh"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
@@ -42,15 +43,37 @@ func (pr *provision) readiness(ctx context.Context) (step, error) {
 		pr.out.PrivateIP, pr.out.SSHHost = UserNetGuestIP, "127.0.0.1"
 		pr.out.SSHPort = st.Ports[fwd]
 	}
-	if fwd == "" || pr.out.SSHPort == 0 {
+	addr, via := "", ""
+	switch {
+	case fwd != "" && pr.out.SSHPort != 0:
+		addr, via = net.JoinHostPort("127.0.0.1", strconv.Itoa(pr.out.SSHPort)), fmt.Sprintf("forward %q", fwd)
+	case pr.network.Mode == api.NetworkTap && pr.out.PrivateIP != "":
+		// The VM's own address on the slice network, when the agent has
+		// one (NODE_AGENT_SLICE_CIDR) and reserved that address for it.
+		a := net.JoinHostPort(pr.out.PrivateIP, "22")
+		sliceNet, own := pr.p.guestNet(pr.params.VMName)
+		if err := guestssh.CheckAddr(a, sliceNet, own); err != nil {
+			pr.out.Readiness.Ready = true
+			return done("serial marker %q seen; ssh not checked: %v", pr.params.ReadinessMarker, err), nil
+		}
+		addr, via = a, "slice network "+sliceNet.String()
+	}
+	if addr == "" {
 		pr.out.Readiness.Ready = true
 		return done("serial marker %q seen; no ssh forward to check", pr.params.ReadinessMarker), nil
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(pr.out.SSHPort))
 	banner, err := waitSSH(ctx, addr)
+	if err != nil && pr.network.Mode == api.NetworkTap {
+		// The marker decides a tap VM's readiness; the node reaching its
+		// ssh over the slice bridge is what its brokered terminal needs.
+		pr.out.Readiness.Ready = true
+		pr.p.opts.Log.Warn("slicevm: no brokered terminal for this vm", "vm_name", pr.params.VMName, "addr", addr, "err", err)
+		return done("serial marker %q seen; no brokered terminal: ssh on %s (%s) did not answer within %s: %v",
+			pr.params.ReadinessMarker, addr, via, pr.readinessTimeout(), err), nil
+	}
 	if err != nil {
-		return step{}, failf(CodeReadinessFailed, "serial marker seen, but ssh on %s (forward %q) did not answer within %s: %w",
-			addr, fwd, pr.readinessTimeout(), err)
+		return step{}, failf(CodeReadinessFailed, "serial marker seen, but ssh on %s (%s) did not answer within %s: %w",
+			addr, via, pr.readinessTimeout(), err)
 	}
 	pr.out.Readiness.Ready, pr.out.Readiness.SSHBanner = true, banner
 	pinned, err := pr.recordTerminal(ctx, st)

@@ -1,7 +1,8 @@
 package slicevm
 
 // The brokered-terminal record of a provisioned VM: where the node reaches
-// the guest's SSH (on its own loopback), which host key the guest reported,
+// the guest's SSH (on its own loopback, or the VM's own address on the
+// slice network), which host key the guest reported,
 // which allocation owns the VM and which key authenticates. termnode reads
 // it through Provisioner.Terminal; nothing in a task names the address.
 
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,6 +24,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/drover-dev/drover/internal/node/guestssh"
 	"github.com/drover-dev/drover/internal/node/runtime"
 )
 
@@ -50,8 +53,10 @@ var (
 	ErrNoTerminal = errors.New("no brokered terminal for this vm")
 	// ErrNotOwned: the VM was provisioned for another allocation.
 	ErrNotOwned = errors.New("the vm belongs to another allocation")
-	// ErrNotLocal: the recorded SSH address is not on the node's loopback.
-	ErrNotLocal = errors.New("the vm's ssh address is not on this node's loopback")
+	// ErrNotLocal: the recorded SSH address is neither on the node's
+	// loopback nor the VM's own address on the slice network
+	// (guestssh.CheckAddr).
+	ErrNotLocal = errors.New("the vm's ssh address is neither on this node's loopback nor the vm's own on the slice network")
 )
 
 // Terminal is a VM's brokered-terminal record, StateDir/terminal/<vm>.json,
@@ -80,7 +85,7 @@ func (p *Provisioner) terminalPath(vm string) string {
 
 // Terminal returns vm's terminal record for a session of allocationID. It
 // fails with ErrNoTerminal, ErrNotOwned (another allocation's VM) or
-// ErrNotLocal (an address beyond the node's loopback), wrapped.
+// ErrNotLocal (an address guestssh.CheckAddr refuses), wrapped.
 func (p *Provisioner) Terminal(vm, allocationID string) (Terminal, error) {
 	if err := checkVMName(vm); err != nil {
 		return Terminal{}, fmt.Errorf("vm %q: %w", vm, ErrNoTerminal)
@@ -98,10 +103,30 @@ func (p *Provisioner) Terminal(vm, allocationID string) (Terminal, error) {
 	if t.VMName != vm || t.AllocationID != allocationID {
 		return Terminal{}, fmt.Errorf("vm %q (allocation %q), asked for allocation %q: %w", vm, t.AllocationID, allocationID, ErrNotOwned)
 	}
-	if ip := net.ParseIP(t.SSHHost); ip == nil || !ip.IsLoopback() || t.SSHPort < 1 || t.SSHPort > 65535 {
-		return Terminal{}, fmt.Errorf("vm %q: %s: %w", vm, t.Addr(), ErrNotLocal)
+	if t.SSHPort < 1 || t.SSHPort > 65535 {
+		return Terminal{}, fmt.Errorf("vm %q: port %d: %w", vm, t.SSHPort, ErrNotLocal)
+	}
+	sliceNet, own := p.guestNet(vm)
+	if err := guestssh.CheckAddr(t.Addr(), sliceNet, own); err != nil {
+		return Terminal{}, fmt.Errorf("vm %q: %v: %w", vm, err, ErrNotLocal)
 	}
 	return t, nil
+}
+
+// guestNet is the slice network (the DHCP store's subnet: the agent's
+// NODE_AGENT_SLICE_CIDR) and vm's own address on it (its first DHCP
+// reservation, the address of the MAC its NIC has); zero values when there
+// is none.
+func (p *Provisioner) guestNet(vm string) (netip.Prefix, netip.Addr) {
+	sn := p.opts.DHCP.Subnet()
+	if !sn.IsValid() {
+		return netip.Prefix{}, netip.Addr{}
+	}
+	rs := p.opts.DHCP.Reservations(vm)
+	if len(rs) == 0 {
+		return sn, netip.Addr{}
+	}
+	return sn, rs[0].IP
 }
 
 // checkVMName keeps a name from a task out of other paths.

@@ -3,8 +3,12 @@ package slicevm
 import (
 	"encoding/json"
 	"errors"
+	"net/netip"
+	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/drover-dev/drover/internal/node/slicedhcp"
 )
 
 const (
@@ -74,5 +78,60 @@ func TestTerminalRecord(t *testing.T) {
 	}
 	if _, err := e.p.Terminal("vm-1", "alloc-1"); !errors.Is(err, ErrNoTerminal) {
 		t.Errorf("after removal: %v", err)
+	}
+}
+
+// TestTerminalRecordSliceNetwork: a tap-networked VM's record (its SSH at
+// its own address on the slice bridge) is accepted when the address lies
+// in the agent's slice network and is the VM's own DHCP reservation; the
+// record of a VM naming another VM's address, the gateway, an address
+// outside the network, or any address when no slice network is
+// configured, is refused.
+func TestTerminalRecordSliceNetwork(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	st, err := slicedhcp.OpenStore(filepath.Join(t.TempDir(), "dhcp-hosts.d"), netip.MustParsePrefix("10.77.0.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for vm, ip := range map[string]string{"vm-a": "10.77.0.10", "vm-b": "10.77.0.11"} {
+		r, err := slicedhcp.NewReservation(map[string]string{"vm-a": "52:54:00:00:00:0a", "vm-b": "52:54:00:00:00:0b"}[vm], ip, vm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Reserve(vm, []slicedhcp.Reservation{r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := e.p.opts
+	opts.DHCP = st
+	p, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(vm, host string) {
+		b, _ := json.Marshal(Terminal{VMName: vm, AllocationID: "alloc-" + vm, User: "ubuntu", SSHHost: host, SSHPort: 22,
+			HostKeys: []string{hostKeyA}, KeyPath: p.keyPath(vm)})
+		if err := writeAtomic(p.terminalPath(vm), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("vm-a", "10.77.0.10") // its own reservation
+	write("vm-b", "10.77.0.10") // vm-a's address
+	write("vm-c", "10.77.0.1")  // the gateway
+	write("vm-d", "10.78.0.10") // outside the slice network
+	write("vm-e", "127.0.0.1")  // user-mode forward: always fine
+	tg, err := p.GuestTarget("vm-a", "alloc-vm-a")
+	if err != nil || tg.Addr != "10.77.0.10:22" || tg.SliceNet.String() != "10.77.0.0/24" || tg.VMAddr.String() != "10.77.0.10" {
+		t.Fatalf("GuestTarget(vm-a) = %+v, %v", tg, err)
+	}
+	for vm, want := range map[string]error{"vm-b": ErrNotLocal, "vm-c": ErrNotLocal, "vm-d": ErrNotLocal, "vm-e": nil} {
+		if _, err := p.Terminal(vm, "alloc-"+vm); !errors.Is(err, want) {
+			t.Errorf("Terminal(%s) = %v, want %v", vm, err, want)
+		}
+	}
+	// The same record without a configured slice network: refused.
+	write("vm-a", "10.77.0.10")
+	if _, err := e.p.Terminal("vm-a", "alloc-vm-a"); !errors.Is(err, ErrNotLocal) {
+		t.Errorf("without a slice network: %v", err)
 	}
 }

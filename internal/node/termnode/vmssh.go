@@ -2,7 +2,8 @@ package termnode
 
 // Mode vm_ssh: a brokered terminal into a slice VM. The node dials the
 // guest's SSH server at the address its own provision recorded (on the
-// node's loopback), checks the host key the guest reported at provision,
+// node's loopback, or the VM's own address on the slice network),
+// checks the host key the guest reported at provision,
 // authenticates with the VM's terminal key (all three through
 // internal/node/guestssh's Dial) and asks for a PTY and a shell
 // as the allocation's user. Nothing in the task names an address or a key.
@@ -30,8 +31,8 @@ const (
 	// its user is not the VM's user); nothing was dialed.
 	CodeGuestNotOwned = "guest_not_owned"
 	// CodeGuestTerminalUnavailable: the node has no usable terminal record
-	// for the VM (not provisioned here, released, no SSH forward, an
-	// address beyond the node's loopback, or no pinned host key).
+	// for the VM (not provisioned here, released, no SSH address, an
+	// address guestssh.CheckAddr refuses, or no pinned host key).
 	CodeGuestTerminalUnavailable = guestssh.CodeUnavailable
 	// CodeGuestSSHUnreachable: the guest's SSH address did not answer, or
 	// the SSH handshake did not complete in time.
@@ -47,18 +48,11 @@ const (
 const guestStopGrace = 2 * time.Second
 
 // VMTarget is what a vm_ssh session needs of a slice VM, from the node's
-// own provision records.
-type VMTarget struct {
-	// Addr is host:port of the guest's SSH server; it must be on the
-	// node's loopback (user-mode networking's forward).
-	Addr string
-	// User is the guest user the terminal key is authorized for.
-	User string
-	// KeyPath is the VM's terminal key (an OpenSSH private key file).
-	KeyPath string
-	// HostKeys are the guest's pinned host keys, authorized_keys lines.
-	HostKeys []string
-}
+// own provision records: the guest's SSH address (on the node's loopback,
+// or the VM's own address on the slice network: guestssh.CheckAddr), the
+// user the terminal key is authorized for, the key and the pinned host
+// keys.
+type VMTarget = guestssh.Target
 
 // startVMSSH opens the SSH session into the VM for p and starts its shell.
 func (m *Manager) startVMSSH(ctx context.Context, vm, allocationID, username string, size terminal.Size) (console, error) {
@@ -79,7 +73,7 @@ func (m *Manager) startVMSSH(ctx context.Context, vm, allocationID, username str
 	if t.User != username {
 		return nil, fail(CodeGuestNotOwned, nil, "the terminal key of vm %q is authorized for user %q, not %q", vm, t.User, username)
 	}
-	client, err := guestssh.Dial(ctx, guestssh.Target{Addr: t.Addr, User: t.User, KeyPath: t.KeyPath, HostKeys: t.HostKeys}, username)
+	client, err := guestssh.Dial(ctx, t, username)
 	if err != nil {
 		var de *guestssh.DialError
 		if errors.As(err, &de) {
