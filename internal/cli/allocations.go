@@ -76,8 +76,8 @@ type AllocCreateCmd struct {
 	Instance   string   `name:"instance" help:"Instance (id or name) whose serial console the allocation opens."`
 	SSHKey     []string `name:"ssh-key" help:"Authorized SSH public key (repeatable)."`
 	SSHKeyFile []string `name:"ssh-key-file" type:"existingfile" help:"File of authorized SSH public keys, one per line (repeatable)."`
-	Shell      string   `name:"shell" help:"Login shell (default /bin/bash when present)."`
-	Sudo       bool     `name:"sudo" help:"Grant passwordless sudo."`
+	Shell      string   `name:"shell" help:"Login shell (default /bin/bash when present; for a slice, in the guest)."`
+	Sudo       bool     `name:"sudo" help:"Grant passwordless sudo (for a slice, in the guest, which must have sudo)."`
 	SliceFlags
 }
 
@@ -87,8 +87,12 @@ func (c *AllocCreateCmd) Run(ctx context.Context, env *Env) error {
 	if err != nil {
 		return err
 	}
+	sr, err := c.SliceFlags.request()
+	if err != nil {
+		return err
+	}
 	req := api.CreateAllocationRequest{Username: c.User, HostID: c.Host, InstanceID: c.Instance,
-		SSHAuthorizedKeys: c.SSHKey, Shell: c.Shell, Sudo: c.Sudo, SliceRequest: c.SliceFlags.request()}
+		SSHAuthorizedKeys: c.SSHKey, Shell: c.Shell, Sudo: c.Sudo, SliceRequest: sr}
 	for _, f := range c.SSHKeyFile {
 		b, err := os.ReadFile(f)
 		if err != nil {

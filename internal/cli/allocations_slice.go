@@ -18,16 +18,27 @@ type SliceFlags struct {
 	VCPUs       int    `name:"vcpus" help:"vCPUs per slot (default 12)."`
 	MemoryMiB   int    `name:"memory-mib" help:"Memory per slot in MiB (default 65536)."`
 	NoWipe      bool   `name:"no-wipe" help:"Do not zero the slots' NVMe namespaces on release."`
-	Wait        bool   `name:"wait" help:"Follow a slice allocation's workflow (steps and phases, live) until it is active or failed."`
+	// ReadinessMarker and ReadinessTimeout are the request's
+	// readiness_marker and readiness_timeout_seconds.
+	ReadinessMarker  string        `name:"readiness-marker" help:"Serial console line that means the slice VM booted (default \"DROVER-READY <vm_name>\", which Drover's cloud-init seed prints); an image that prints its own line names it here."`
+	ReadinessTimeout time.Duration `name:"readiness-timeout" help:"How long the node waits for the readiness marker and then the guest's SSH, e.g. 4m (5s to 15m, whole seconds; default 10m)."`
+	Wait             bool          `name:"wait" help:"Follow a slice allocation's workflow (steps and phases, live) until it is active or failed."`
 }
 
-func (f SliceFlags) request() api.SliceRequest {
-	r := api.SliceRequest{Slots: f.Slots, Image: f.Image, ImageSHA256: f.ImageSHA256, VCPUs: f.VCPUs, MemoryMiB: f.MemoryMiB}
+func (f SliceFlags) request() (api.SliceRequest, error) {
+	r := api.SliceRequest{Slots: f.Slots, Image: f.Image, ImageSHA256: f.ImageSHA256, VCPUs: f.VCPUs, MemoryMiB: f.MemoryMiB,
+		ReadinessMarker: f.ReadinessMarker}
 	if f.NoWipe {
 		no := false
 		r.WipeOnRelease = &no
 	}
-	return r
+	if f.ReadinessTimeout != 0 {
+		if f.ReadinessTimeout < 0 || f.ReadinessTimeout%time.Second != 0 {
+			return r, fmt.Errorf("--readiness-timeout %s: must be a positive whole number of seconds", f.ReadinessTimeout)
+		}
+		r.ReadinessTimeoutSeconds = int(f.ReadinessTimeout / time.Second)
+	}
+	return r, nil
 }
 
 // waitSlice follows an allocation until it leaves provisioning, printing
