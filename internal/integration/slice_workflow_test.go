@@ -22,7 +22,8 @@ import (
 
 // TestSliceWorkflowTCG is a slice allocation end to end: the operator
 // creates it through the API on a host whose GPU/NVMe/fabric topology is a
-// fixture tree (discovered and approved by the real slice.topology_discover)
+// fixture tree (discovered by the real slice.topology_discover, approved
+// through the operator API)
 // and whose NVMe namespace is a file; the control plane's real workflow
 // leases the slot, queues slice.vm_provision, awaits it by task event and
 // records the result; the real agent boots the guest under QEMU (TCG) from
@@ -61,11 +62,31 @@ func TestSliceWorkflowTCG(t *testing.T) {
 		t.Errorf("progress was not visible while provisioning: steps %v, phases %v", liveSteps, livePhases)
 	}
 	var want []string
+	var userTask string
 	for _, st := range wf.Steps {
 		want = append(want, st.Step)
-		if st.State != "done" && st.State != "skipped" || st.EndedAt == nil || st.DurationMS < 0 || st.IdempotencyKey == "" {
+		if st.State != "done" || st.EndedAt == nil || st.DurationMS < 0 || st.IdempotencyKey == "" {
 			t.Errorf("step %+v", st)
 		}
+		if st.Step == sliceflow.StepProvisionUser {
+			userTask = st.TaskID
+		}
+	}
+	// provision_user ran allocation.provision_user inside the guest.
+	ut := e.waitTask(userTask, 10*time.Second)
+	var up task.AllocProvisionUserParams
+	var uo struct {
+		VMName string `json:"vm_name"`
+		User   struct {
+			Username string `json:"username"`
+			UID      int    `json:"uid"`
+			Keys     int    `json:"keys"`
+		} `json:"user"`
+	}
+	if ut.Type != task.TypeAllocProvisionUser || ut.State != api.TaskSucceeded || json.Unmarshal(ut.Params, &up) != nil ||
+		up.VMName != wf.VMName || up.Username != user || json.Unmarshal(ut.Result.Output, &uo) != nil ||
+		uo.VMName != wf.VMName || uo.User.Username != user || uo.User.UID < 1000 || uo.User.Keys != 1 {
+		t.Errorf("provision_user task %s %s %s: params %s, output %s", ut.ID, ut.Type, ut.State, ut.Params, ut.Result.Output)
 	}
 	if !slices.Equal(want, []string{sliceflow.StepLeaseSlots, sliceflow.StepVMProvision, sliceflow.StepAwaitProvision,
 		sliceflow.StepRecordResult, sliceflow.StepProvisionUser, sliceflow.StepActivate}) {
@@ -119,8 +140,10 @@ func TestSliceWorkflowTCG(t *testing.T) {
 	tok := e.mintToken(a.ID, api.TerminalTokenRequest{Cols: 90, Rows: 25})
 	br := e.dialTerminal(tok, wsOpts{})
 	br.waitReady(90 * time.Second)
-	br.send(terminal.ChanStdin, []byte("echo vm-$((40+2)); id -un\n"))
-	br.readUntil(fmt.Sprintf("vm-42\r\n%s\r\n", user), 30*time.Second)
+	// As the allocation's user, whose authorized_keys holds the
+	// allocation's block that provision_user wrote in the guest.
+	br.send(terminal.ChanStdin, []byte(fmt.Sprintf("echo vm-$((40+2)); id -un; grep -c '^# drover allocation %s begin$' ~/.ssh/authorized_keys\n", a.ID)))
+	br.readUntil(fmt.Sprintf("vm-42\r\n%s\r\n1\r\n", user), 30*time.Second)
 	br.send(terminal.ChanStdin, []byte("exit 3\n"))
 	if c := br.control(30 * time.Second); c.Type != terminal.TypeExit || c.ExitCode != 3 {
 		t.Fatalf("got %+v, want exit 3", c)
