@@ -53,6 +53,9 @@ type Server struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when postgres exited
 	seq  atomic.Int64
+	// settings are extra name=value server settings (StartServerWith),
+	// passed after the defaults so they override them.
+	settings []string
 
 	stopOnce sync.Once
 }
@@ -84,7 +87,13 @@ func hasBinaries(dir string) bool {
 }
 
 // StartServer initialises and starts a new server. Stop it with Stop.
-func StartServer() (*Server, error) {
+func StartServer() (*Server, error) { return StartServerWith() }
+
+// StartServerWith is StartServer with extra server settings ("name=value",
+// each passed as -c after the defaults, which they override), e.g.
+// "fsync=on", "synchronous_commit=on" for a server that flushes its WAL on
+// every commit, as a benchmark of commit costs needs.
+func StartServerWith(settings ...string) (*Server, error) {
 	bin, err := binDir()
 	if err != nil {
 		return nil, err
@@ -105,7 +114,7 @@ func StartServer() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
 	}
-	s := &Server{dir: dir}
+	s := &Server{dir: dir, settings: settings}
 	if err := s.start(bin, u); err != nil {
 		s.Stop()
 		return nil, err
@@ -162,10 +171,13 @@ func (s *Server) launch(bin string, u *user.User, data, sock, logPath string, po
 		return fmt.Errorf("pgtest: %w", err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data,
-		"-h", "127.0.0.1", "-p", strconv.Itoa(port), "-k", sock,
+	args := []string{"-D", data, "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-k", sock,
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=300", "-c", "shared_buffers=32MB", "-c", "log_min_messages=warning")
+		"-c", "max_connections=300", "-c", "shared_buffers=32MB", "-c", "log_min_messages=warning"}
+	for _, kv := range s.settings {
+		args = append(args, "-c", kv)
+	}
+	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := runAs(cmd, u); err != nil {

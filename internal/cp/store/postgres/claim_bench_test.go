@@ -21,9 +21,9 @@ import (
 // agents are.
 const claimBenchWorkers = 8
 
-// BenchmarkClaimResult compares, on the same PostgreSQL server and with
-// synchronous_commit on (fsync switched on for the run; pgtest starts the
-// server with both off), a raw task queue loop — one
+// BenchmarkClaimResult compares, on one PostgreSQL server of its own started
+// with fsync, synchronous_commit and full_page_writes on (pgtest's shared
+// server runs with them off), a raw task queue loop — one
 // UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING to
 // claim and one UPDATE to post the result, each its own commit — with the
 // store's ClaimTaskLeases + CompleteTask on an identical schema and queue.
@@ -34,26 +34,15 @@ const claimBenchWorkers = 8
 //
 // and compare the tasks/s metrics of raw and store within one run.
 func BenchmarkClaimResult(b *testing.B) {
-	srv := pgtest.Default(b)
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, srv.DSN("postgres"))
+	srv, err := pgtest.StartServerWith("fsync=on", "synchronous_commit=on", "full_page_writes=on")
 	if err != nil {
-		b.Fatal(err)
+		pgtest.Skip(b, err)
 	}
-	defer admin.Close(ctx)
-	for _, q := range []string{`ALTER SYSTEM SET fsync = on`, `SELECT pg_reload_conf()`} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			b.Fatal(err)
-		}
-	}
-	defer func() {
-		for _, q := range []string{`ALTER SYSTEM RESET fsync`, `SELECT pg_reload_conf()`} {
-			_, _ = admin.Exec(ctx, q)
-		}
-	}()
+	defer srv.Stop()
+	ctx := context.Background()
 	for _, mode := range []string{"raw", "store"} {
 		b.Run(mode, func(b *testing.B) {
-			dsn := srv.NewDatabase(b) + "&synchronous_commit=on"
+			dsn := srv.NewDatabase(b)
 			s, err := postgres.Open(ctx, dsn)
 			if err != nil {
 				b.Fatal(err)

@@ -256,10 +256,15 @@ func (s *Store) CompleteTask(ctx context.Context, nodeID, taskID string, state a
 	if at.IsZero() {
 		at = s.now()
 	}
+	args := []any{taskID, string(state), rawText(result), resultHash, ms(at)}
+	owner := ""
+	if nodeID != "" {
+		args, owner = append(args, nodeID), " AND node_id = $6"
+	}
 	t, err := scanTask(s.db.QueryRow(ctx, `UPDATE tasks SET state = $2, result = $3, result_hash = $4, finished_at = $5,
 		lease_expires_at = 0
-		WHERE id = $1 AND ($6 = '' OR node_id = $6) AND state IN ('queued', 'dispatched', 'running')
-		RETURNING `+taskCols, taskID, string(state), rawText(result), resultHash, ms(at), nodeID))
+		WHERE id = $1`+owner+` AND state IN ('queued', 'dispatched', 'running')
+		RETURNING `+taskCols, args...))
 	if err == nil {
 		return t, nil
 	}
