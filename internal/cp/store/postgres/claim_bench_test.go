@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -32,17 +34,24 @@ const claimBenchWorkers = 8
 //
 //	go test ./internal/cp/store/postgres -run '^$' -bench ClaimResult -benchtime 4000x -count 3
 //
-// and compare the tasks/s metrics of raw and store within one run.
+// and compare the tasks/s metrics of raw and store within one run. With
+// DROVER_BENCH_PG_DSN (a superuser URL of a running server whose fsync
+// and synchronous_commit are on) it runs there instead, so that the same
+// server can then serve `drover bench fleet --store`.
 func BenchmarkClaimResult(b *testing.B) {
-	srv, err := pgtest.StartServerWith("fsync=on", "synchronous_commit=on", "full_page_writes=on")
-	if err != nil {
-		pgtest.Skip(b, err)
-	}
-	defer srv.Stop()
 	ctx := context.Background()
+	newDB := func(b *testing.B) string { return externalDatabase(ctx, b, os.Getenv("DROVER_BENCH_PG_DSN")) }
+	if os.Getenv("DROVER_BENCH_PG_DSN") == "" {
+		srv, err := pgtest.StartServerWith("fsync=on", "synchronous_commit=on", "full_page_writes=on")
+		if err != nil {
+			pgtest.Skip(b, err)
+		}
+		defer srv.Stop()
+		newDB = func(b *testing.B) string { return srv.NewDatabase(b) }
+	}
 	for _, mode := range []string{"raw", "store"} {
 		b.Run(mode, func(b *testing.B) {
-			dsn := srv.NewDatabase(b)
+			dsn := newDB(b)
 			s, err := postgres.Open(ctx, dsn)
 			if err != nil {
 				b.Fatal(err)
@@ -93,6 +102,33 @@ func BenchmarkClaimResult(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
 		})
 	}
+}
+
+// externalDatabase creates a database on the server of admin (a URL whose
+// path is a database), drops it when b ends and returns its URL.
+func externalDatabase(ctx context.Context, b *testing.B, admin string) string {
+	b.Helper()
+	u, err := url.Parse(admin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	name := fmt.Sprintf("claimbench_%d", time.Now().UnixNano())
+	if _, err := conn.Exec(ctx, `CREATE DATABASE `+name); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if c, err := pgx.Connect(ctx, admin); err == nil {
+			_, _ = c.Exec(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
+			_ = c.Close(ctx)
+		}
+	})
+	u.Path = "/" + name
+	return u.String()
 }
 
 // seedClaimBench queues n tasks round-robin over the workers' nodes, with
