@@ -57,9 +57,13 @@ func TestSliceWorkflowReadinessFailsAcrossRestartTCG(t *testing.T) {
 	var steps []string
 	for _, s := range a.Workflow.Steps {
 		steps = append(steps, s.Step)
+		// No provision_user was queued: no user to remove in the guest.
+		if s.Step == "compensate_"+sliceflow.StepDeprovisionUser && (s.State != "skipped" || s.TaskID != "") {
+			t.Errorf("step %+v, want skipped without a task", s)
+		}
 	}
 	if want := []string{sliceflow.StepLeaseSlots, sliceflow.StepVMProvision, sliceflow.StepAwaitProvision,
-		"compensate_" + sliceflow.StepReleaseVM, "compensate_" + sliceflow.StepAwaitRelease,
+		"compensate_" + sliceflow.StepDeprovisionUser, "compensate_" + sliceflow.StepReleaseVM, "compensate_" + sliceflow.StepAwaitRelease,
 		"compensate_" + sliceflow.StepFreeLeases}; !slices.Equal(steps, want) {
 		t.Errorf("steps %v, want %v", steps, want)
 	}

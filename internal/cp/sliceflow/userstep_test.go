@@ -182,3 +182,24 @@ func TestForeignUserTaskIgnored(t *testing.T) {
 		t.Fatalf("at %s, steps %v", w.Step, h.stepStates("alc_u"))
 	}
 }
+
+// A slice allocation's shell and sudo go to provision_user; the shell is
+// checked as allocation.provision_user checks it.
+func TestValidateShellSudo(t *testing.T) {
+	base := api.CreateAllocationRequest{Username: "alice", SliceRequest: api.SliceRequest{Slots: 1,
+		Image: "https://images.example/jammy.qcow2", ImageSHA256: strings.Repeat("ab", 32)}}
+	ok := base
+	ok.Shell, ok.Sudo = "/bin/bash", true
+	if fe := Validate(ok); len(fe) != 0 {
+		t.Fatalf("shell and sudo refused: %+v", fe)
+	}
+	bad := base
+	bad.Shell = "bash"
+	if fe := Validate(bad); len(fe) != 1 || fe[0].Field != "shell" {
+		t.Fatalf("relative shell: %+v", fe)
+	}
+	p := userParams(store.SliceWorkflow{AllocationID: "alc_v"}, ok, plan{VMName: "slice-alc_v"})
+	if p.Shell != "/bin/bash" || !p.Sudo || p.VMName != "slice-alc_v" || p.Username != "alice" {
+		t.Fatalf("params %+v", p)
+	}
+}
