@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/task"
 )
 
 // Throughput-phase enqueue modes (Config.Enqueue).
@@ -54,6 +55,10 @@ type Config struct {
 	// /api/v1/tasks:batch with BatchSize tasks each).
 	Enqueue   string
 	BatchSize int // tasks per batch call (default 100, at most api.MaxTaskBatch)
+	// TaskType is the type of the dispatch and throughput tasks:
+	// diag.health_probe (the default; every result also updates its host's
+	// health) or diag.echo (the task queue alone).
+	TaskType string
 
 	Store            string // sqlite:[PATH] (default: temp file) or postgres://...
 	ServerProcess    bool   // run `drover server` as a child process
@@ -107,6 +112,13 @@ func (c *Config) defaults() error {
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 100
+	}
+	switch c.TaskType {
+	case "":
+		c.TaskType = task.TypeHealthProbe
+	case task.TypeHealthProbe, task.TypeEcho:
+	default:
+		return fmt.Errorf("task type must be %q or %q", task.TypeHealthProbe, task.TypeEcho)
 	}
 	if c.BatchSize < 1 || c.BatchSize > api.MaxTaskBatch {
 		return fmt.Errorf("batch size must be between 1 and %d", api.MaxTaskBatch)

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/wire/api"
-	"github.com/drover-dev/drover/internal/wire/task"
 )
 
 // memSample measures the control plane after a pause.
@@ -44,7 +43,7 @@ func (f *fleet) dispatch(ctx context.Context, pollers []*simAgent) error {
 		p := f.track.add(cid)
 		t0 := time.Now()
 		err := f.op.call(ctx, http.MethodPost, "/api/v1/tasks", api.EnqueueTaskRequest{NodeID: a.id,
-			Type: task.TypeHealthProbe, Params: params, CorrelationID: cid}, nil)
+			Type: f.cfg.TaskType, Params: params, CorrelationID: cid}, nil)
 		call.add(time.Since(t0))
 		if err != nil {
 			errs++
@@ -102,7 +101,7 @@ func (f *fleet) throughput(ctx context.Context, pollers []*simAgent) error {
 			req := api.EnqueueTaskBatchRequest{Items: make([]api.EnqueueTaskRequest, 0, hi-lo)}
 			for i := lo; i < hi; i++ {
 				req.Items = append(req.Items, api.EnqueueTaskRequest{NodeID: pollers[i%len(pollers)].id,
-					Type: task.TypeHealthProbe, Params: json.RawMessage(`{}`), CorrelationID: cids[i]})
+					Type: f.cfg.TaskType, Params: json.RawMessage(`{}`), CorrelationID: cids[i]})
 			}
 			t0 := time.Now()
 			for i := lo; i < hi; i++ {
@@ -121,7 +120,7 @@ func (f *fleet) throughput(ctx context.Context, pollers []*simAgent) error {
 			a := pollers[i%len(pollers)]
 			pends[i].start = time.Now()
 			if err := f.op.call(ctx, http.MethodPost, "/api/v1/tasks", api.EnqueueTaskRequest{NodeID: a.id,
-				Type: task.TypeHealthProbe, Params: json.RawMessage(`{}`), CorrelationID: cids[i]}, nil); err != nil {
+				Type: f.cfg.TaskType, Params: json.RawMessage(`{}`), CorrelationID: cids[i]}, nil); err != nil {
 				enqErrs.Add(1)
 				pends[i].finish(time.Time{}, err)
 			}
@@ -162,7 +161,7 @@ wait:
 	el := last.Sub(start)
 	f.rep.Throughput = ThroughputReport{Tasks: n, Completed: completed, Errors: errs, ElapsedS: secs(el),
 		TasksPerSec: perSec(completed, el), EnqueuePerSec: perSec(n-int(enqErrs.Load()), enqDone),
-		EnqueueToResult: lat.summary(), Enqueue: f.cfg.Enqueue, EnqueueS: secs(enqDone), HarnessCPUS: round2(cpu)}
+		EnqueueToResult: lat.summary(), Enqueue: f.cfg.Enqueue, TaskType: f.cfg.TaskType, EnqueueS: secs(enqDone), HarnessCPUS: round2(cpu)}
 	if f.t.mode == ModeServerProcess {
 		f.rep.Throughput.ServerCPUS = round2(srv)
 	}

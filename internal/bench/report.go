@@ -130,6 +130,7 @@ type ThroughputReport struct {
 	EnqueueToResult Latency `json:"enqueue_to_result"`
 	// Enqueue is single or batch; BatchSize the tasks per batch call.
 	Enqueue   string `json:"enqueue"`
+	TaskType  string `json:"task_type"`
 	BatchSize int    `json:"batch_size,omitempty"`
 	// EnqueueS is first enqueue call → last enqueue answered.
 	EnqueueS float64 `json:"enqueue_s"`
