@@ -67,8 +67,8 @@ type Config struct {
 	// nodes parked on this replica, in case a change event was lost (0:
 	// RunFallback returns at once).
 	FallbackPoll time.Duration
-	Log     *slog.Logger
-	Now     func() time.Time
+	Log          *slog.Logger
+	Now          func() time.Time
 }
 
 // Room is this replica's task queue.
