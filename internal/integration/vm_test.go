@@ -154,7 +154,7 @@ var (
 )
 
 // buildAgent compiles cmd/drover-agent once per test binary.
-func buildAgent(t *testing.T) string {
+func buildAgent(t testing.TB) string {
 	t.Helper()
 	agentBuildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "drover-agent-bin-")
