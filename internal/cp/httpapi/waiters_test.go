@@ -30,3 +30,20 @@ func TestWaitersWakeOnlyTheirNode(t *testing.T) {
 	}
 	w.Wake("a") // no waiters: no-op
 }
+
+func TestWaitersWakeAll(t *testing.T) {
+	w := NewWaiters()
+	a, doneA := w.Add("a")
+	b, doneB := w.Add("b")
+	defer doneA()
+	defer doneB()
+	w.WakeAll()
+	w.WakeAll() // coalesces; must not block
+	for name, ch := range map[string]<-chan struct{}{"a": a, "b": b} {
+		select {
+		case <-ch:
+		default:
+			t.Fatalf("waiter %s not woken", name)
+		}
+	}
+}
