@@ -22,6 +22,9 @@ type plan struct {
 	VMName string        `json:"vm_name"`
 	NUMA   string        `json:"numa"`
 	Slots  []task.VMSlot `json:"slots"`
+	// OVSBridge is the host's slice network bridge the VM's tap goes on
+	// (sliceNetwork); empty: user-mode networking.
+	OVSBridge string `json:"ovs_bridge,omitempty"`
 }
 
 // slotSpec is what the workflow reads of an approved slot's stored spec
@@ -263,6 +266,45 @@ func DeriveAddress(hostID, slotID string) (mac, ip string) {
 	mac = fmt.Sprintf("52:54:00:%02x:%02x:%02x", h[0], h[1], h[2])
 	ip = netip.AddrFrom4([4]byte{10, 77, h[3], 1 + h[4]%254}).String()
 	return mac, ip
+}
+
+// sliceNetwork picks the VM's network: the bridge of the slice network
+// the host's agent reports serving (its capabilities' slice_network) when
+// every slot's private IP lies inside that network and is none of its
+// network, gateway (first) or broadcast addresses; else "" (user-mode
+// networking). why says which, for the step's detail.
+func sliceNetwork(h store.Host, slots []task.VMSlot) (bridge, why string) {
+	var caps api.Capabilities
+	if len(h.Capabilities) == 0 || json.Unmarshal(h.Capabilities, &caps) != nil || caps.SliceNetwork == nil {
+		return "", "user-mode networking: the host's agent serves no slice network"
+	}
+	sn := *caps.SliceNetwork
+	prefix, err := netip.ParsePrefix(sn.CIDR)
+	if err != nil || !prefix.Addr().Is4() || sn.Bridge == "" {
+		return "", fmt.Sprintf("user-mode networking: the host's slice network (%q on %q) is not usable", sn.CIDR, sn.Bridge)
+	}
+	prefix = prefix.Masked()
+	for _, sl := range slots {
+		ip, err := netip.ParseAddr(sl.PrivateIP)
+		if err != nil || !prefix.Contains(ip) || reservedAddr(prefix, ip) {
+			return "", fmt.Sprintf("user-mode networking: slot %s's address %q is not a host address of the slice network %s",
+				sl.SlotID, sl.PrivateIP, prefix)
+		}
+	}
+	return sn.Bridge, fmt.Sprintf("slice network %s on %s", prefix, sn.Bridge)
+}
+
+// reservedAddr is true for prefix's network, gateway (its first host) and
+// broadcast addresses.
+func reservedAddr(prefix netip.Prefix, ip netip.Addr) bool {
+	network := prefix.Addr()
+	b := network.As4()
+	hostBits := 32 - prefix.Bits()
+	n := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	bc := n | (uint32(1)<<hostBits - 1)
+	a := ip.As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	return v == n || v == n+1 || v == bc
 }
 
 func deref(p *string) string {

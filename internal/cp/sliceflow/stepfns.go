@@ -50,18 +50,24 @@ func (s *Room) leaseSlots(ctx context.Context, w *store.SliceWorkflow, _ *store.
 		for _, f := range picked {
 			p.Slots = append(p.Slots, vmSlot(w.HostID, f, req))
 		}
+		h, err := s.store.GetHost(ctx, w.HostID)
+		if err != nil {
+			return outcome{}, err
+		}
+		var netWhy string
+		p.OVSBridge, netWhy = sliceNetwork(h, p.Slots)
 		raw, _ := json.Marshal(p)
 		if err := s.update(ctx, w, func(w *store.SliceWorkflow) { w.Plan = raw }); err != nil {
 			return outcome{}, err
 		}
-		return outcome{detail: fmt.Sprintf("leased %s on %s (NUMA %s)", strings.Join(ids, ","), w.HostID, numa)}, nil
+		return outcome{detail: fmt.Sprintf("leased %s on %s (NUMA %s); %s", strings.Join(ids, ","), w.HostID, numa, netWhy)}, nil
 	}
 }
 
 // provisionParams are the slice.vm_provision params of the plan.
 func provisionParams(w store.SliceWorkflow, req api.CreateAllocationRequest, p plan) json.RawMessage {
 	raw, _ := json.Marshal(task.VMProvisionParams{AllocationID: w.AllocationID, VMName: p.VMName, ImageURL: req.Image,
-		ImageSHA256: req.ImageSHA256, DefaultUsername: req.Username, SSHPublicKeys: req.SSHAuthorizedKeys, Slots: p.Slots,
+		ImageSHA256: req.ImageSHA256, DefaultUsername: req.Username, SSHPublicKeys: req.SSHAuthorizedKeys, Slots: p.Slots, OVSBridge: p.OVSBridge,
 		Boot: req.Boot, ReadinessMarker: req.ReadinessMarker, ReadinessTimeoutSeconds: req.ReadinessTimeoutSeconds})
 	return raw
 }

@@ -21,6 +21,9 @@ func (a *Agent) capabilities(ctx context.Context) api.Capabilities {
 		Accelerators: a.accel.Working, AccelError: a.accelErr, ControlPlaneURL: a.cfg.ControlPlaneURL, TerminalURL: a.cfg.terminalURL(),
 		LocalWorkloads: a.cfg.Local.Requests(),
 	}
+	if subnet := a.cfg.sliceSubnet(); subnet.IsValid() {
+		c.SliceNetwork = &api.SliceNetwork{Bridge: a.cfg.SliceBridge, CIDR: subnet.String()}
+	}
 	a.mu.Unlock()
 	if c.Hostname == "" {
 		c.Hostname, _ = os.Hostname()

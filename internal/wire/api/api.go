@@ -131,6 +131,9 @@ type Capabilities struct {
 	// (-enable-vllm, -enable-ollama): the control plane keeps an instance
 	// pinned to this host for each (docs/adr/0009-local-workloads.md).
 	LocalWorkloads []PresetRequest `json:"local_workloads,omitempty"`
+	// SliceNetwork is the slice network the agent serves; nil when it
+	// serves none (NODE_AGENT_SLICE_CIDR unset).
+	SliceNetwork *SliceNetwork `json:"slice_network,omitempty"`
 }
 
 // RegisterRequest enrols a host: POST /internal/v1/register (no client
