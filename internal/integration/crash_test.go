@@ -67,6 +67,7 @@ type serverProc struct {
 	cmd              *exec.Cmd
 	exited           chan struct{}
 	logPath          string
+	extra            []string // more flags
 }
 
 func (p *serverProc) start() {
@@ -77,6 +78,7 @@ func (p *serverProc) start() {
 	}
 	p.cmd = exec.Command(p.bin, "server", "--store", p.storeSpec, "--listen", p.opAddr,
 		"--node-listen", p.nodeAddr, "--heartbeat-interval", "200ms", "--kek-file", p.kekFile)
+	p.cmd.Args = append(p.cmd.Args, p.extra...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
