@@ -17,6 +17,9 @@ type poolDB struct {
 	w, r   *sql.DB
 	ws, rs *stmtCache
 	hub    *sqlstore.Broadcaster
+	// g runs the writes (InTx, and Exec and QueryRow of statements that
+	// are not SELECTs) in group commits.
+	g *groupWriter
 }
 
 func newPoolDB(w, r *sql.DB, hub *sqlstore.Broadcaster) *poolDB {
@@ -25,6 +28,7 @@ func newPoolDB(w, r *sql.DB, hub *sqlstore.Broadcaster) *poolDB {
 	if r != w {
 		p.rs = newStmtCache(r)
 	}
+	p.g = newGroupWriter(p)
 	return p
 }
 
@@ -43,8 +47,9 @@ func (p *poolDB) pick(query string) *stmtCache {
 	return p.ws
 }
 
-// close closes the cached statements.
+// close stops the group writer and closes the cached statements.
 func (p *poolDB) close() error {
+	p.g.close()
 	err := p.ws.close()
 	if p.rs != p.ws {
 		err = errors.Join(err, p.rs.close())
@@ -52,11 +57,15 @@ func (p *poolDB) close() error {
 	return err
 }
 
+// Exec runs the statement as a write of its own in the next group commit.
 func (p *poolDB) Exec(ctx context.Context, query string, args ...any) (int64, error) {
-	if st := p.ws.get(ctx, query); st != nil {
-		return result(st.ExecContext(ctx, args...))
-	}
-	return execOn(ctx, p.w, query, args)
+	var n int64
+	err := p.g.do(ctx, func(tx sqlstore.DB) error {
+		var err error
+		n, err = tx.Exec(ctx, query, args...)
+		return err
+	})
+	return n, err
 }
 
 func (p *poolDB) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
@@ -67,35 +76,41 @@ func (p *poolDB) Query(ctx context.Context, query string, args ...any) (sqlstore
 	return queryOn(ctx, c.db, query, args)
 }
 
+// QueryRow runs a SELECT on the reader pool; any other statement (UPDATE
+// ... RETURNING) runs when its row is scanned, as a write of its own in the
+// next group commit, so a write that returns no row, or whose row does not
+// scan, is rolled back.
 func (p *poolDB) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
-	c := p.pick(query)
-	if st := c.get(ctx, query); st != nil {
+	if !isSelect(query) {
+		return writeRow{p: p, ctx: ctx, query: query, args: args}
+	}
+	if st := p.rs.get(ctx, query); st != nil {
 		return row{st.QueryRowContext(ctx, args...)}
 	}
-	return row{c.db.QueryRowContext(ctx, query, args...)}
+	return row{p.r.QueryRowContext(ctx, query, args...)}
 }
 
-// InTx runs fn in a BEGIN IMMEDIATE transaction on the writer and publishes
-// the events fn queued once the commit succeeded. Statements the
-// transaction ran uncached are prepared once it has ended.
+// writeRow is QueryRow of a write.
+type writeRow struct {
+	p     *poolDB
+	ctx   context.Context
+	query string
+	args  []any
+}
+
+func (w writeRow) Scan(dest ...any) error {
+	return w.p.g.do(w.ctx, func(tx sqlstore.DB) error {
+		return tx.QueryRow(w.ctx, w.query, w.args...).Scan(dest...)
+	})
+}
+
+// InTx runs fn as one write in the next group commit (a BEGIN IMMEDIATE
+// transaction on the writer, fn inside its own savepoint when the group has
+// other writes) and returns once that has committed, or fn's error once its
+// writes are rolled back; the events fn queued are published after the
+// commit.
 func (p *poolDB) InTx(ctx context.Context, fn func(tx sqlstore.DB) error) error {
-	tx, err := p.w.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer p.ws.prepareMissed(ctx)
-	t := &txDB{tx: tx, stmts: p.ws}
-	if err := fn(t); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	for _, ev := range t.pending {
-		p.hub.Publish(ev)
-	}
-	return nil
+	return p.g.do(ctx, fn)
 }
 
 // notify is the Dialect.Notify hook: queue on the transaction, or publish at
@@ -109,9 +124,11 @@ func (p *poolDB) notify(_ context.Context, tx sqlstore.DB, ev store.Event) error
 	return nil
 }
 
-// txDB is sqlstore.DB inside a transaction. Every statement runs on the
-// writer's connection; a cached one is bound to the transaction
-// (Tx.StmtContext reuses the connection's prepared copy).
+// txDB is sqlstore.DB inside a group commit's transaction. Every statement
+// runs on the writer's connection; a cached one is bound to the transaction
+// (Tx.StmtContext reuses the connection's prepared copy). Statements ignore
+// their context's cancellation: SQLite interrupting one would roll back the
+// whole group (see groupWriter).
 type txDB struct {
 	tx      *sql.Tx
 	stmts   *stmtCache
@@ -135,6 +152,7 @@ type execQuerier interface {
 }
 
 func (t *txDB) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	ctx = context.WithoutCancel(ctx)
 	if st := t.stmt(ctx, query); st != nil {
 		return result(st.ExecContext(ctx, args...))
 	}
@@ -142,6 +160,7 @@ func (t *txDB) Exec(ctx context.Context, query string, args ...any) (int64, erro
 }
 
 func (t *txDB) Query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	ctx = context.WithoutCancel(ctx)
 	if st := t.stmt(ctx, query); st != nil {
 		return wrapRows(st.QueryContext(ctx, args...))
 	}
@@ -149,6 +168,7 @@ func (t *txDB) Query(ctx context.Context, query string, args ...any) (sqlstore.R
 }
 
 func (t *txDB) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Row {
+	ctx = context.WithoutCancel(ctx)
 	if st := t.stmt(ctx, query); st != nil {
 		return row{st.QueryRowContext(ctx, args...)}
 	}

@@ -246,8 +246,9 @@ func (s *Store) StartTask(ctx context.Context, nodeID, taskID string, leaseUntil
 //
 // The accepting case is one conditional UPDATE ... RETURNING (no
 // transaction around a read and a write); only when it matches no row is
-// the task read to tell a replay from a conflict or an unknown task. A
-// terminal state is final, so that read cannot race with the update.
+// the task read, in a transaction, to tell a replay from a conflict or an
+// unknown task. A terminal state is final, so that read cannot race with
+// the update.
 func (s *Store) CompleteTask(ctx context.Context, nodeID, taskID string, state api.TaskState,
 	result json.RawMessage, resultHash string, at time.Time) (store.Task, error) {
 	if state != api.TaskSucceeded && state != api.TaskFailed {
@@ -271,13 +272,16 @@ func (s *Store) CompleteTask(ctx context.Context, nodeID, taskID string, state a
 	if !errors.Is(err, ErrNoRows) {
 		return store.Task{}, fmt.Errorf("complete task %q: %w", taskID, err)
 	}
-	t, err = s.GetTask(ctx, taskID)
-	if err != nil {
-		return store.Task{}, fmt.Errorf("complete task: %w", err)
-	}
+	// The read that explains the refusal runs as a write would: on SQLite
+	// a group commit may hold the write that finished the task, which only
+	// the writer sees until it commits.
+	err = s.db.InTx(ctx, func(tx DB) error {
+		t, err = s.lockTask(ctx, tx, "complete task", nodeID, taskID)
+		return err
+	})
 	switch {
-	case nodeID != "" && t.NodeID != nodeID:
-		return store.Task{}, fmt.Errorf("complete task %q of node %q: %w", taskID, nodeID, store.ErrNotFound)
+	case err != nil:
+		return store.Task{}, err
 	case !t.State.Terminal():
 		// Not reachable: the update takes every unfinished task.
 		return store.Task{}, fmt.Errorf("complete task %q: task is %s: %w", taskID, t.State, store.ErrConflict)
