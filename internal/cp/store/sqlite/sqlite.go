@@ -45,9 +45,12 @@ const MemoryPath = ":memory:"
 // migrations.
 //
 // Writes go through a single connection (database/sql pool of size one) whose
-// transactions begin IMMEDIATE, so writers within the process queue in Go
-// instead of spinning in SQLite's busy handler; busy_timeout(5000) covers
-// other processes. Statements that start with SELECT run on a separate pool
+// transactions begin IMMEDIATE, owned by one writer goroutine that commits
+// the writes waiting for it together (group commit, each write in its own
+// savepoint, every caller answered after the commit; see groupWriter), so
+// writers within the process queue in Go instead of spinning in SQLite's
+// busy handler; busy_timeout(5000) covers other processes. Statements are
+// prepared once per connection (stmtCache). Statements that start with SELECT run on a separate pool
 // of query_only connections, which WAL lets proceed while a write is in
 // progress.
 func Open(ctx context.Context, path string) (*Store, error) {
