@@ -57,7 +57,7 @@ func (p *Provisioner) lookDependencies(params task.VMProvisionParams) (c command
 	} else {
 		look("qemu-img", &c.qemuImg)
 	}
-	if len(params.Slots) > 0 && params.OVSBridge != "" {
+	if len(params.Slots) > 0 && params.OVSBridge != "" && !p.linuxBridge(params.OVSBridge) {
 		look("ovs-vsctl", &c.ovsVsctl)
 	}
 	return c, found, missing
@@ -245,6 +245,13 @@ func (p *Provisioner) iommuGroupViable(addr string) error {
 		}
 	}
 	return nil
+}
+
+// linuxBridge is true when br is a Linux bridge (it has a bridge/
+// directory in sysfs): the runtime enslaves taps to it with netlink, so
+// it needs no ovs-vsctl.
+func (p *Provisioner) linuxBridge(br string) bool {
+	return exists(p.root("sys", "class", "net", br, "bridge"))
 }
 
 // checkBridge checks that the bridge a tap attaches to exists.

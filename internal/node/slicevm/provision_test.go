@@ -489,6 +489,8 @@ func TestHostChecksFail(t *testing.T) {
 	noKVM.KVM = false
 	otherOS := sliceHost()
 	otherOS.Files["etc/os-release"] = "NAME=Plan 9\nID=plan9\n"
+	linuxBridge := sliceHost()
+	linuxBridge.Virtual[0].Bridge = true
 	tests := []struct {
 		name    string
 		o       envOpts
@@ -498,6 +500,9 @@ func TestHostChecksFail(t *testing.T) {
 	}{
 		{"missing commands", envOpts{lookPath: lookPathWith("qemu-img", "ovs-vsctl")}, PhaseHostDependencies, CodeMissingDependency,
 			"command_missing:qemu-img,command_missing:ovs-vsctl"},
+		// A Linux bridge takes the tap without ovs-vsctl.
+		{"linux bridge needs no ovs-vsctl", envOpts{host: linuxBridge, lookPath: lookPathWith("qemu-img", "ovs-vsctl")},
+			PhaseHostDependencies, CodeMissingDependency, "command_missing:qemu-img"},
 		// With the install setting on, a platform with no supported
 		// package manager installs nothing and still reports the blocker.
 		{"install on an unsupported platform", envOpts{host: otherOS, install: true, lookPath: lookPathWith("ovs-vsctl")},
