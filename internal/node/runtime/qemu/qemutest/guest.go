@@ -339,6 +339,7 @@ func initramfs(busybox []byte, modules map[string]string, extra []cpioFile) ([]b
 		c.File(f.name, f.perm, f.data)
 	}
 	c.File("init", 0o755, []byte(initScript()))
+	c.File("bin/dhcp-script", 0o755, []byte(dhcpScript))
 	if err := c.Close(); err != nil {
 		return nil, err
 	}
@@ -361,6 +362,7 @@ nobutton=0
 listen=
 listendelay=0
 sshd=0
+dhcp=0
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
 	` + KnobMarker + `=*) marker="${arg#` + KnobMarker + `=}" ;;
@@ -369,6 +371,7 @@ for arg in $(cat /proc/cmdline); do
 	` + KnobCrash + `) crash=1 ;;
 	` + KnobNoButton + `) nobutton=1 ;;
 	` + KnobSSHD + `) sshd=1 ;;
+	` + KnobDHCP + `) dhcp=1 ;;
 	esac
 done
 insmod /lib/modules/evdev.ko

@@ -22,6 +22,27 @@ import (
 // Options.SSHD is set.
 const KnobSSHD = "drover.sshd=1"
 
+// KnobDHCP, with KnobSSHD, gives eth0 its address by DHCP (busybox
+// udhcpc; the lease's address, mask and router are applied, and
+// DHCPBoundMarker + " <ip>" is printed on ttyS0) instead of 10.0.2.15.
+const KnobDHCP = "drover.dhcp=1"
+
+// DHCPBoundMarker starts the line the guest prints when eth0 leased an
+// address (KnobDHCP).
+const DHCPBoundMarker = "DROVER-GUEST-DHCP-BOUND"
+
+// dhcpScript is udhcpc's script (/bin/dhcp-script): it applies a lease.
+const dhcpScript = `#!/bin/sh
+case "$1" in
+deconfig) ifconfig "$interface" 0.0.0.0 up ;;
+bound|renew)
+	ifconfig "$interface" "$ip" netmask "${subnet:-255.255.255.0}" up
+	[ -n "$router" ] && route add default gw "${router%% *}" dev "$interface" 2>/dev/null
+	echo "` + DHCPBoundMarker + ` $ip" > /dev/ttyS0 ;;
+esac
+exit 0
+`
+
 // The block the guest prints its host key in on ttyS0 (cloud-init's
 // keys_to_console format).
 const (
@@ -114,7 +135,7 @@ func sshdModuleFiles(k kernel) (map[string]string, string) {
 // ssh-* authorized keys (user-data is the JSON that
 // internal/node/cloudinit writes), the host key is printed between
 // HostKeysBegin and HostKeysEnd on ttyS0, and sshd listens on port 22 of
-// 10.0.2.15.
+// 10.0.2.15 (with KnobDHCP, of the address eth0 leased).
 func sshdFunc() string {
 	return `start_sshd() {
 	for m in ` + strings.Join(netModules, " ") + ` ` + strings.Join(sshdModuleOrder, " ") + `; do
@@ -122,10 +143,16 @@ func sshdFunc() string {
 	done
 	ifconfig lo 127.0.0.1 up
 	i=0
-	while ! ifconfig eth0 10.0.2.15 netmask 255.255.255.0 up 2>/dev/null && [ "$i" -lt 100 ]; do
-		sleep 0.05; i=$((i+1))
-	done
-	route add default gw 10.0.2.2 2>/dev/null
+	if [ "$dhcp" = 1 ]; then
+		while ! ifconfig eth0 up 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+		busybox udhcpc -i eth0 -f -q -n -t 20 -T 3 -s /bin/dhcp-script 3<&- ||
+			echo "drover-guest: no DHCP lease on eth0" > /dev/ttyS0
+	else
+		while ! ifconfig eth0 10.0.2.15 netmask 255.255.255.0 up 2>/dev/null && [ "$i" -lt 100 ]; do
+			sleep 0.05; i=$((i+1))
+		done
+		route add default gw 10.0.2.2 2>/dev/null
+	fi
 	mkdir -p /mnt/seed
 	i=0
 	while [ ! -b /dev/sr0 ] && [ "$i" -lt 200 ]; do sleep 0.05; i=$((i+1)); done
