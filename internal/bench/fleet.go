@@ -79,6 +79,10 @@ type Config struct {
 	Log io.Writer
 	// Seed makes the choice of dispatch targets repeatable (0: random).
 	Seed uint64
+	// ReconnectStorm adds the reconnect-storm phase after the heartbeats
+	// (ServerProcess only): the server is SIGKILLed and restarted and every
+	// agent reconnects.
+	ReconnectStorm bool
 }
 
 func (c *Config) defaults() error {
@@ -142,6 +146,9 @@ func (c *Config) defaults() error {
 		if c.ServerProcess {
 			return errors.New("--server-process and an external control plane exclude each other")
 		}
+	}
+	if c.ReconnectStorm && !c.ServerProcess {
+		return errors.New("--reconnect-storm needs --server-process")
 	}
 	return nil
 }
@@ -301,6 +308,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	f.heartbeats(ctx)
 	f.rep.Heartbeats.LongPollsOpen = len(pollers)
+	if cfg.ReconnectStorm {
+		if err := f.storm(ctx); err != nil {
+			return nil, err
+		}
+	}
 	f.rep.Machine.LoadAvgEnd = loadAvg()
 	f.rep.evaluate()
 	return f.rep, nil

@@ -70,7 +70,7 @@ func (f *fleet) dispatch(ctx context.Context, pollers []*simAgent) error {
 		f.track.remove(cid)
 	}
 	f.rep.Dispatch = DispatchReport{LongPolls: len(pollers), Samples: n, Errors: errs, Latency: lat.summary(),
-		EnqueueCall: call.summary()}
+		EnqueueCall: call.summary(), CDF: lat.cdf()}
 	f.logf("dispatch: %+v", f.rep.Dispatch.Latency)
 	return nil
 }
@@ -190,6 +190,7 @@ func (f *fleet) heartbeats(ctx context.Context) {
 	d := f.cfg.Duration
 	var lat recorder
 	var count, errs atomic.Int64
+	perSecond := make([]atomic.Int64, int((d+time.Second-1)/time.Second))
 	var wg sync.WaitGroup
 	rt0, rtErr := f.serverRuntime(ctx)
 	cpu0, srv0 := selfCPU(), f.serverCPU()
@@ -226,6 +227,7 @@ func (f *fleet) heartbeats(ctx context.Context) {
 					lat.add(now.Sub(next))
 					if !now.After(deadline) {
 						count.Add(1)
+						perSecond[min(int(now.Sub(start)/time.Second), len(perSecond)-1)].Add(1)
 					}
 				}
 				next = next.Add(period)
@@ -237,6 +239,9 @@ func (f *fleet) heartbeats(ctx context.Context) {
 		Errors: errs.Load(), PerSec: perSec(int(count.Load()), d), Latency: lat.summary()}
 	if !closed {
 		hb.Mode, hb.OfferedPerSec = "open-loop", f.cfg.HeartbeatRate
+	}
+	for i := range perSecond {
+		hb.PerSecond = append(hb.PerSecond, perSecond[i].Load())
 	}
 	hb.HarnessCPUS = round2(selfCPU() - cpu0)
 	if f.t.mode == ModeServerProcess {

@@ -25,6 +25,7 @@ type Report struct {
 	Dispatch   DispatchReport   `json:"dispatch"`
 	Throughput ThroughputReport `json:"throughput"`
 	Heartbeats HeartbeatReport  `json:"heartbeats"`
+	Storm      *StormReport     `json:"reconnect_storm,omitempty"`
 	Targets    []TargetResult   `json:"targets"`
 }
 
@@ -83,6 +84,8 @@ type HeartbeatReport struct {
 	Errors        int64   `json:"errors"`
 	PerSec        float64 `json:"per_sec"`
 	Latency       Latency `json:"latency"`
+	// PerSecond is the heartbeats answered in each second of the phase.
+	PerSecond []int64 `json:"per_second,omitempty"`
 	// LongPollsOpen is how many idle long-polls stayed open meanwhile.
 	LongPollsOpen int `json:"long_polls_open"`
 	// CPU seconds used during the phase (server-process mode splits them).
@@ -117,6 +120,8 @@ type DispatchReport struct {
 	Latency   Latency `json:"latency"`
 	// EnqueueCall is the operator API call alone (request → 201).
 	EnqueueCall Latency `json:"enqueue_call"`
+	// CDF is the latency distribution: the latency at each quantile.
+	CDF []Quantile `json:"cdf,omitempty"`
 }
 
 // ThroughputReport is claim+result throughput.

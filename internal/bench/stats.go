@@ -81,3 +81,25 @@ func (r *recorder) len() int {
 	defer r.mu.Unlock()
 	return len(r.samples)
 }
+
+// Quantile is one point of a latency distribution.
+type Quantile struct {
+	Q  float64 `json:"q"` // 0..1
+	Ms float64 `json:"ms"`
+}
+
+// cdf is the samples' latency at fixed quantiles.
+func (r *recorder) cdf() []Quantile {
+	qs := []float64{0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, 1}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.samples) == 0 {
+		return nil
+	}
+	slices.Sort(r.samples)
+	out := make([]Quantile, 0, len(qs))
+	for _, q := range qs {
+		out = append(out, Quantile{Q: q, Ms: ms(Percentile(r.samples, q*100))})
+	}
+	return out
+}

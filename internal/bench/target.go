@@ -46,6 +46,9 @@ type target struct {
 	caHash  string
 	pid     int // server-process mode
 	stop    func() error
+	// restart (server-process mode only) SIGKILLs the server, calls killed,
+	// and starts it again on the same store and addresses.
+	restart func(ctx context.Context, killed func()) error
 }
 
 // isLoopbackURL reports whether raw names a loopback host.
@@ -225,12 +228,66 @@ func startProcess(ctx context.Context, cfg *Config, dir string) (*target, error)
 		}
 	}
 	logPath := filepath.Join(dir, "server.log")
-	logf, err := os.Create(logPath)
+	args := []string{"server", "--store", spec, "--listen", opAddr, "--node-listen", nodeAddr,
+		"--kek-file", kekPath, "--log-level", "warn"}
+	t := &target{mode: ModeServerProcess, opURL: "http://" + opAddr, nodeURL: "https://" + nodeAddr,
+		token: tok.Token, caHash: srv.CAHash()}
+	var ch *child
+	t.stop = func() error {
+		if ch != nil {
+			ch.stop()
+		}
+		return nil
+	}
+	// restart SIGKILLs the child and starts a new one on the same store and
+	// addresses (the reconnect storm).
+	t.restart = func(ctx context.Context, killed func()) error {
+		ch.kill()
+		killed()
+		var err error
+		if ch, err = startChild(ctx, cfg, exe, args, logPath, t.opURL); err != nil {
+			return err
+		}
+		t.pid = ch.pid
+		return nil
+	}
+	if ch, err = startChild(ctx, cfg, exe, args, logPath, t.opURL); err != nil {
+		return nil, err
+	}
+	t.pid = ch.pid
+	return t, nil
+}
+
+// child is a running `drover server` process.
+type child struct {
+	cmd    *exec.Cmd
+	pid    int
+	exited chan error
+}
+
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(15 * time.Second):
+		c.kill()
+	}
+}
+
+func (c *child) kill() {
+	_ = c.cmd.Process.Kill()
+	<-c.exited
+	c.exited <- errors.New("killed") // later waits return at once
+}
+
+// startChild starts `exe args...` (appending to logPath) and waits until
+// opURL/readyz answers 200.
+func startChild(ctx context.Context, cfg *Config, exe string, args []string, logPath, opURL string) (*child, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "server", "--store", spec, "--listen", opAddr, "--node-listen", nodeAddr,
-		"--kek-file", kekPath, "--log-level", "warn")
+	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = os.Environ()
 	if cfg.ServerGOMAXPROCS > 0 {
@@ -244,38 +301,27 @@ func startProcess(ctx context.Context, cfg *Config, dir string) (*target, error)
 		logf.Close()
 		return nil, fmt.Errorf("start %s server: %w", exe, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logf.Close() }()
-	t := &target{mode: ModeServerProcess, opURL: "http://" + opAddr, nodeURL: "https://" + nodeAddr,
-		token: tok.Token, caHash: srv.CAHash(), pid: cmd.Process.Pid}
-	t.stop = func() error {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		return nil
-	}
+	c := &child{cmd: cmd, pid: cmd.Process.Pid, exited: make(chan error, 1)}
+	go func() { c.exited <- cmd.Wait(); logf.Close() }()
 	// Wait for readiness.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
-		case err := <-exited:
+		case err := <-c.exited:
+			c.exited <- err
 			log, _ := os.ReadFile(logPath)
 			return nil, fmt.Errorf("control plane child exited: %v\n%s", err, log)
 		default:
 		}
-		resp, err := http.Get(t.opURL + "/readyz")
+		resp, err := http.Get(opURL + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return t, nil
+				return c, nil
 			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.stop()
+			c.stop()
 			return nil, fmt.Errorf("control plane child not ready after 60s (log: %s)", logPath)
 		}
 		time.Sleep(50 * time.Millisecond)

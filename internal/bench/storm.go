@@ -1,0 +1,237 @@
+package bench
+
+// The reconnect storm: the server child is SIGKILLed and started again on
+// the same store and addresses while every simulated agent tries to come
+// back (new TCP connection, full TLS 1.3 handshake with its client
+// certificate, one heartbeat), and an operator client keeps reading.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// TargetStormAgents and TargetStormBackS are the reconnect-storm target:
+// 20 000 agents back within 15 s of a control-plane restart.
+const (
+	TargetStormAgents = 20000
+	TargetStormBackS  = 15
+	TargetStormAPIP99 = 1000 // operator API p99 during the storm, ms
+)
+
+// StormReport is the reconnect-storm phase. Times are seconds from the
+// SIGKILL; an agent is back when a heartbeat over a new connection is
+// answered 200.
+type StormReport struct {
+	Agents int `json:"agents"`
+	Back   int `json:"back"`
+	// RestartS is SIGKILL → the new server's /readyz answering 200.
+	RestartS float64 `json:"restart_s"`
+	P50S     float64 `json:"p50_s"`
+	P90S     float64 `json:"p90_s"`
+	P99S     float64 `json:"p99_s"`
+	P100S    float64 `json:"p100_s"`
+	// FailedAttempts counts heartbeats that failed during the storm
+	// (refused connections while the server was down included).
+	FailedAttempts int64 `json:"failed_attempts"`
+	// Curve is the cumulative number of agents back, every 100 ms.
+	Curve []CurvePoint `json:"curve"`
+	// Operator is GET /api/v1/hosts/{id} in a loop from the kill until the
+	// last agent is back: latency of the answered calls (after the restart).
+	Operator      Latency `json:"operator"`
+	OperatorFails int64   `json:"operator_failed"` // refused or non-2xx, mostly while down
+	ServerCPUS    float64 `json:"server_cpu_s,omitempty"`
+	HarnessCPUS   float64 `json:"harness_cpu_s,omitempty"`
+	RSSBytesEnd   int64   `json:"server_rss_bytes_end,omitempty"`
+}
+
+// CurvePoint is one point of a cumulative curve.
+type CurvePoint struct {
+	T float64 `json:"t_s"`
+	N int     `json:"n"`
+}
+
+// stormBackoff mirrors the real agent's heartbeat retry (internal/node/agent:
+// capped exponential backoff from 1 s to 1 min, delay uniform in
+// [0.75, 1.25) × the current step).
+func stormBackoff(step time.Duration, rng *mrand.Rand) (time.Duration, time.Duration) {
+	d := step*3/4 + time.Duration(rng.Int64N(int64(step/2)+1))
+	return d, min(2*step, time.Minute)
+}
+
+// storm runs the reconnect storm; the long-polls stay in place and
+// reconnect on their own (their errors are not counted here).
+func (f *fleet) storm(ctx context.Context) error {
+	if f.t.restart == nil {
+		return errors.New("the reconnect storm needs --server-process")
+	}
+	n := len(f.agents)
+	backAt := make([]atomic.Int64, n) // ns since the kill; 0: not back
+	var failed atomic.Int64
+	var t0 time.Time
+	killedCh := make(chan struct{})
+	cpu0 := selfCPU()
+	restartErr := make(chan error, 1)
+	go func() {
+		restartErr <- f.t.restart(ctx, func() { t0 = time.Now(); close(killedCh) })
+	}()
+	<-killedCh
+	f.logf("reconnect storm: server killed; %d agents reconnecting", n)
+
+	stormCtx, stopOp := context.WithCancel(ctx)
+	var op recorder
+	var opFails atomic.Int64
+	var opWG sync.WaitGroup
+	opWG.Add(1)
+	go func() {
+		defer opWG.Done()
+		f.stormOperator(stormCtx, &op, &opFails)
+	}()
+
+	var wg sync.WaitGroup
+	for i, a := range f.agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := mrand.New(mrand.NewPCG(f.cfg.Seed, uint64(i)+2))
+			step := time.Second
+			for ctx.Err() == nil {
+				if err := a.heartbeat(ctx); err == nil {
+					backAt[i].Store(int64(max(time.Since(t0), 1)))
+					return
+				}
+				failed.Add(1)
+				var d time.Duration
+				d, step = stormBackoff(step, rng)
+				sleep(ctx, d)
+			}
+		}()
+	}
+	var rerr error
+	select {
+	case rerr = <-restartErr:
+	case <-ctx.Done():
+		rerr = ctx.Err()
+	}
+	restartS := time.Since(t0)
+	if rerr != nil {
+		stopOp()
+		opWG.Wait()
+		return fmt.Errorf("reconnect storm: restart: %w", rerr)
+	}
+	f.logf("reconnect storm: server ready again after %.2fs", secs(restartS))
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-done:
+			break wait
+		case <-ctx.Done():
+			break wait
+		case <-tick.C:
+			c := 0
+			for i := range backAt {
+				if backAt[i].Load() > 0 {
+					c++
+				}
+			}
+			f.logf("reconnect storm: %d/%d agents back at %.0fs", c, n, time.Since(t0).Seconds())
+		}
+	}
+	wg.Wait()
+	stopOp()
+	opWG.Wait()
+
+	rep := &StormReport{Agents: n, RestartS: secs(restartS), FailedAttempts: failed.Load(),
+		Operator: op.summary(), OperatorFails: opFails.Load()}
+	var back []time.Duration
+	for i := range backAt {
+		if d := time.Duration(backAt[i].Load()); d > 0 {
+			back = append(back, d)
+		}
+	}
+	slices.Sort(back)
+	rep.Back = len(back)
+	if len(back) > 0 {
+		// Percentiles of the whole fleet: an agent not back counts as never.
+		q := func(p float64) float64 {
+			k := int(p / 100 * float64(n))
+			if k < 1 {
+				k = 1
+			}
+			if k > len(back) {
+				return -1
+			}
+			return secs(back[k-1])
+		}
+		rep.P50S, rep.P90S, rep.P99S, rep.P100S = q(50), q(90), q(99), q(100)
+		rep.Curve = cumulative(back, 100*time.Millisecond)
+	}
+	rep.HarnessCPUS = round2(selfCPU() - cpu0)
+	if f.t.pid != 0 {
+		// The new child's CPU only (the killed one's is gone with it).
+		rep.ServerCPUS = round2(f.serverCPU())
+		if m, err := childMem(ctx, f.t.pid, f.t.opURL+"/metrics"); err == nil {
+			rep.RSSBytesEnd = m.RSSBytes
+		}
+	}
+	f.rep.Storm = rep
+	f.logf("reconnect storm: %d/%d back; 50%% %.2fs 90%% %.2fs 99%% %.2fs 100%% %.2fs (restart %.2fs); operator p50 %.1fms p99 %.1fms (%d answered, %d failed)",
+		rep.Back, n, rep.P50S, rep.P90S, rep.P99S, rep.P100S, rep.RestartS, rep.Operator.P50Ms, rep.Operator.P99Ms,
+		rep.Operator.Count, rep.OperatorFails)
+	return nil
+}
+
+// stormOperator reads one host after another until ctx ends: a cheap
+// operator route (token check + one store read), so that the figure is the
+// API's responsiveness under the storm rather than the cost of listing the
+// whole fleet.
+func (f *fleet) stormOperator(ctx context.Context, lat *recorder, fails *atomic.Int64) {
+	op := newOpClient(f.t.opURL, f.t.token)
+	defer op.hc.CloseIdleConnections()
+	for i := 0; ctx.Err() == nil; i++ {
+		a := f.agents[i%len(f.agents)]
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		t := time.Now()
+		err := op.call(rctx, http.MethodGet, "/api/v1/hosts/"+a.id, nil, nil)
+		d := time.Since(t)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			fails.Add(1)
+			sleep(ctx, 50*time.Millisecond)
+		default:
+			lat.add(d)
+			sleep(ctx, 10*time.Millisecond)
+		}
+	}
+}
+
+// cumulative turns sorted times into (t, count ≤ t) every step, up to the last.
+func cumulative(sorted []time.Duration, step time.Duration) []CurvePoint {
+	if len(sorted) == 0 {
+		return nil
+	}
+	var out []CurvePoint
+	j := 0
+	for t := time.Duration(0); ; t += step {
+		for j < len(sorted) && sorted[j] <= t {
+			j++
+		}
+		out = append(out, CurvePoint{T: secs(t), N: j})
+		if j == len(sorted) {
+			return out
+		}
+	}
+}
