@@ -14,6 +14,31 @@ import (
 // BenchCmd groups the load harnesses.
 type BenchCmd struct {
 	Fleet BenchFleetCmd `cmd:"" help:"Simulate a fleet of agents (real enrolment and mTLS) and report heartbeat, dispatch, throughput and memory figures as JSON."`
+	Plot  BenchPlotCmd  `cmd:"" help:"Render SVG charts (heartbeats/s, dispatch latency CDF, reconnect storm) from a 'bench fleet' JSON report."`
+}
+
+// BenchPlotCmd renders a fleet report's charts.
+type BenchPlotCmd struct {
+	In     string `name:"in" type:"existingfile" required:"" help:"JSON report of 'drover bench fleet'."`
+	Out    string `name:"out" type:"path" required:"" help:"Directory for the SVG files."`
+	Prefix string `name:"prefix" help:"Prefix of each file name (e.g. 'run-a-')."`
+}
+
+// Run implements the command.
+func (c *BenchPlotCmd) Run(_ context.Context, env *Env) error {
+	raw, err := os.ReadFile(c.In)
+	if err != nil {
+		return err
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		return fmt.Errorf("%s: %w", c.In, err)
+	}
+	paths, err := bench.WritePlots(&rep, c.Out, c.Prefix)
+	for _, p := range paths {
+		fmt.Fprintln(env.Stdout, p)
+	}
+	return err
 }
 
 // BenchFleetCmd runs the fleet load harness.
@@ -43,6 +68,7 @@ type BenchFleetCmd struct {
 	MemProfile      string        `name:"memprofile" type:"path" help:"Write a heap profile of this process with the long-polls open."`
 	Settle          time.Duration `name:"settle" help:"Pause before each memory sample (default 2s + 1s per 5000 agents)."`
 	Quiet           bool          `name:"quiet" short:"q" help:"No progress lines on stderr."`
+	ReconnectStorm  bool          `name:"reconnect-storm" help:"After the heartbeat phase, SIGKILL the --server-process child, start it again on the same store and addresses, and time every agent's reconnection while an operator client keeps reading."`
 }
 
 // Run implements the command.
@@ -53,7 +79,8 @@ func (c *BenchFleetCmd) Run(ctx context.Context, env *Env) error {
 		Store: c.Store, ServerProcess: c.ServerProcess, ServerBin: c.ServerBin, ServerGOMAXPROCS: c.ServerProcs, ServerGOGC: c.ServerGOGC,
 		KEKFile: c.KEKFile,
 		NodeURL: c.NodeURL, API: c.API, Token: c.Token, CAHash: c.CAHash,
-		CPUProfile: c.CPUProfile, MemProfile: c.MemProfile, Settle: c.Settle, Log: env.Stderr}
+		CPUProfile: c.CPUProfile, MemProfile: c.MemProfile, Settle: c.Settle, Log: env.Stderr,
+		ReconnectStorm: c.ReconnectStorm}
 	if c.Quiet {
 		cfg.Log = nil
 	}
