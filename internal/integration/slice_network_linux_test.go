@@ -6,79 +6,19 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/drover-dev/drover/internal/cp/sliceflow"
 	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/node/runtime/qemu/qemutest"
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
 	"github.com/drover-dev/drover/internal/wire/terminal"
 )
-
-// netnsChildEnv marks the copy of a test running in its own network
-// namespace.
-const netnsChildEnv = "DROVER_TEST_INTEGRATION_NETNS_CHILD"
-
-// inOwnNetNS runs the calling test again in a child process of the test
-// binary, in a new network namespace (CLONE_NEWNET) with its loopback up,
-// and reports whether this is that child. The parent relays the child's
-// output and verdict and returns false: the test returns at once. What
-// the test makes there (the slice bridge, taps, NAT table, the control
-// plane's and agent's sockets) is gone with the namespace; nothing
-// touches the host's network.
-func inOwnNetNS(t *testing.T) bool {
-	t.Helper()
-	if os.Getenv(netnsChildEnv) != "" {
-		lo, err := netlink.LinkByName("lo")
-		if err == nil {
-			err = netlink.LinkSetUp(lo)
-		}
-		if err != nil {
-			t.Fatalf("loopback in the test's network namespace: %v", err)
-		}
-		return true
-	}
-	if os.Geteuid() != 0 {
-		skipOrFail(t, "a network namespace, a bridge and taps need root")
-	}
-	timeout := 15 * time.Minute
-	if d, ok := t.Deadline(); ok {
-		timeout = time.Until(d) - 30*time.Second
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v", "-test.timeout="+timeout.String())
-	cmd.Env = append(os.Environ(), netnsChildEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.CombinedOutput()
-	t.Logf("in a network namespace of its own:\n%s", out)
-	switch {
-	case err != nil && strings.Contains(err.Error(), "operation not permitted"):
-		skipOrFail(t, "cannot create a network namespace: %v", err)
-	case err != nil:
-		t.Fatalf("the test in its network namespace failed: %v", err)
-	case strings.Contains(string(out), "--- SKIP"):
-		skipOrFail(t, "the test in its network namespace skipped (see its output)")
-	case !strings.Contains(string(out), "PASS"):
-		t.Fatal("the test in its network namespace did not pass")
-	}
-	return false
-}
-
-// skipOrFail skips a test that lacks a capability, or fails it under CI=true.
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
-}
 
 // TestSliceWorkflowSliceNetworkTCG is TestSliceWorkflowTCG on the slice
 // network, in a network namespace the test makes: the agent runs with
@@ -89,7 +29,7 @@ func skipOrFail(t *testing.T, format string, args ...any) {
 // that address; a brokered terminal reaches the guest's sshd at it over
 // the bridge; the release drops the reservation and leaves nothing.
 func TestSliceWorkflowSliceNetworkTCG(t *testing.T) {
-	if !inOwnNetNS(t) {
+	if _, child := testutil.InOwnNetNS(t, 15*time.Minute, nil); !child {
 		return
 	}
 	const cidr, bridge = "10.77.0.0/24", "br-slice"

@@ -1,7 +1,9 @@
 // Package testutil holds helpers shared by Drover's tests: golden-file
 // comparison, the expected GPU count of the machine running real-host
-// tests, qemu-img, a slow client for listener limits and an API request
-// served by a handler. Only _test.go files may import it.
+// tests, qemu-img, a slow client for listener limits, an API request
+// served by a handler, skipping (or failing under CI) a test the machine
+// cannot run, and re-running a test in a network namespace of its own.
+// Only _test.go files may import it.
 package testutil
 
 import (
@@ -64,4 +66,15 @@ func ExpectedGPUs(t testing.TB) int {
 		t.Fatalf("DROVER_TEST_GPU_COUNT=%q: %v", s, err)
 	}
 	return n
+}
+
+// SkipOrFail skips a test that lacks a capability of the machine (root, a
+// tool, a kernel feature), or fails it under CI=true, where a skip would
+// hide a missing install step.
+func SkipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
 }

@@ -17,26 +17,18 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/node/runtime"
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
-
-// skipOrFail skips a test that lacks a capability, or fails it under CI=true.
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
-}
 
 // newNS makes an unnamed network namespace (gone once its handle closes)
 // with lo up, and returns its handle.
 func newNS(t *testing.T) netns.NsHandle {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		skipOrFail(t, "network namespaces need root")
+		testutil.SkipOrFail(t, "network namespaces need root")
 	}
 	goruntime.LockOSThread()
 	orig, err := netns.Get()
@@ -48,7 +40,7 @@ func newNS(t *testing.T) netns.NsHandle {
 	ns, err := netns.New()
 	if err != nil {
 		goruntime.UnlockOSThread()
-		skipOrFail(t, "create network namespace: %v", err)
+		testutil.SkipOrFail(t, "create network namespace: %v", err)
 	}
 	if err := netns.Set(orig); err != nil {
 		t.Fatalf("back to the test's namespace: %v", err) // thread stays locked
@@ -90,7 +82,7 @@ func attach(t *testing.T, m *Manager, id string, fwds ...Forward) Lease {
 	t.Helper()
 	l, err := m.Attach(context.Background(), id, fwds)
 	if err != nil && strings.Contains(err.Error(), "nft ") {
-		skipOrFail(t, "nftables unavailable: %v", err)
+		testutil.SkipOrFail(t, "nftables unavailable: %v", err)
 	}
 	if err != nil {
 		t.Fatalf("attach %s: %v", id, err)

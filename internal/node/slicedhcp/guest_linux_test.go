@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/node/runtime/qemu/qemutest"
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/vishvananda/netlink"
 )
 
@@ -21,12 +22,12 @@ var guestNetModules = []string{"virtio_ring", "virtio", "virtio_pci_modern_dev",
 // namespace of the test's own; the guest's busybox udhcpc gets the
 // reserved address from the agent's server.
 func TestGuestGetsAddressByDHCP(t *testing.T) {
-	if !inOwnNetNS(t) {
+	if _, child := testutil.InOwnNetNS(t, 4*time.Minute, nil); !child {
 		return
 	}
 	g := qemutest.Build(t, "")
 	if !g.CanNetwork {
-		skipOrFail(t, "the test kernel has no virtio-net modules")
+		testutil.SkipOrFail(t, "the test kernel has no virtio-net modules")
 	}
 	slicenet(t)
 	st, err := OpenStore(filepath.Join(t.TempDir(), "dhcp-hosts.d"), testSubnet)

@@ -11,16 +11,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/vishvananda/netlink"
 )
-
-// netnsChildEnv marks the copy of a test running in its own network
-// namespace.
-const netnsChildEnv = "DROVER_TEST_SLICEDHCP_NETNS_CHILD"
 
 // Names of the test's slice network (inside its namespace).
 const (
@@ -30,51 +26,6 @@ const (
 )
 
 var testSubnet = netip.MustParsePrefix("10.77.0.0/24")
-
-// skipOrFail skips a test that lacks a capability, or fails it under CI=true.
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
-}
-
-// inOwnNetNS runs the calling test again in a child process of the test
-// binary, in a new network namespace (CLONE_NEWNET), and reports whether
-// this is that child. The parent relays the child's output and verdict
-// and returns false: the test returns at once. The bridge, the veth pair,
-// the server's socket and udhcpc all live in the child's namespace, gone
-// with it; nothing touches the host's network.
-func inOwnNetNS(t *testing.T) bool {
-	t.Helper()
-	if os.Getenv(netnsChildEnv) != "" {
-		return true
-	}
-	if os.Geteuid() != 0 {
-		skipOrFail(t, "a network namespace, a bridge and a veth pair need root")
-	}
-	timeout := 4 * time.Minute
-	if d, ok := t.Deadline(); ok && time.Until(d) < timeout+30*time.Second {
-		timeout = time.Until(d) - 30*time.Second
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v", "-test.timeout="+timeout.String())
-	cmd.Env = append(os.Environ(), netnsChildEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.CombinedOutput()
-	t.Logf("in a network namespace of its own:\n%s", out)
-	switch {
-	case err != nil && strings.Contains(err.Error(), "operation not permitted"):
-		skipOrFail(t, "cannot create a network namespace: %v", err)
-	case err != nil:
-		t.Fatalf("the test in its network namespace failed: %v", err)
-	case strings.Contains(string(out), "--- SKIP"):
-		skipOrFail(t, "the test in its network namespace skipped (see its output)")
-	case !strings.Contains(string(out), "PASS"):
-		t.Fatal("the test in its network namespace did not pass")
-	}
-	return false
-}
 
 // slicenet makes, in the current namespace, the slice bridge with the
 // gateway address and a veth pair with one end on it.
@@ -119,7 +70,7 @@ func newClient(t *testing.T) *dhcpClient {
 	t.Helper()
 	bb, err := exec.LookPath("busybox")
 	if err != nil {
-		skipOrFail(t, "busybox (busybox-static) is not installed: %v", err)
+		testutil.SkipOrFail(t, "busybox (busybox-static) is not installed: %v", err)
 	}
 	dir := t.TempDir()
 	script := filepath.Join(dir, "lease.sh")
@@ -212,7 +163,7 @@ const (
 // serves the reservations again; a dropped reservation (release) and a
 // pruned one (a VM gone after a crash) are answered no more.
 func TestServerRealClient(t *testing.T) {
-	if !inOwnNetNS(t) {
+	if _, child := testutil.InOwnNetNS(t, 4*time.Minute, nil); !child {
 		return
 	}
 	client := newClient(t)
