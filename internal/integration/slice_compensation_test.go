@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/sliceflow"
+	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/node/slicevm"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/signal"
@@ -26,14 +27,20 @@ func booted(a api.Allocation) bool {
 // TestSliceWorkflowReadinessFailsAcrossRestartTCG: a guest that never
 // prints the readiness marker the allocation asks for, and the control
 // plane stopped while the workflow awaits slice.vm_provision and started
-// again (a new process on the same SQLite store, at the same addresses).
-// The new control plane resumes the workflow at its recorded step (no
+// again (a new control plane on the same store, at the same addresses: on
+// PostgreSQL, as another replica taking over). The new control plane
+// resumes the workflow at its recorded step (no
 // step or task repeated), the provision fails at readiness on the node,
 // and the compensation releases the VM and the slot: the allocation is
 // failed with the step, the signal and the correlation id, and nothing
 // is left.
 func TestSliceWorkflowReadinessFailsAcrossRestartTCG(t *testing.T) {
-	st := openSQLite(t)
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) { readinessFailsAcrossRestart(t, b.open(t)) })
+	}
+}
+
+func readinessFailsAcrossRestart(t *testing.T, st store.Store) {
 	e := startEnv(t, st)
 	n := newSliceNode(t, e, "slice-nr")
 	n.approveSlots(e)
