@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -57,16 +58,20 @@ func TestHealthProbeEndToEnd(t *testing.T) {
 			if got.Result.CorrelationID != task.CorrelationID {
 				t.Errorf("result correlation id %q, want %q", got.Result.CorrelationID, task.CorrelationID)
 			}
+			// The audit records are written after the task's state they
+			// describe is visible: wait for them, within a bound.
 			var evs []api.AuditEvent
-			e.op(http.MethodGet, "/api/v1/audit?correlation_id="+task.CorrelationID, nil, &evs)
-			actions := map[string]bool{}
-			for _, ev := range evs {
-				actions[ev.Action] = true
+			want := []string{"task.enqueue", "task.claim", "task.result"}
+			missing := want
+			for deadline := time.Now().Add(10 * time.Second); len(missing) > 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				evs = nil
+				e.op(http.MethodGet, "/api/v1/audit?correlation_id="+task.CorrelationID, nil, &evs)
+				missing = slices.DeleteFunc(slices.Clone(want), func(a string) bool {
+					return slices.ContainsFunc(evs, func(ev api.AuditEvent) bool { return ev.Action == a })
+				})
 			}
-			for _, a := range []string{"task.enqueue", "task.claim", "task.result"} {
-				if !actions[a] {
-					t.Errorf("audit for correlation id lacks %s: %+v", a, evs)
-				}
+			if len(missing) > 0 {
+				t.Errorf("audit for correlation id lacks %v: %+v", missing, evs)
 			}
 		})
 	}

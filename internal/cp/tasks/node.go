@@ -184,9 +184,11 @@ func (s *Room) Result(w http.ResponseWriter, r *http.Request, nodeID string) err
 		return httpapi.StoreError(err, "task", taskID)
 	}
 	s.metrics.Results.WithLabelValues(string(t.State)).Inc()
-	s.taskFinished(ctx, t)
+	// The result's audit comes before what the result causes (a health
+	// probe's host.health, a workflow's next step).
 	s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.result", Target: taskID, Result: string(t.State),
 		CID: t.CorrelationID})
+	s.taskFinished(ctx, t)
 	httpapi.Logger(ctx, s.log).Info("task result", "task_id", taskID, "node_id", nodeID, "state", t.State,
 		"task_correlation_id", t.CorrelationID)
 	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"task_id": taskID, "state": string(t.State)})
