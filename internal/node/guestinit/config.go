@@ -2,7 +2,9 @@
 // (cmd/drover-init) that runs as PID 1 in the guest. Booted from an
 // initramfs that also holds the kernel's virtio and ext4 modules
 // (BuildInitramfs), it loads them, finds its config drive and the root
-// disk by their virtio serials, switches into the image's root
+// disk by their virtio serials (or where the kernel command line names
+// them, for VMMs without serials: DisksFromCmdline), switches into the
+// image's root
 // filesystem, and runs the image's entrypoint with the image config's
 // user, environment and working directory; secrets go to a tmpfs. It
 // reports on the serial console, one "DROVER-INIT {json}" line per event
@@ -29,7 +31,8 @@ import (
 
 // Virtio serials of the disks the runtime attaches; the init finds them
 // under /sys/block/vd*/serial (virtio-mmio probes devices in no fixed
-// order, so names like vda are not relied on).
+// order, so names like vda are not relied on unless the kernel command
+// line names them: RootParam, ConfigParam).
 const (
 	RootSerial   = "drover-root"
 	ConfigSerial = "drover-config"

@@ -148,9 +148,10 @@ func (r *Runtime) validateMicroVM(spec runtime.Spec) error {
 	return nil
 }
 
-// prepareMicroVM makes a microVM's overlay of its root filesystem and its
-// config drive (secrets included: the instance directory is 0700, as for
-// a VM's cloud-init seed).
+// prepareMicroVM makes a microVM's overlay of its root filesystem, its
+// volumes and its config drive (with secrets, on Linux, the drive QEMU
+// reads is a sealed memfd and config.img leaves them out:
+// writeConfigDrive).
 func (r *Runtime) prepareMicroVM(ctx context.Context, in *instance, spec runtime.Spec) error {
 	id, mv := spec.ID, r.opts.MicroVM
 	var base string
@@ -300,8 +301,12 @@ func microvmCmdline(arch, accel string, tscKHz int) string {
 }
 
 // hostTSCKHz is the host's TSC rate from /proc/cpuinfo's first "cpu MHz"
-// line (x86 Linux; 0 elsewhere or when it cannot be read). On hosts with
-// a constant TSC that is its rate; TCG's RDTSC reads it.
+// line (x86 Linux; 0 elsewhere or when it cannot be read). In a VM (where
+// TCG runs for want of nested KVM) that is the TSC rate the hypervisor
+// gives; on bare metal with frequency scaling it is the current clock,
+// which can differ from the constant TSC's rate: the guest then boots,
+// but its early clock runs fast or slow until it switches clocksource.
+// TCG runs on bare metal only where KVM does not work.
 func hostTSCKHz(cpuinfo string) int {
 	b, err := os.ReadFile(cpuinfo)
 	if err != nil {
