@@ -70,6 +70,28 @@ type serverProc struct {
 	extra            []string // more flags
 }
 
+// newServerProc prepares a `drover server` child on storeSpec with its
+// files in dir (a new KEK, server.log) and free loopback ports, plus extra
+// flags, and creates an admin operator token for it through `drover token
+// create`; start runs it.
+func newServerProc(t *testing.T, bin, storeSpec, dir string, extra ...string) (*serverProc, api.OperatorToken) {
+	t.Helper()
+	p := &serverProc{t: t, bin: bin, storeSpec: storeSpec, opAddr: freePort(t), nodeAddr: freePort(t),
+		logPath: filepath.Join(dir, "server.log"), kekFile: filepath.Join(dir, "kek"), extra: extra}
+	if err := kek.CreateFile(p.kekFile); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "token", "create", "test", "--store", storeSpec, "--kek-file", p.kekFile, "--json").Output()
+	if err != nil {
+		t.Fatalf("token create: %v", err)
+	}
+	var tok api.OperatorToken
+	if err := json.Unmarshal(out, &tok); err != nil {
+		t.Fatal(err)
+	}
+	return p, tok
+}
+
 func (p *serverProc) start() {
 	p.t.Helper()
 	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
@@ -121,20 +143,7 @@ func TestControlPlaneKill9BetweenClaimAndResult(t *testing.T) {
 	bin := buildDrover(t)
 	dir := t.TempDir()
 	storeSpec := "sqlite:" + filepath.Join(dir, "drover.db")
-	p := &serverProc{t: t, bin: bin, storeSpec: storeSpec, opAddr: freePort(t), nodeAddr: freePort(t),
-		logPath: filepath.Join(dir, "server.log"), kekFile: filepath.Join(dir, "kek")}
-	if err := kek.CreateFile(p.kekFile); err != nil {
-		t.Fatal(err)
-	}
-
-	out, err := exec.Command(bin, "token", "create", "test", "--store", storeSpec, "--kek-file", p.kekFile, "--json").Output()
-	if err != nil {
-		t.Fatalf("token create: %v", err)
-	}
-	var tok api.OperatorToken
-	if err := json.Unmarshal(out, &tok); err != nil {
-		t.Fatal(err)
-	}
+	p, tok := newServerProc(t, bin, storeSpec, dir)
 	p.start()
 	t.Cleanup(p.kill9)
 

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -18,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drover-dev/drover/internal/cp/kek"
 	"github.com/drover-dev/drover/internal/pgtest"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
@@ -79,20 +77,7 @@ func runDurability(t *testing.T, backend string, seed uint64) {
 	}
 	// No periodic health probe: one whose slot fell inside the run would be
 	// a task the test did not enqueue.
-	p := &serverProc{t: t, bin: bin, storeSpec: storeSpec, opAddr: freePort(t), nodeAddr: freePort(t),
-		logPath: filepath.Join(dir, "server.log"), kekFile: filepath.Join(dir, "kek"),
-		extra: []string{"--health-probe-interval", "0"}}
-	if err := kek.CreateFile(p.kekFile); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(bin, "token", "create", "test", "--store", storeSpec, "--kek-file", p.kekFile, "--json").Output()
-	if err != nil {
-		t.Fatalf("token create: %v", err)
-	}
-	var tok api.OperatorToken
-	if err := json.Unmarshal(out, &tok); err != nil {
-		t.Fatal(err)
-	}
+	p, tok := newServerProc(t, bin, storeSpec, dir, "--health-probe-interval", "0")
 	p.start()
 	t.Cleanup(p.kill9) // registered before the database drop runs
 	agentLog := filepath.Join(dir, "agent.log")
