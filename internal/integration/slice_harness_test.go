@@ -126,6 +126,7 @@ type sliceNode struct {
 	token    string
 	stop     func()
 	o        sliceNodeOpts
+	logPath  string // agentBin's log (stdout and stderr, every run)
 }
 
 // sliceNodeOpts vary a slice host.
@@ -137,6 +138,14 @@ type sliceNodeOpts struct {
 	// the agent makes with NODE_AGENT_SLICE_CIDR): discovery's notice
 	// ovs_bridge_not_ovs is expected.
 	linuxBridge bool
+	// agentBin runs the agent as this drover-agent binary, a child
+	// process reading the fixture tree through NODE_AGENT_HOST_ROOT (so
+	// with the QEMU runtime as it is: the VM's VFIO devices go to QEMU,
+	// which cannot open the fixture's), instead of in-process; stop kills
+	// it with SIGKILL. tune does not apply.
+	agentBin string
+	// env adds settings to agentBin's environment.
+	env []string
 }
 
 // newSliceNode builds the host and its guest and starts its agent on e.
@@ -190,6 +199,10 @@ func killGuests(t *testing.T, rtDir string) {
 // start runs the agent (again) against e's control plane.
 func (n *sliceNode) start(e *env) {
 	n.t.Helper()
+	if n.o.agentBin != "" {
+		n.startProc(e)
+		return
+	}
 	_, n.stop = e.startAgent(n.id, n.token, agentOpts{runtime: qemu.Name, imageDirs: n.imgDirs, runtimeDir: n.rtDir,
 		stateDir: n.stateDir, options: []agent.Option{agent.WithSliceHost(n.roots.Base, n.roots.Dev)},
 		tune: func(c *agent.Config) {
@@ -345,4 +358,26 @@ func (n *sliceNode) noSliceLeftovers(e *env) {
 	if procs := qemuProcesses(n.t, n.rtDir); len(procs) != 0 {
 		n.t.Errorf("qemu processes left: %v", procs)
 	}
+}
+
+// startProc runs n.o.agentBin against e's control plane. Its log is
+// printed when the test fails.
+func (n *sliceNode) startProc(e *env) {
+	n.t.Helper()
+	if n.logPath == "" {
+		n.logPath = filepath.Join(n.t.TempDir(), "agent.log")
+		n.t.Cleanup(func() {
+			if n.t.Failed() {
+				b, _ := os.ReadFile(n.logPath)
+				n.t.Logf("agent log:\n%s", b)
+			}
+		})
+	}
+	env := append([]string{"NODE_AGENT_CONTROL_PLANE_URL=" + e.nodeURL, "NODE_AGENT_HOST_ID=" + n.id,
+		"NODE_AGENT_BOOTSTRAP_TOKEN=" + n.token, "NODE_AGENT_CA_HASH=" + e.srv.CAHash(),
+		"NODE_AGENT_STATE_DIR=" + n.stateDir, "NODE_AGENT_LISTEN=127.0.0.1:0", "NODE_AGENT_QEMU_ACCEL=tcg",
+		"NODE_AGENT_RUNTIME=qemu", "NODE_AGENT_RUNTIME_DIR=" + n.rtDir, "NODE_AGENT_IMAGE_DIRS=" + n.imgDirs,
+		"NODE_AGENT_QEMU_CGROUP_PARENT=none", "NODE_AGENT_HOST_ROOT=" + n.roots.Base,
+		"NODE_AGENT_RECONCILE_INTERVAL=200ms", "NODE_AGENT_HEARTBEAT_INTERVAL=200ms"}, n.o.env...)
+	n.stop = startAgentProc(n.t, n.o.agentBin, env, n.logPath).kill9
 }

@@ -138,6 +138,9 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 	for _, o := range opts {
 		o(a)
 	}
+	if r := cfg.hostRoot(); r != "" && a.sliceRoot == "" {
+		a.sliceRoot, a.sliceDevDirs = r, []string{filepath.Join(r, "dev")}
+	}
 	var err error
 	// Absolute, so handlers (e.g. the diagnostic path check) see a stable path.
 	if a.cfg.StateDir, err = filepath.Abs(cfg.StateDir); err != nil {
@@ -242,6 +245,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 
+	a.spoolInterrupted()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.serveLocal(gctx, ln) })
 	g.Go(func() error {

@@ -28,7 +28,7 @@ func (a *Agent) capabilities(ctx context.Context) api.Capabilities {
 	if c.Hostname == "" {
 		c.Hostname, _ = os.Hostname()
 	}
-	inv, err := hostinfo.Collect(ctx, hostinfo.Config{})
+	inv, err := hostinfo.Collect(ctx, a.cfg.inventoryConfig())
 	if err != nil {
 		a.log.Warn("collect host inventory", "err", err)
 	}

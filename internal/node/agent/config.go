@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drover-dev/drover/internal/node/hostinfo"
 	"github.com/drover-dev/drover/internal/node/netsetup"
 	noderuntime "github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -68,6 +69,14 @@ type Config struct {
 	// written, for a dnsmasq the operator runs.
 	SliceCIDR   string
 	SliceBridge string
+	// NODE_AGENT_HOST_ROOT: the host's root filesystem as this agent sees
+	// it (default "/"). The hardware inventory and the slice tasks
+	// (slice.topology_discover, slice.vm_provision, slice.vm_release) read
+	// sys/, proc/, dev/ and etc/ below it, slot NVMe devices are opened
+	// below its dev/, and the QEMU runtime takes boot devices from there:
+	// an agent run in a container with the host's / mounted at /host
+	// sets /host (node_exporter's --path.rootfs).
+	HostRoot string
 	// NODE_AGENT_SLICE_INSTALL_DEPENDENCIES: slice.vm_provision's
 	// host_dependencies phase installs the pinned packages that provide
 	// missing commands (slicevm.DependencyPackages, with apt-get or dnf
@@ -157,6 +166,7 @@ func (c *Config) fields() map[string]*string {
 		"NODE_AGENT_MICROVM_DNS":       &c.MicroVMDNS,
 		"NODE_AGENT_SLICE_CIDR":        &c.SliceCIDR,
 		"NODE_AGENT_SLICE_BRIDGE":      &c.SliceBridge,
+		"NODE_AGENT_HOST_ROOT":         &c.HostRoot,
 	}
 	for k, p := range c.presetStringKeys() {
 		m[k] = p
@@ -225,6 +235,7 @@ func newFlagSet(f *Config, configDefault, envFileDefault string, runtimes noderu
 	fs.StringVar(&f.MicroVMDNS, "microvm-dns", "", "comma-separated IPv4 resolvers microVM guests are given in /etc/resolv.conf (default 1.1.1.1)")
 	fs.StringVar(&f.SliceCIDR, "slice-cidr", "", "IPv4 CIDR of the slice network: the agent makes -slice-bridge with its first address, NAT, and serves slice VMs' DHCP reservations on it (default none: reservations are only written)")
 	fs.StringVar(&f.SliceBridge, "slice-bridge", "", "bridge of the slice network, created as a Linux bridge if missing; an existing Open vSwitch bridge is used as it is (default br-slice)")
+	fs.StringVar(&f.HostRoot, "host-root", "", "the host's / as this agent sees it: inventory and slice tasks read sys/, proc/, dev/ and etc/ below it (default /; /host for an agent in a container)")
 	fs.BoolVar(&f.SliceInstallDependencies, "slice-install-dependencies", false,
 		"let slice.vm_provision install the pinned packages providing missing host commands with apt-get or dnf (default false: only report them)")
 	fs.DurationVar(&f.SliceTelemetryInterval, "slice-telemetry-interval", 0, "how often slice guests' telemetry is collected over SSH (default 30s)")
@@ -416,6 +427,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %w", e.key, err))
 		}
 	}
+	if c.HostRoot != "" && !filepath.IsAbs(c.HostRoot) {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_HOST_ROOT %q: must be an absolute path", c.HostRoot))
+	}
 	for _, d := range c.imageDirs() {
 		if !filepath.IsAbs(d) {
 			errs = append(errs, fmt.Errorf("NODE_AGENT_IMAGE_DIRS: %q is not an absolute path", d))
@@ -504,4 +518,22 @@ func (c Config) runtimeValues(name string) noderuntime.Values {
 		}
 	}
 	return v
+}
+
+// hostRoot is NODE_AGENT_HOST_ROOT, cleaned; "" when it is the real root.
+func (c Config) hostRoot() string {
+	if c.HostRoot == "" || filepath.Clean(c.HostRoot) == "/" {
+		return ""
+	}
+	return filepath.Clean(c.HostRoot)
+}
+
+// inventoryConfig points the hardware inventory at NODE_AGENT_HOST_ROOT.
+func (c Config) inventoryConfig() hostinfo.Config {
+	r := c.hostRoot()
+	if r == "" {
+		return hostinfo.Config{}
+	}
+	return hostinfo.Config{SysRoot: filepath.Join(r, "sys"), ProcRoot: filepath.Join(r, "proc"),
+		DevRoot: filepath.Join(r, "dev"), EtcRoot: filepath.Join(r, "etc")}
 }

@@ -312,6 +312,8 @@ func TestLoadConfigValidation(t *testing.T) {
 			[]string{"NODE_AGENT_SLICE_CIDR", `"10.77.0.1"`}},
 		{"slice bridge name too long", url, map[string]string{"NODE_AGENT_SLICE_BRIDGE": "a-bridge-too-long"}, "",
 			[]string{"NODE_AGENT_SLICE_BRIDGE", "1-15 characters"}},
+		{"relative host root", append([]string{"-host-root", "host"}, url...), nil, "",
+			[]string{`NODE_AGENT_HOST_ROOT "host"`, "absolute"}},
 		{"reconcile below 100ms", append([]string{"-reconcile-interval", "10ms"}, url...), nil, "",
 			[]string{"NODE_AGENT_RECONCILE_INTERVAL 10ms", "at least 100ms"}},
 		{"restart backoff below 100ms", url, map[string]string{"NODE_AGENT_RESTART_BACKOFF": "10ms"}, "",

@@ -75,6 +75,7 @@ func (a *Agent) buildRuntime(ctx context.Context) (*vmSide, error) {
 		opts := runtime.Options{Root: root, Images: images, Accel: acc, Log: a.log, GPUs: a.hostGPUs,
 			OnOrphanRemoved:  func(string) { a.metrics.orphanOverlays.Inc() },
 			OCICacheMaxBytes: a.cfg.OCICacheMaxBytes(),
+			HostRoot:         a.cfg.hostRoot(),
 			MicroVMBridge:    a.cfg.MicroVMBridge, MicroVMCIDR: a.cfg.MicroVMCIDR, MicroVMDNS: a.cfg.microVMDNS()}
 		var vm, ct runtime.Runtime
 		var vmErr, ctErr error

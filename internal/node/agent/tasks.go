@@ -163,7 +163,7 @@ func (a *Agent) handleDelivery(ctx context.Context, d api.TaskDelivery) {
 		// The agent claims tasks it cannot run: signing keys, clocks or
 		// versions disagree (node_task_claim_failed) until one verifies.
 		a.diag.report(signal.TaskClaimFailed, opVerify, fmt.Sprintf("task %s (%s) refused: %s", d.TaskID, d.TaskType, code), d.CorrelationID)
-		if _, berr := a.state.Begin(d.TaskID, a.now().Add(time.Hour), a.now()); berr != nil {
+		if _, berr := a.state.Begin(d.TaskID, d.CorrelationID, a.now().Add(time.Hour), a.now()); berr != nil {
 			log.Error("cannot record rejected task", "err", berr)
 			return
 		}
@@ -172,7 +172,7 @@ func (a *Agent) handleDelivery(ctx context.Context, d api.TaskDelivery) {
 		return
 	}
 	a.diag.clear(signal.TaskClaimFailed)
-	rec, err := a.state.Begin(claims.TaskID, time.Unix(claims.ExpiresAt, 0), a.now())
+	rec, err := a.state.Begin(claims.TaskID, claims.CorrelationID, time.Unix(claims.ExpiresAt, 0), a.now())
 	if errors.Is(err, statedir.ErrSeen) {
 		a.metrics.tasksDuplicate.Inc()
 		if rec.Result != nil {
@@ -181,9 +181,7 @@ func (a *Agent) handleDelivery(ctx context.Context, d api.TaskDelivery) {
 			return
 		}
 		log.Warn("task started before an agent restart and never finished; not running it again")
-		a.finish(ctx, claims.TaskID, api.TaskResult{Status: api.ResultFailed, CorrelationID: claims.CorrelationID,
-			Error: &api.ResultError{Code: "agent_restarted_during_task",
-				Message: "the agent restarted while this task ran; it is not re-executed"}})
+		a.finish(ctx, claims.TaskID, interruptedResult(claims.CorrelationID))
 		return
 	} else if err != nil {
 		log.Error("replay cache unavailable; not executing", "err", err)
@@ -348,6 +346,40 @@ func (a *Agent) postResultLocked(ctx context.Context, taskID string, res api.Tas
 		a.diag.clear(signal.TaskResultPostFailed)
 	}
 	return nil
+}
+
+// interruptedResult is the result of a task whose handler an agent
+// restart cut off: it is never run again.
+func interruptedResult(correlationID string) api.TaskResult {
+	return api.TaskResult{Status: api.ResultFailed, CorrelationID: correlationID,
+		Error: &api.ResultError{Code: "agent_restarted_during_task",
+			Message: "the agent restarted while this task ran; it is not re-executed"}}
+}
+
+// spoolInterrupted runs once as the agent starts, before it takes tasks:
+// every task the replay cache shows begun without a result (the handler a
+// crash or kill -9 cut off) gets interruptedResult in the spool, which the
+// result loop posts. The control plane learns of it at once instead of
+// when the task's lease ends (its handler timeout: up to an hour for
+// slice.vm_provision), so the work waiting on it (a slice workflow's
+// compensation) goes on; a redelivery of the task re-posts the same
+// result.
+func (a *Agent) spoolInterrupted() {
+	recs, err := a.state.Interrupted()
+	if err != nil {
+		a.log.Error("read the replay cache for interrupted tasks", "err", err)
+	}
+	for _, rec := range recs {
+		res := interruptedResult(rec.CorrelationID)
+		res.FinishedAt = a.now().UTC()
+		if err := a.state.SaveResult(rec.TaskID, res); err != nil {
+			a.log.Error("spool the result of an interrupted task", "task_id", rec.TaskID, "err", err)
+			a.noteWrite("result spool", err)
+			continue
+		}
+		a.log.Warn("task was running when the agent stopped; reporting it failed (agent_restarted_during_task)",
+			"task_id", rec.TaskID, "correlation_id", rec.CorrelationID, "started_at", rec.StartedAt)
+	}
 }
 
 // resultLoop retries spooled results with backoff and prunes the cache.

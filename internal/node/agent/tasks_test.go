@@ -498,6 +498,47 @@ func TestSpooledResultSurvivesRestart(t *testing.T) {
 	}
 }
 
+// TestInterruptedTaskReportedAtStart: a task whose handler was cut off
+// (the replay cache holds its begin record and no result: the state a kill
+// -9 leaves) is reported failed with agent_restarted_during_task and its
+// correlation id as soon as the agent starts again, without waiting for
+// the control plane to redeliver it; a redelivery re-posts that result and
+// the handler never runs.
+func TestInterruptedTaskReportedAtStart(t *testing.T) {
+	t.Parallel()
+	f := newFakeCP(t)
+	h := &counter{}
+	dir := t.TempDir()
+	startAgent(t, f, dir, h.handlers()).stop(t) // enrolled: the identity is on disk
+	c := claims("task-cut-off", testTaskType)
+	sd, err := statedir.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sd.Begin(c.TaskID, c.CorrelationID, time.Unix(c.ExpiresAt, 0), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+
+	a := startAgent(t, f, dir, h.handlers())
+	posts := f.waitAccepted(t, c.TaskID, 1)
+	res := posts[0].Result
+	if res.Status != api.ResultFailed || res.Error == nil || res.Error.Code != "agent_restarted_during_task" ||
+		res.CorrelationID != c.CorrelationID || res.FinishedAt.IsZero() {
+		t.Errorf("result posted at start = %s", posts[0].Body)
+	}
+	d := deliveryFor(c, sign(t, f.signer, c))
+	d.Attempt = 2
+	f.enqueue(d)
+	posts = f.waitAccepted(t, c.TaskID, 2)
+	a.stop(t)
+	if !bytes.Equal(posts[1].Body, posts[0].Body) {
+		t.Errorf("redelivery re-posted a different result:\nnow:    %s\nbefore: %s", posts[1].Body, posts[0].Body)
+	}
+	if runs := h.runs.Load(); runs != 0 {
+		t.Errorf("handler ran %d times, want never", runs)
+	}
+}
+
 // waitPosted polls the agent's record of taskID until it is marked posted.
 func waitPosted(t *testing.T, stateDir, taskID string) {
 	t.Helper()

@@ -37,7 +37,8 @@ const maxRedirects = 5
 // Options configures a Cache.
 type Options struct {
 	// Dir is the cache root: blobs at Dir/sha256/<hex>, partial downloads
-	// in Dir/tmp (same filesystem, so the final rename is atomic).
+	// in Dir/tmp (same filesystem, so the final rename is atomic). One
+	// Cache owns Dir: NewCache removes what Dir/tmp holds.
 	Dir string
 	// AllowedDirs are the only directories file URLs and local paths may
 	// resolve into (after following symlinks). Empty: no local sources.
@@ -132,7 +133,29 @@ func NewCache(opts Options) (*Cache, error) {
 			return nil, fmt.Errorf("image: create cache dir: %w", err)
 		}
 	}
+	if err := c.removePartials(); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// removePartials deletes what Dir/tmp holds when the cache opens: the
+// partial downloads of a process that died mid-download (kill -9, a
+// crash, power loss). One Cache owns Dir (the agent opens one per
+// runtime dir), so nothing in tmp is in flight yet.
+func (c *Cache) removePartials() error {
+	ents, err := os.ReadDir(c.tmpDir)
+	if err != nil {
+		return fmt.Errorf("image: read %s: %w", c.tmpDir, err)
+	}
+	for _, e := range ents {
+		p := filepath.Join(c.tmpDir, e.Name())
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("image: remove partial download: %w", err)
+		}
+		c.log.Info("image: removed a partial download left by an earlier run", "path", p)
+	}
+	return nil
 }
 
 // normDigest lowercases d and checks it is 64 hex characters.

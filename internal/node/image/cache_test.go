@@ -302,3 +302,32 @@ func TestFetchLeaderCanceledFollowerSucceeds(t *testing.T) {
 	}
 	assertNoPartials(t, c)
 }
+
+// TestNewCacheRemovesPartialDownloads: a download cut off by a kill -9
+// leaves its .part file in Dir/tmp; the next NewCache on the directory
+// removes it and keeps the finished blobs.
+func TestNewCacheRemovesPartialDownloads(t *testing.T) {
+	content := []byte("finished blob")
+	ts := newTestServer(t, content)
+	dir := filepath.Join(t.TempDir(), "cache")
+	c := newTestCache(t, Options{Dir: dir, AllowLocalURLs: true})
+	done, err := c.Fetch(t.Context(), ts.URL+"/ok", digestOf(content))
+	if err != nil {
+		t.Fatal(err)
+	}
+	partial := filepath.Join(dir, "tmp", digestOf([]byte("other"))+"-123.part")
+	if err := os.WriteFile(partial, []byte("half of it"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	newTestCache(t, Options{Dir: dir, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if _, err := os.Stat(partial); !os.IsNotExist(err) {
+		t.Errorf("partial download still there after reopening: %v", err)
+	}
+	if _, err := os.Stat(done.Path); err != nil {
+		t.Errorf("finished blob gone: %v", err)
+	}
+	if !strings.Contains(logs.String(), "partial download") || !strings.Contains(logs.String(), partial) {
+		t.Errorf("log does not name the removed file:\n%s", logs.String())
+	}
+}

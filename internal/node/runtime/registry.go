@@ -40,7 +40,11 @@ type Options struct {
 	// internal/node/netsetup).
 	MicroVMBridge, MicroVMCIDR string
 	MicroVMDNS                 []string
-	Log                        *slog.Logger
+	// HostRoot is the host's / as the agent sees it (NODE_AGENT_HOST_ROOT;
+	// "" is /): a runtime that boots from host block devices named by
+	// path takes them below its dev/.
+	HostRoot string
+	Log      *slog.Logger
 }
 
 // Factory builds one adapter. It may create the adapter's state

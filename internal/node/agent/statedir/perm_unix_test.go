@@ -24,7 +24,7 @@ func TestPermissions(t *testing.T) {
 	if err := d.SaveIdentity(testIdentity(1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Begin("perm-task", t0.Add(time.Hour), t0); err != nil {
+	if _, err := d.Begin("perm-task", "", t0.Add(time.Hour), t0); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.SaveResult("perm-task", result("x")); err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -177,7 +178,7 @@ func TestCrashLeftovers(t *testing.T) {
 	if err := d.SaveIdentity(old); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Begin("task-1", t0.Add(time.Hour), t0); err != nil {
+	if _, err := d.Begin("task-1", "", t0.Add(time.Hour), t0); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.SaveResult("task-1", result("one")); err != nil {
@@ -208,7 +209,7 @@ func TestCrashLeftovers(t *testing.T) {
 	if got, ok, err := d2.LoadIdentity(); err != nil || !ok || !reflect.DeepEqual(got, old) {
 		t.Errorf("identity after crash = %+v, %v, %v", got, ok, err)
 	}
-	if _, err := d2.Begin("task-2", t0.Add(time.Hour), t0); err != nil {
+	if _, err := d2.Begin("task-2", "", t0.Add(time.Hour), t0); err != nil {
 		t.Errorf("task-2 only had a temp file but Begin said %v", err)
 	}
 }
@@ -217,11 +218,11 @@ func TestTaskLifecycleAcrossRestart(t *testing.T) {
 	path := t.TempDir()
 	d := openT(t, path)
 	exp := t0.Add(10 * time.Minute)
-	rec, err := d.Begin("01JTASK", exp, t0)
+	rec, err := d.Begin("01JTASK", "", exp, t0)
 	if err != nil || rec.TaskID != "01JTASK" || !rec.ExpiresAt.Equal(exp) || !rec.StartedAt.Equal(t0) || rec.Result != nil {
 		t.Fatalf("Begin = %+v, %v", rec, err)
 	}
-	rec, err = d.Begin("01JTASK", exp.Add(time.Hour), t0.Add(time.Second))
+	rec, err = d.Begin("01JTASK", "", exp.Add(time.Hour), t0.Add(time.Second))
 	if !errors.Is(err, ErrSeen) || rec.TaskID != "01JTASK" || !rec.StartedAt.Equal(t0) {
 		t.Fatalf("second Begin = %+v, %v; want the first record and ErrSeen", rec, err)
 	}
@@ -230,7 +231,7 @@ func TestTaskLifecycleAcrossRestart(t *testing.T) {
 	}
 
 	d = openT(t, path) // agent restart before posting
-	rec, err = d.Begin("01JTASK", exp, t0.Add(2*time.Second))
+	rec, err = d.Begin("01JTASK", "", exp, t0.Add(2*time.Second))
 	if !errors.Is(err, ErrSeen) || rec.Result == nil || string(rec.Result.Output) != `{"msg":"done"}` {
 		t.Fatalf("Begin after restart = %+v, %v", rec, err)
 	}
@@ -257,11 +258,41 @@ func TestTaskErrors(t *testing.T) {
 	if err := d.MarkPosted("never-begun"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("MarkPosted unknown: %v", err)
 	}
-	if _, err := d.Begin("no-result", t0, t0); err != nil {
+	if _, err := d.Begin("no-result", "", t0, t0); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.MarkPosted("no-result"); err == nil {
 		t.Error("MarkPosted without a result succeeded")
+	}
+}
+
+// TestInterrupted lists the tasks begun without a result, oldest first,
+// with their correlation ids: not the finished ones, posted or not.
+func TestInterrupted(t *testing.T) {
+	d := openT(t, t.TempDir())
+	for i, id := range []string{"cut-late", "finished", "cut-early", "posted"} {
+		if _, err := d.Begin(id, "cid-"+id, t0.Add(time.Hour), t0.Add(time.Duration(3-i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"finished", "posted"} {
+		if err := d.SaveResult(id, result(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.MarkPosted("posted"); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := d.Interrupted()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.TaskID+"/"+r.CorrelationID)
+	}
+	if want := []string{"cut-early/cid-cut-early", "cut-late/cid-cut-late"}; !slices.Equal(got, want) {
+		t.Errorf("Interrupted = %v, want %v", got, want)
 	}
 }
 
@@ -277,7 +308,7 @@ func TestInvalidTaskIDsRejected(t *testing.T) {
 		if ValidTaskID(id) {
 			t.Errorf("ValidTaskID(%q) = true", id)
 		}
-		if _, err := d.Begin(id, t0, t0); !errors.Is(err, ErrInvalidID) {
+		if _, err := d.Begin(id, "", t0, t0); !errors.Is(err, ErrInvalidID) {
 			t.Errorf("Begin(%q) err = %v, want ErrInvalidID", id, err)
 		}
 		if err := d.SaveResult(id, result("x")); !errors.Is(err, ErrInvalidID) {
@@ -295,7 +326,7 @@ func TestInvalidTaskIDsRejected(t *testing.T) {
 		if !ValidTaskID(id) {
 			t.Errorf("ValidTaskID(%q) = false", id)
 		}
-		if _, err := d.Begin(id, t0, t0); err != nil {
+		if _, err := d.Begin(id, "", t0, t0); err != nil {
 			t.Errorf("Begin(%q): %v", id, err)
 		}
 	}
@@ -316,7 +347,7 @@ func TestPendingOrderAndCorruptRecords(t *testing.T) {
 		{"e-posted", 0, true, true},
 	}
 	for _, tk := range tasks {
-		if _, err := d.Begin(tk.id, t0.Add(time.Hour), t0.Add(tk.started)); err != nil {
+		if _, err := d.Begin(tk.id, "", t0.Add(time.Hour), t0.Add(tk.started)); err != nil {
 			t.Fatal(err)
 		}
 		if tk.result {
@@ -354,7 +385,7 @@ func TestPendingOrderAndCorruptRecords(t *testing.T) {
 	if err == nil || len(p) != 3 {
 		t.Errorf("Pending with a corrupt record = %d records, err %v", len(p), err)
 	}
-	if _, err := d.Begin("zz-corrupt", t0, t0); !errors.Is(err, ErrSeen) {
+	if _, err := d.Begin("zz-corrupt", "", t0, t0); !errors.Is(err, ErrSeen) {
 		t.Errorf("Begin over a corrupt record: %v, want ErrSeen", err)
 	}
 	if _, err := d.Prune(t0.Add(1000*time.Hour), 0); err == nil {
@@ -382,7 +413,7 @@ func TestPrune(t *testing.T) {
 		{"running-old", now.Add(-100 * time.Hour), false, false, true},
 	}
 	for _, tk := range tasks {
-		if _, err := d.Begin(tk.id, tk.expires, t0); err != nil {
+		if _, err := d.Begin(tk.id, "", tk.expires, t0); err != nil {
 			t.Fatal(err)
 		}
 		if tk.result {
@@ -401,7 +432,7 @@ func TestPrune(t *testing.T) {
 		t.Fatalf("Prune = %d, %v; want 1", n, err)
 	}
 	for _, tk := range tasks {
-		_, err := d.Begin(tk.id, tk.expires, now)
+		_, err := d.Begin(tk.id, "", tk.expires, now)
 		if kept := errors.Is(err, ErrSeen); kept != tk.wantKept {
 			t.Errorf("%s kept=%v, want %v (Begin err %v)", tk.id, kept, tk.wantKept, err)
 		}
@@ -420,7 +451,7 @@ func TestConcurrentBeginRunsOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := d.Begin("same-task", t0, t0)
+			_, err := d.Begin("same-task", "", t0, t0)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

@@ -19,11 +19,14 @@ import (
 // once the handler finished, the spooled result. One file per task,
 // tasks/<task_id>.json.
 type TaskRecord struct {
-	TaskID    string          `json:"task_id"`
-	ExpiresAt time.Time       `json:"expires_at"`
-	StartedAt time.Time       `json:"started_at"`
-	Result    *api.TaskResult `json:"result,omitempty"`
-	Posted    bool            `json:"posted"`
+	TaskID string `json:"task_id"`
+	// CorrelationID is the task's, for the result posted after a restart
+	// interrupted it (records older than the field have none).
+	CorrelationID string          `json:"correlation_id,omitempty"`
+	ExpiresAt     time.Time       `json:"expires_at"`
+	StartedAt     time.Time       `json:"started_at"`
+	Result        *api.TaskResult `json:"result,omitempty"`
+	Posted        bool            `json:"posted"`
 }
 
 const recordExt = ".json"
@@ -67,7 +70,7 @@ func (d *Dir) store(rec TaskRecord) error {
 // already it returns that record and an error matching ErrSeen: the caller
 // must not run the task again, but re-post its result when one is saved. A
 // record that exists but cannot be read also counts as seen.
-func (d *Dir) Begin(taskID string, expiresAt time.Time, now time.Time) (TaskRecord, error) {
+func (d *Dir) Begin(taskID, correlationID string, expiresAt time.Time, now time.Time) (TaskRecord, error) {
 	if err := checkTaskID(taskID); err != nil {
 		return TaskRecord{}, err
 	}
@@ -82,7 +85,7 @@ func (d *Dir) Begin(taskID string, expiresAt time.Time, now time.Time) (TaskReco
 	case ok:
 		return rec, fmt.Errorf("statedir: task %s: %w", taskID, ErrSeen)
 	}
-	rec = TaskRecord{TaskID: taskID, ExpiresAt: expiresAt.UTC(), StartedAt: now.UTC()}
+	rec = TaskRecord{TaskID: taskID, CorrelationID: correlationID, ExpiresAt: expiresAt.UTC(), StartedAt: now.UTC()}
 	if err := d.store(rec); err != nil {
 		return TaskRecord{}, err
 	}
@@ -187,13 +190,35 @@ func (d *Dir) Pending() ([]TaskRecord, error) {
 			out = append(out, r)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].StartedAt.Equal(out[j].StartedAt) {
-			return out[i].StartedAt.Before(out[j].StartedAt)
-		}
-		return out[i].TaskID < out[j].TaskID
-	})
+	sortByStart(out)
 	return out, err
+}
+
+// Interrupted returns the records begun without a result, oldest (by
+// StartedAt) first: at an agent's start, the tasks whose handler a crash
+// or kill cut off. Unreadable records are reported as Pending does.
+func (d *Dir) Interrupted() ([]TaskRecord, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	recs, err := d.all()
+	var out []TaskRecord
+	for _, r := range recs {
+		if r.Result == nil {
+			out = append(out, r)
+		}
+	}
+	sortByStart(out)
+	return out, err
+}
+
+// sortByStart orders records by StartedAt, then TaskID.
+func sortByStart(recs []TaskRecord) {
+	sort.Slice(recs, func(i, j int) bool {
+		if !recs[i].StartedAt.Equal(recs[j].StartedAt) {
+			return recs[i].StartedAt.Before(recs[j].StartedAt)
+		}
+		return recs[i].TaskID < recs[j].TaskID
+	})
 }
 
 // Prune deletes posted records whose ExpiresAt+keep is before now and

@@ -100,6 +100,10 @@ func Factory(ctx context.Context, o runtime.Options, c Config) (runtime.Runtime,
 	}
 	opts := Options{Root: o.Root, Images: o.Images, Accel: o.Accel, QEMUBinary: c.Binary,
 		OnOrphanRemoved: o.OnOrphanRemoved, Log: o.Log}
+	if o.HostRoot != "" {
+		dev := filepath.Join(o.HostRoot, "dev")
+		opts.DeviceDirs = []string{filepath.Join(dev, "disk", "by-id"), filepath.Join(dev, "nvme")}
+	}
 	log := o.Log
 	if log == nil {
 		log = slog.Default()
