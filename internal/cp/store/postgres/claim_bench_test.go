@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -19,9 +20,22 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
-// claimBenchWorkers is the concurrent claimers, one node each, as parked
-// agents are.
+// claimBenchWorkers is the default number of concurrent claimers, one node
+// each, as parked agents are; DROVER_BENCH_CLAIMERS overrides it.
 const claimBenchWorkers = 8
+
+// claimers is DROVER_BENCH_CLAIMERS, else claimBenchWorkers.
+func claimers(b *testing.B) int {
+	v := os.Getenv("DROVER_BENCH_CLAIMERS")
+	if v == "" {
+		return claimBenchWorkers
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("DROVER_BENCH_CLAIMERS=%q: want a positive number", v)
+	}
+	return n
+}
 
 // BenchmarkClaimResult compares, on one PostgreSQL server of its own started
 // with fsync, synchronous_commit and full_page_writes on (pgtest's shared
@@ -29,8 +43,10 @@ const claimBenchWorkers = 8
 // UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING to
 // claim and one UPDATE to post the result, each its own commit — with the
 // store's ClaimTaskLeases + CompleteTask on an identical schema and queue.
-// Each sub-benchmark queues b.N tasks over claimBenchWorkers nodes and times
-// draining them; run with a fixed count, e.g.
+// Each sub-benchmark queues b.N tasks over the claimers' nodes
+// (claimBenchWorkers, or DROVER_BENCH_CLAIMERS) and times draining them;
+// both use the same pool size (pgxpool's default). Run with a fixed count,
+// e.g.
 //
 //	go test ./internal/cp/store/postgres -run '^$' -bench ClaimResult -benchtime 4000x -count 3
 //
@@ -66,15 +82,16 @@ func BenchmarkClaimResult(b *testing.B) {
 			if err := pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit') || '/' || current_setting('fsync')`).Scan(&sc); err != nil || sc != "on/on" {
 				b.Fatalf("synchronous_commit/fsync = %q, %v; want on/on", sc, err)
 			}
-			seedClaimBench(ctx, b, s, b.N)
+			workers := claimers(b)
+			seedClaimBench(ctx, b, s, b.N, workers)
 			claim := rawClaim
 			if mode == "store" {
 				claim = storeClaim(s)
 			}
 			b.ResetTimer()
 			var wg sync.WaitGroup
-			done := make([]int, claimBenchWorkers)
-			for w := range claimBenchWorkers {
+			done := make([]int, workers)
+			for w := range workers {
 				wg.Go(func() {
 					node := fmt.Sprintf("n%d", w)
 					for {
@@ -131,11 +148,11 @@ func externalDatabase(ctx context.Context, b *testing.B, admin string) string {
 	return u.String()
 }
 
-// seedClaimBench queues n tasks round-robin over the workers' nodes, with
-// their hosts (the store's claim reads the host's flags).
-func seedClaimBench(ctx context.Context, b *testing.B, s *postgres.Store, n int) {
+// seedClaimBench queues n tasks round-robin over the nodes of the workers,
+// with their hosts (the store's claim reads the host's flags).
+func seedClaimBench(ctx context.Context, b *testing.B, s *postgres.Store, n, workers int) {
 	b.Helper()
-	for w := range claimBenchWorkers {
+	for w := range workers {
 		if err := s.CreateHost(ctx, store.Host{ID: fmt.Sprintf("n%d", w), Enabled: true}); err != nil {
 			b.Fatal(err)
 		}
@@ -143,7 +160,7 @@ func seedClaimBench(ctx context.Context, b *testing.B, s *postgres.Store, n int)
 	now := time.Now()
 	batch := make([]store.Task, 0, 500)
 	for i := range n {
-		batch = append(batch, store.Task{ID: fmt.Sprintf("t%07d", i), NodeID: fmt.Sprintf("n%d", i%claimBenchWorkers),
+		batch = append(batch, store.Task{ID: fmt.Sprintf("t%07d", i), NodeID: fmt.Sprintf("n%d", i%workers),
 			Type: "diag.health_probe", Params: json.RawMessage(`{}`), CreatedAt: now.Add(time.Duration(i)),
 			ExpiresAt: now.Add(time.Hour)})
 		if len(batch) == cap(batch) || i == n-1 {

@@ -2,9 +2,10 @@
 // connection pool, migrations (goose through pgx's database/sql bridge)
 // serialised across replicas by an advisory lock, the dialect hooks that
 // sqlstore needs (row locks, SKIP LOCKED claims, one batched heartbeat
-// statement) and change notifications that cross replicas: every change
-// runs pg_notify in its transaction, and Subscribe fans out what one
-// dedicated LISTEN connection per Store receives.
+// statement), a group commit of task claims and results (batch.go) and
+// change notifications that cross replicas: every change runs pg_notify in
+// its transaction, and Subscribe fans out what one dedicated LISTEN
+// connection per Store receives.
 package postgres
 
 import (
@@ -33,9 +34,10 @@ const migrationLockID int64 = 0x64726f766572
 // Store is a store.Store over a PostgreSQL database.
 type Store struct {
 	*sqlstore.Store
-	pool *pgxpool.Pool
-	hub  *sqlstore.Broadcaster
-	lis  *listener
+	pool  *pgxpool.Pool
+	hub   *sqlstore.Broadcaster
+	lis   *listener
+	batch *taskBatcher
 }
 
 var _ store.Store = (*Store)(nil)
@@ -70,9 +72,10 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 			TouchHosts:        touchHosts,
 			IsUniqueViolation: isUniqueViolation,
 		}),
-		pool: pool,
-		hub:  hub,
-		lis:  newListener(pool.Config().ConnConfig, hub),
+		pool:  pool,
+		hub:   hub,
+		lis:   newListener(pool.Config().ConnConfig, hub),
+		batch: newTaskBatcher(pool),
 	}
 	return s, nil
 }
@@ -124,10 +127,12 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close implements store.Store: the listener stops, subscriptions end and
-// the pool closes.
+// Close implements store.Store: the listener stops, subscriptions end,
+// the group commit in progress is answered (later claims and results get
+// an error) and the pool closes.
 func (s *Store) Close() error {
 	s.lis.close()
+	s.batch.close()
 	s.hub.Close()
 	s.pool.Close()
 	return nil

@@ -35,6 +35,13 @@ func scanTask(r Row) (store.Task, error) {
 	return t, nil
 }
 
+// TaskCols is the task column list ScanTask reads, for an adapter's own
+// task statements (the PostgreSQL result batch).
+const TaskCols = taskCols
+
+// ScanTask reads one row of TaskCols.
+func ScanTask(r Row) (store.Task, error) { return scanTask(r) }
+
 func collectTasks(rows Rows, err error) ([]store.Task, error) { return collect(scanTask)(rows, err) }
 
 // EnqueueTask implements store.Store. The task is stored queued with no

@@ -1,0 +1,309 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/store/sqlstore"
+)
+
+// maxBatch bounds the requests one group commit serves.
+const maxBatch = 256
+
+// maxGather bounds how long a group waits for more requests.
+const maxGather = time.Millisecond
+
+// taskReq is one claim (ClaimTaskLeases) or one result (CompleteTask)
+// waiting for its group commit.
+type taskReq struct {
+	ctx  context.Context
+	done chan struct{} // closed once the request is answered
+	err  error         // the group failed, or ctx ended before it ran
+
+	claim  bool
+	nodeID string
+	// A claim's times (Unix ms) and its leases by task type.
+	now, lease int64
+	byType     map[string]time.Time
+	// A result.
+	taskID, state, result, hash string
+	at                          int64
+
+	skipped bool       // left out of the group: the caller runs the single path
+	ok      bool       // the task was claimed, or the result applied
+	task    store.Task // the claimed or updated task, when ok
+}
+
+// taskBatcher is PostgreSQL's group commit of task claims and results.
+// One goroutine takes the requests waiting when it is free (at most
+// maxBatch) and serves them with at most two statements, the results'
+// completeBatchSQL and the claims' claimBatchSQL, sent together as one
+// pgx batch: one round trip and one implicit transaction, so one commit
+// and one WAL flush for the whole group. Every request is answered only
+// after that commit, as with one statement per request. If either
+// statement or the commit fails, the transaction is rolled back as a whole
+// and every request of the group gets the error: nothing of it is applied,
+// so a retry applies each request once. A deadlock or serialisation
+// failure is retried (maxTxAttempts).
+//
+// What a statement does not serve is answered "skipped" and its caller
+// runs sqlstore's single path after the commit: a second claim of a node
+// already in the group (two picks of one node in one statement would pick
+// the same task) and a second result for a task already in the group
+// (the single path then sees the first one committed: a replay returns
+// the task, another result is a conflict).
+//
+// A group starts with the requests waiting when the goroutine is free. If
+// fewer have come than the distinct nodes of the last two groups, it waits
+// for the others up to half the last group's time (at most maxGather):
+// the callers of one group come back together, and without the wait the
+// first one back would start a group alone while the rest queue behind it,
+// splitting the callers into groups that each wait for the other's commit.
+// A lone caller (one node in the last two groups) does not wait.
+//
+// The statements run with neither the callers' cancellation nor their
+// deadlines (one caller giving up must not roll back the others); a
+// request whose context ended before its group started is answered with
+// that error and not run.
+type taskBatcher struct {
+	pool *pgxpool.Pool
+	reqs chan *taskReq
+	quit chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+func newTaskBatcher(pool *pgxpool.Pool) *taskBatcher {
+	b := &taskBatcher{pool: pool, reqs: make(chan *taskReq), quit: make(chan struct{})}
+	b.wg.Add(1)
+	go b.run()
+	return b
+}
+
+// do submits r and waits until its group is answered.
+func (b *taskBatcher) do(ctx context.Context, r *taskReq) error {
+	r.ctx, r.done = ctx, make(chan struct{})
+	select {
+	case b.reqs <- r:
+	case <-b.quit:
+		return errClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	<-r.done // answered after the commit even if ctx ends meanwhile
+	return r.err
+}
+
+// close stops the goroutine once the group in progress is answered;
+// requests submitted afterwards get errClosed.
+func (b *taskBatcher) close() {
+	b.once.Do(func() { close(b.quit) })
+	b.wg.Wait()
+}
+
+func (b *taskBatcher) run() {
+	defer b.wg.Done()
+	batch := make([]*taskReq, 0, maxBatch)
+	var (
+		recent, last map[string]bool // nodes of the last two groups
+		lastDur      time.Duration   // how long the last group took
+		timer        = time.NewTimer(time.Hour)
+	)
+	timer.Stop()
+	for {
+		select {
+		case <-b.quit:
+			return
+		case r := <-b.reqs:
+			batch = append(batch[:0], r)
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-b.reqs:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		// Gather: wait a little for the nodes of the last two groups that
+		// have not asked yet, up to half the last group's time.
+		if want := expected(recent, last); len(batch) < want && lastDur > 0 {
+			timer.Reset(min(lastDur/2, maxGather))
+		gather:
+			for len(batch) < want && len(batch) < maxBatch {
+				select {
+				case r := <-b.reqs:
+					batch = append(batch, r)
+				case <-timer.C:
+					break gather
+				}
+			}
+			timer.Stop()
+		}
+		t0 := time.Now()
+		b.flush(batch)
+		lastDur = time.Since(t0)
+		recent, last = last, make(map[string]bool, len(batch))
+		for _, r := range batch {
+			last[r.nodeID] = true
+			close(r.done)
+		}
+		clear(batch)
+	}
+}
+
+// expected is the number of distinct nodes in a and b.
+func expected(a, b map[string]bool) int {
+	n := len(a)
+	for k := range b {
+		if !a[k] {
+			n++
+		}
+	}
+	return n
+}
+
+// flush runs batch's group and sets each request's outcome; run answers
+// them.
+func (b *taskBatcher) flush(batch []*taskReq) {
+	var claims, results []*taskReq
+	nodes := make(map[string]bool)
+	tasks := make(map[string]bool)
+	for _, r := range batch {
+		switch {
+		case r.ctx.Err() != nil:
+			r.err = r.ctx.Err()
+		case r.claim && nodes[r.nodeID], !r.claim && tasks[r.taskID]:
+			r.skipped = true
+		case r.claim:
+			nodes[r.nodeID] = true
+			claims = append(claims, r)
+		default:
+			tasks[r.taskID] = true
+			results = append(results, r)
+		}
+	}
+	var groups [][]*taskReq
+	var stmts []stmt
+	if len(results) > 0 {
+		groups, stmts = append(groups, results), append(stmts, resultsStmt(results))
+	}
+	if len(claims) > 0 {
+		groups, stmts = append(groups, claims), append(stmts, claimsStmt(claims))
+	}
+	if len(stmts) == 0 {
+		return
+	}
+	var (
+		out [][]reqRow
+		err error
+	)
+	for range maxTxAttempts {
+		out, err = b.exec(stmts)
+		if err == nil || !isRetryable(err) {
+			break
+		}
+	}
+	for i, g := range groups {
+		for j, r := range g {
+			if err != nil {
+				r.err = fmt.Errorf("group commit: %w", err)
+				continue
+			}
+			r.ok, r.task = out[i][j].ok, out[i][j].task
+		}
+	}
+}
+
+// stmt is one statement of a group: its SQL, arguments and the number of
+// requests it serves (its rows' ordinals run from 1 to n).
+type stmt struct {
+	sql  string
+	args []any
+	n    int
+}
+
+// reqRow is what a statement returned for one request.
+type reqRow struct {
+	ok   bool
+	task store.Task
+}
+
+// exec runs stmts in one round trip and one implicit transaction and
+// returns, per statement, each request's row. Nothing is returned unless
+// every statement and the commit succeeded.
+func (b *taskBatcher) exec(stmts []stmt) ([][]reqRow, error) {
+	ctx := context.Background()
+	out := make([][]reqRow, len(stmts))
+	if len(stmts) == 1 {
+		rows, err := b.pool.Query(ctx, stmts[0].sql, stmts[0].args...)
+		if err != nil {
+			return nil, err
+		}
+		if out[0], err = collectRows(rows, stmts[0].n); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	var pb pgx.Batch
+	for _, s := range stmts {
+		pb.Queue(s.sql, s.args...)
+	}
+	br := b.pool.SendBatch(ctx, &pb)
+	for i, s := range stmts {
+		rows, err := br.Query()
+		if err == nil {
+			out[i], err = collectRows(rows, s.n)
+		}
+		if err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
+	// Close reads up to the end of the implicit transaction: a failed
+	// commit is reported here.
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// collectRows reads a group statement's rows, (ordinal, task columns), for
+// n requests, and closes rows.
+func collectRows(rows pgx.Rows, n int) ([]reqRow, error) {
+	defer rows.Close()
+	out := make([]reqRow, n)
+	for rows.Next() {
+		var ord int64
+		t, err := sqlstore.ScanTask(ordRow{rows: rows, ord: &ord})
+		if err != nil {
+			return nil, err
+		}
+		if ord < 1 || ord > int64(n) || out[ord-1].ok {
+			return nil, fmt.Errorf("group statement returned row %d of %d twice or out of range", ord, n)
+		}
+		out[ord-1] = reqRow{ok: true, task: t}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ordRow scans a group statement's ordinal before the task columns.
+type ordRow struct {
+	rows interface{ Scan(dest ...any) error }
+	ord  *int64
+}
+
+func (o ordRow) Scan(dest ...any) error {
+	return o.rows.Scan(append([]any{o.ord}, dest...)...)
+}
