@@ -24,56 +24,72 @@ type Caller struct {
 // node id must equal {id}, and the host must not be revoked or superseded.
 func (s *Room) NodeAuth(next func(w http.ResponseWriter, r *http.Request, c Caller) error) http.Handler {
 	return httpapi.Handle(s.log, func(w http.ResponseWriter, r *http.Request) error {
-		var id string // the certificate's node id, once known
-		refuse := func(status int, code, format string, args ...any) error {
-			s.metrics.NodeAuthFailed.WithLabelValues(code).Inc()
-			he := httpapi.Errorf(status, code, format, args...)
-			if status == http.StatusForbidden { // an authenticated node acting outside its identity
-				s.audit.Record(r.Context(), audit.Entry{Actor: "node:" + id, Action: "node.auth",
-					Target: r.PathValue("id"), Result: code, CID: httpapi.CorrelationID(r.Context()),
-					Detail: r.Method + " " + r.URL.Path + ": " + he.Message})
-			}
-			return he
-		}
-		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-			return refuse(http.StatusUnauthorized, "client_certificate_required",
-				"this route requires a node client certificate")
-		}
-		cert := r.TLS.PeerCertificates[0]
-		var err error
-		id, err = pki.NodeID(cert)
+		c, err := s.authenticate(r)
 		if err != nil {
-			return refuse(http.StatusUnauthorized, "client_certificate_invalid", "client certificate: %v", err)
-		}
-		if want := r.PathValue("id"); want != id {
-			return refuse(http.StatusForbidden, "node_mismatch",
-				"certificate is for node %q, not %q", id, want)
-		}
-		hs, err := s.cache.get(r.Context(), id)
-		if errors.Is(err, store.ErrNotFound) {
-			return refuse(http.StatusForbidden, "node_identity_revoked", "node identity revoked: host %q no longer exists", id)
-		} else if err != nil {
 			return err
 		}
-		if hs.revoked {
-			if hs.status != api.HostAuthFailed { // revoked before revocation set the status
-				s.markAuthFailed(r.Context(), id, "node_identity_revoked")
-			}
-			return refuse(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
-		}
-		// A certificate issued before the host's latest enrolment belongs to
-		// a previous (possibly cloned) identity.
-		if issued := cert.NotBefore.Add(pki.Backdate); issued.Before(hs.enrolledAt.Add(-time.Second)) {
-			// The CA issued this certificate to the host: authenticated
-			// evidence that an older identity of it is still in use.
-			if hs.status != api.HostAuthFailed {
-				s.markAuthFailed(r.Context(), id, "node_identity_superseded")
-			}
-			return refuse(http.StatusForbidden, "node_identity_superseded",
-				"node identity superseded by a later enrolment")
-		}
-		return next(w, r, Caller{ID: id, state: hs})
+		return next(w, r, c)
 	})
+}
+
+// authenticate is NodeAuth's check. It is a function of its own, never
+// inlined, so that its frame (≈ 700 bytes) is not on the stack of a handler
+// that then parks: a long-poll's goroutine stack is halved by the GC only
+// while its parked frames use less than a quarter of it, and every frame
+// between net/http and the parked select counts (docs/performance.md,
+// "Memory per idle long-poll: measured breakdown").
+//
+//go:noinline
+func (s *Room) authenticate(r *http.Request) (Caller, error) {
+	var id string // the certificate's node id, once known
+	refuse := func(status int, code, format string, args ...any) error {
+		s.metrics.NodeAuthFailed.WithLabelValues(code).Inc()
+		he := httpapi.Errorf(status, code, format, args...)
+		if status == http.StatusForbidden { // an authenticated node acting outside its identity
+			s.audit.Record(r.Context(), audit.Entry{Actor: "node:" + id, Action: "node.auth",
+				Target: r.PathValue("id"), Result: code, CID: httpapi.CorrelationID(r.Context()),
+				Detail: r.Method + " " + r.URL.Path + ": " + he.Message})
+		}
+		return he
+	}
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return Caller{}, refuse(http.StatusUnauthorized, "client_certificate_required",
+			"this route requires a node client certificate")
+	}
+	cert := r.TLS.PeerCertificates[0]
+	var err error
+	id, err = pki.NodeID(cert)
+	if err != nil {
+		return Caller{}, refuse(http.StatusUnauthorized, "client_certificate_invalid", "client certificate: %v", err)
+	}
+	if want := r.PathValue("id"); want != id {
+		return Caller{}, refuse(http.StatusForbidden, "node_mismatch",
+			"certificate is for node %q, not %q", id, want)
+	}
+	hs, err := s.cache.get(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Caller{}, refuse(http.StatusForbidden, "node_identity_revoked", "node identity revoked: host %q no longer exists", id)
+	} else if err != nil {
+		return Caller{}, err
+	}
+	if hs.revoked {
+		if hs.status != api.HostAuthFailed { // revoked before revocation set the status
+			s.markAuthFailed(r.Context(), id, "node_identity_revoked")
+		}
+		return Caller{}, refuse(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
+	}
+	// A certificate issued before the host's latest enrolment belongs to
+	// a previous (possibly cloned) identity.
+	if issued := cert.NotBefore.Add(pki.Backdate); issued.Before(hs.enrolledAt.Add(-time.Second)) {
+		// The CA issued this certificate to the host: authenticated
+		// evidence that an older identity of it is still in use.
+		if hs.status != api.HostAuthFailed {
+			s.markAuthFailed(r.Context(), id, "node_identity_superseded")
+		}
+		return Caller{}, refuse(http.StatusForbidden, "node_identity_superseded",
+			"node identity superseded by a later enrolment")
+	}
+	return Caller{ID: id, state: hs}, nil
 }
 
 func (s *Room) identity(nodeID string, certPEM []byte, notAfter time.Time) api.Identity {
@@ -220,5 +236,19 @@ func (s *Room) JWKS(w http.ResponseWriter, _ *http.Request, _ Caller) error {
 // NodeAuthID is NodeAuth for a handler that takes only the caller's node id
 // (httpapi.NodeHandler).
 func (s *Room) NodeAuthID(next httpapi.NodeHandler) http.Handler {
-	return s.NodeAuth(func(w http.ResponseWriter, r *http.Request, c Caller) error { return next(w, r, c.ID) })
+	return httpapi.Handle(s.log, func(w http.ResponseWriter, r *http.Request) error {
+		id, err := s.authenticateID(r)
+		if err != nil {
+			return err
+		}
+		return next(w, r, id) // only the id on this frame: long-polls park below it
+	})
+}
+
+// authenticateID is authenticate for the node id alone.
+//
+//go:noinline
+func (s *Room) authenticateID(r *http.Request) (string, error) {
+	c, err := s.authenticate(r)
+	return c.ID, err
 }

@@ -62,15 +62,23 @@ func (lp *LongPolls) Limit(isPoll func(*http.Request) bool, next NodeHandler) No
 		}
 		release, ok := lp.slots.Acquire(nodeID)
 		if !ok {
-			lp.refusals.WithLabelValues(CodeNodeLongPollLimit).Inc()
-			return &Error{Status: http.StatusTooManyRequests, RetryAfter: longPollRetryAfter, CodedError: api.CodedError{
-				Code: CodeNodeLongPollLimit,
-				Message: fmt.Sprintf("node %q already holds %d open long-polls of this route on this replica; retry when one ends",
-					nodeID, lp.slots.Limit())}}
+			return lp.refuse(nodeID)
 		}
 		defer release()
-		return next(w, r, nodeID)
+		return next(w, r, nodeID) // the long-poll parks below this frame: keep it small
 	}
+}
+
+// refuse is Limit's 429, in a frame of its own so that Limit's stays small
+// under a parked long-poll.
+//
+//go:noinline
+func (lp *LongPolls) refuse(nodeID string) error {
+	lp.refusals.WithLabelValues(CodeNodeLongPollLimit).Inc()
+	return &Error{Status: http.StatusTooManyRequests, RetryAfter: longPollRetryAfter, CodedError: api.CodedError{
+		Code: CodeNodeLongPollLimit,
+		Message: fmt.Sprintf("node %q already holds %d open long-polls of this route on this replica; retry when one ends",
+			nodeID, lp.slots.Limit())}}
 }
 
 // WaitRequested reports whether a request asks to wait (a positive ?wait=

@@ -401,7 +401,10 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 	}
 	opSrv := s.httpServer(s.OperatorHandler())
 	nodeSrv := s.httpServer(s.NodeHandler())
-	nodeSrv.TLSConfig = s.nodeTLS
+	// The node listener does the TLS handshakes itself (handshakeListener);
+	// the server's copy of the config tells it to speak HTTP/2 on them.
+	nodeSrv.TLSConfig = nodeListenerTLS(s.nodeTLS)
+	nodeTLSLn := newHandshakeListener(nodeLn, nodeListenerTLS(s.nodeTLS), s.cfg.ReadHeaderTimeout, s.log)
 
 	g, gctx := errgroup.WithContext(ctx)
 	s.term.Start(gctx)
@@ -415,7 +418,7 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 	g.Go(func() error { s.keys.Run(gctx); return nil })
 	g.Go(func() error { return serveUntil(gctx, opSrv, func() error { return opSrv.Serve(opLn) }) })
 	g.Go(func() error {
-		return serveUntil(gctx, nodeSrv, func() error { return nodeSrv.ServeTLS(nodeLn, "", "") })
+		return serveUntil(gctx, nodeSrv, func() error { return nodeSrv.Serve(nodeTLSLn) })
 	})
 	close(s.ready)
 	s.log.Info("control plane listening", "operator", opLn.Addr().String(), "node", nodeLn.Addr().String(),

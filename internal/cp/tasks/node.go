@@ -20,45 +20,82 @@ const leaseSlack = 30 * time.Second
 // Wait (nodeapi.WaitTask) long-polls for the node's next task and claims it
 // atomically. It never polls the store: it claims once, then sleeps until a
 // change event for this node, the deadline, or the client going away.
+//
+// Its goroutine parks in the select below for most of its life, so the
+// frames under it are kept small: the claim, the delivery and the
+// revocation check run in functions of their own (claimAndDeliver,
+// revokedOnWake), whose frames are gone while it waits. A parked stack
+// whose used part stays under a quarter of its size is halved by the GC
+// (docs/performance.md, "Memory per idle long-poll: measured breakdown").
 func (s *Room) Wait(w http.ResponseWriter, r *http.Request, nodeID string) error {
-	ctx := r.Context()
-	wait := s.cfg.MaxWait
-	if v := r.URL.Query().Get("timeout"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return httpapi.Invalid([]api.FieldError{{Field: "timeout", Message: "must be a duration such as 30s"}})
-		}
-		wait = min(d, s.cfg.MaxWait)
+	wait, err := s.waitTimeout(r)
+	if err != nil {
+		return err
 	}
 	wake, done := s.waiters.Add(nodeID)
 	defer done()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	ctxDone := r.Context().Done()
 	for {
-		now := s.cfg.Now().UTC()
-		t, ok, err := s.store.ClaimTaskLeases(ctx, nodeID, now, s.claimLeases(now))
-		if err != nil {
+		if delivered, err := s.claimAndDeliver(w, r, nodeID); delivered || err != nil {
 			return err
-		}
-		if ok {
-			return s.deliver(w, r, nodeID, t)
 		}
 		select {
 		case <-wake:
-			revoked, err := s.nodes.NodeRevoked(ctx, nodeID)
-			if err != nil {
+			if err := s.revokedOnWake(r, nodeID); err != nil {
 				return err
-			}
-			if revoked {
-				return httpapi.Errorf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
 			}
 		case <-timer.C:
 			w.WriteHeader(http.StatusNoContent)
 			return nil
-		case <-ctx.Done():
+		case <-ctxDone:
 			return nil
 		}
 	}
+}
+
+// waitTimeout is the long-poll's wait: ?timeout= capped at MaxWait.
+//
+//go:noinline
+func (s *Room) waitTimeout(r *http.Request) (time.Duration, error) {
+	v := r.URL.Query().Get("timeout")
+	if v == "" {
+		return s.cfg.MaxWait, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, httpapi.Invalid([]api.FieldError{{Field: "timeout", Message: "must be a duration such as 30s"}})
+	}
+	return min(d, s.cfg.MaxWait), nil
+}
+
+// claimAndDeliver claims the node's next task and, when there is one,
+// writes it (delivered true).
+//
+//go:noinline
+func (s *Room) claimAndDeliver(w http.ResponseWriter, r *http.Request, nodeID string) (bool, error) {
+	now := s.cfg.Now().UTC()
+	t, ok, err := s.store.ClaimTaskLeases(r.Context(), nodeID, now, s.claimLeases(now))
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, s.deliver(w, r, nodeID, t)
+}
+
+// revokedOnWake is the 403 of a woken long-poll whose node was revoked
+// meanwhile (nil otherwise).
+//
+//go:noinline
+func (s *Room) revokedOnWake(r *http.Request, nodeID string) error {
+	revoked, err := s.nodes.NodeRevoked(r.Context(), nodeID)
+	if err != nil {
+		return err
+	}
+	if revoked {
+		return httpapi.Errorf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
+	}
+	return nil
 }
 
 // lease is a task type's handler timeout plus slack. The claim does not know

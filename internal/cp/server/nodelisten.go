@@ -1,0 +1,115 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"time"
+)
+
+// handshakeListener is a TLS listener that completes each connection's
+// handshake on a goroutine of its own before Accept returns it. net/http
+// would otherwise run the handshake on the connection's serving goroutine,
+// whose stack the handshake (client-certificate verification) grows to
+// 16 KiB; that goroutine then lives as long as the connection, and its
+// parked HTTP/2 frames are too deep for the GC to halve it back. With the
+// handshake elsewhere it stays at 8 KiB: 8 KiB less per connected agent,
+// whose connection lives as long as the agent runs (docs/performance.md,
+// "Memory per idle long-poll: measured breakdown"). http.Server.Serve finds
+// a *tls.Conn whose handshake is done and goes straight to HTTP/2 (or
+// HTTP/1.1, by ALPN).
+type handshakeListener struct {
+	net.Listener
+	cfg     *tls.Config
+	timeout time.Duration // bounds each handshake (ReadHeaderTimeout)
+	log     *slog.Logger
+
+	start  sync.Once
+	conns  chan net.Conn
+	errs   chan error
+	closed chan struct{}
+	close  sync.Once
+}
+
+// newHandshakeListener wraps raw; cfg must list the ALPN protocols
+// (nodeListenerTLS).
+func newHandshakeListener(raw net.Listener, cfg *tls.Config, timeout time.Duration, log *slog.Logger) *handshakeListener {
+	return &handshakeListener{Listener: raw, cfg: cfg, timeout: timeout, log: log,
+		conns: make(chan net.Conn), errs: make(chan error), closed: make(chan struct{})}
+}
+
+// nodeListenerTLS is cfg with the ALPN protocols that http.Server.ServeTLS
+// would add (h2 first), so that Serve on a handshakeListener speaks HTTP/2.
+func nodeListenerTLS(cfg *tls.Config) *tls.Config {
+	c := cfg.Clone()
+	for _, p := range []string{"h2", "http/1.1"} {
+		if !slices.Contains(c.NextProtos, p) {
+			c.NextProtos = append(c.NextProtos, p)
+		}
+	}
+	return c
+}
+
+// Accept returns the next connection whose handshake succeeded.
+func (l *handshakeListener) Accept() (net.Conn, error) {
+	l.start.Do(func() { go l.acceptLoop() })
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case err := <-l.errs:
+		return nil, err
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close stops accepting; handshakes in flight are abandoned.
+func (l *handshakeListener) Close() error {
+	err := net.ErrClosed
+	l.close.Do(func() { close(l.closed); err = l.Listener.Close() })
+	return err
+}
+
+func (l *handshakeListener) acceptLoop() {
+	for {
+		raw, err := l.Listener.Accept()
+		if err != nil {
+			select {
+			case l.errs <- err: // http.Server retries temporary errors itself
+			case <-l.closed:
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			if te, ok := err.(interface{ Temporary() bool }); ok && te.Temporary() {
+				continue
+			}
+			return
+		}
+		go l.handshake(raw)
+	}
+}
+
+func (l *handshakeListener) handshake(raw net.Conn) {
+	c := tls.Server(raw, l.cfg)
+	if l.timeout > 0 { // as net/http bounds its own handshakes: deadlines, no context goroutine
+		_ = raw.SetDeadline(time.Now().Add(l.timeout))
+	}
+	if err := c.HandshakeContext(context.Background()); err != nil {
+		l.log.Debug("node listener: TLS handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
+		_ = c.Close()
+		return
+	}
+	_ = raw.SetDeadline(time.Time{})
+	select {
+	case l.conns <- c:
+	case <-l.closed:
+		_ = c.Close()
+	}
+}
