@@ -3,7 +3,6 @@ package releasetest
 import (
 	"crypto/rand"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -11,18 +10,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/drover-dev/drover/internal/testutil"
 )
 
-// freePort returns a loopback TCP port nobody listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+// freePort returns a TCP port nobody listens on now, outside the
+// ephemeral range (testutil.FreePort).
+func freePort(t *testing.T) int { return testutil.FreePort(t) }
 
 // copyFile copies src to dst, creating dst's directory.
 func copyFile(t *testing.T, src, dst string) {

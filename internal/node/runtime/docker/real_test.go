@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/node/runtime/docker/dockertest"
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -103,16 +103,9 @@ func (r *rig) newRuntime(t *testing.T, root string, gpus ...api.GPU) *Runtime {
 	return rt
 }
 
-// freePort is a loopback port nothing listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// freePort is a port nothing listens on now, outside the ephemeral range
+// (the container binds it later; testutil.FreePort).
+func freePort(t *testing.T) int { return testutil.FreePort(t) }
 
 // serverSpec runs the testserver on a free port, ready on /health.
 func (r *rig) serverSpec(t *testing.T, id string) runtime.Spec {
@@ -238,7 +231,9 @@ func TestDigestMismatch(t *testing.T) {
 }
 
 // TestHardStop: a workload ignoring SIGTERM is killed after the graceful
-// timeout and reported HardStopped.
+// timeout and reported HardStopped. The stop waits for Ready: the server
+// ignores SIGTERM from before it listens, and a SIGTERM that lands
+// earlier (Start returns once the process runs) still ends it at once.
 func TestHardStop(t *testing.T) {
 	r := env(t)
 	ctx := testCtx(t)
@@ -249,9 +244,11 @@ func TestHardStop(t *testing.T) {
 	if _, err := rt.Create(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
+	events := rt.Subscribe(ctx)
 	if _, err := rt.Start(ctx, spec.ID); err != nil {
 		t.Fatal(err)
 	}
+	waitEvent(t, events, spec.ID, runtime.EventReady, 20*time.Second)
 	res, err := rt.Stop(ctx, spec.ID, time.Second)
 	if err != nil || !res.HardStopped {
 		t.Fatalf("stop: %+v, %v", res, err)
