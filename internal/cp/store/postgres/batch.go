@@ -53,7 +53,9 @@ type taskReq struct {
 // failure is retried (maxTxAttempts).
 //
 // What a statement does not serve is answered "skipped" and its caller
-// runs sqlstore's single path after the commit: a second claim of a node
+// runs sqlstore's single path after the commit: a request alone in its
+// group (nothing to share; the single statement is cheaper to plan), a
+// second claim of a node
 // already in the group (two picks of one node in one statement would pick
 // the same task) and a second result for a task already in the group
 // (the single path then sees the first one committed: a replay returns
@@ -189,6 +191,15 @@ func (b *taskBatcher) flush(batch []*taskReq) {
 			tasks[r.taskID] = true
 			results = append(results, r)
 		}
+	}
+	if len(claims)+len(results) == 1 {
+		// Alone: sqlstore's single statement, prepared once and planned
+		// generically, costs PostgreSQL less than a group statement's
+		// planning; the caller runs it.
+		for _, r := range append(claims, results...) {
+			r.skipped = true
+		}
+		return
 	}
 	var groups [][]*taskReq
 	var stmts []stmt

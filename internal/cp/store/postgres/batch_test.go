@@ -238,19 +238,25 @@ func TestGroupFailure(t *testing.T) {
 }
 
 // TestGroupCanceled: a request whose context ended before its group is
-// answered with that error and not run.
+// answered with that error and not run; a request left alone in its group
+// is handed back to its caller (skipped).
 func TestGroupCanceled(t *testing.T) {
-	s, now := groupStore(t, 1, 1)
+	s, now := groupStore(t, 2, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	r := claimReq("n0", now)
+	r, lone := claimReq("n0", now), claimReq("n1", now)
 	r.ctx = ctx
-	(&taskBatcher{pool: s.pool}).flush([]*taskReq{r})
-	if !errors.Is(r.err, context.Canceled) || r.ok {
-		t.Errorf("canceled claim: ok=%v err=%v", r.ok, r.err)
+	(&taskBatcher{pool: s.pool}).flush([]*taskReq{r, lone})
+	if !errors.Is(r.err, context.Canceled) || r.ok || r.skipped {
+		t.Errorf("canceled claim: ok=%v skipped=%v err=%v", r.ok, r.skipped, r.err)
 	}
-	if got := getTask(t, s, "t0-0"); got.State != api.TaskQueued {
-		t.Errorf("task is %s; want queued", got.State)
+	if lone.err != nil || lone.ok || !lone.skipped {
+		t.Errorf("lone claim: ok=%v skipped=%v err=%v; want skipped", lone.ok, lone.skipped, lone.err)
+	}
+	for _, id := range []string{"t0-0", "t1-0"} {
+		if got := getTask(t, s, id); got.State != api.TaskQueued {
+			t.Errorf("%s is %s; want queued", id, got.State)
+		}
 	}
 }
 

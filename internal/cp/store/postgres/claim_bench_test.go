@@ -50,7 +50,10 @@ func claimers(b *testing.B) int {
 //
 //	go test ./internal/cp/store/postgres -run '^$' -bench ClaimResult -benchtime 4000x -count 3
 //
-// and compare the tasks/s metrics of raw and store within one run. With
+// and compare the tasks/s metrics of raw and store within one run. The
+// shared disk's fsync time drifts by several times within seconds, so
+// DROVER_BENCH_ROUNDS=k runs raw, store, raw, store, ... k times each on the
+// same server, for ratios of adjacent pairs. With
 // DROVER_BENCH_PG_DSN (a superuser URL of a running server whose fsync
 // and synchronous_commit are on) it runs there instead, so that the same
 // server can then serve `drover bench fleet --store`.
@@ -65,60 +68,76 @@ func BenchmarkClaimResult(b *testing.B) {
 		defer srv.Stop()
 		newDB = func(b *testing.B) string { return srv.NewDatabase(b) }
 	}
-	for _, mode := range []string{"raw", "store"} {
-		b.Run(mode, func(b *testing.B) {
-			dsn := newDB(b)
-			s, err := postgres.Open(ctx, dsn)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			pool, err := pgxpool.New(ctx, dsn)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer pool.Close()
-			var sc string
-			if err := pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit') || '/' || current_setting('fsync')`).Scan(&sc); err != nil || sc != "on/on" {
-				b.Fatalf("synchronous_commit/fsync = %q, %v; want on/on", sc, err)
-			}
-			workers := claimers(b)
-			seedClaimBench(ctx, b, s, b.N, workers)
-			claim := rawClaim
-			if mode == "store" {
-				claim = storeClaim(s)
-			}
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			done := make([]int, workers)
-			for w := range workers {
-				wg.Go(func() {
-					node := fmt.Sprintf("n%d", w)
-					for {
-						ok, err := claim(ctx, pool, node)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						if !ok {
-							return
-						}
-						done[w]++
-					}
-				})
-			}
-			wg.Wait()
-			b.StopTimer()
-			total := 0
-			for _, d := range done {
-				total += d
-			}
-			if total != b.N {
-				b.Fatalf("%d tasks done, want %d", total, b.N)
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
-		})
+	rounds := 1
+	if v := os.Getenv("DROVER_BENCH_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("DROVER_BENCH_ROUNDS=%q: want a positive number", v)
+		}
+		rounds = n
 	}
+	for range rounds {
+		for _, mode := range []string{"raw", "store"} {
+			benchClaimMode(ctx, b, mode, newDB)
+		}
+	}
+}
+
+// benchClaimMode is one sub-benchmark of BenchmarkClaimResult: mode "raw"
+// or "store" on a fresh database of newDB.
+func benchClaimMode(ctx context.Context, b *testing.B, mode string, newDB func(*testing.B) string) {
+	b.Run(mode, func(b *testing.B) {
+		dsn := newDB(b)
+		s, err := postgres.Open(ctx, dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		pool, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer pool.Close()
+		var sc string
+		if err := pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit') || '/' || current_setting('fsync')`).Scan(&sc); err != nil || sc != "on/on" {
+			b.Fatalf("synchronous_commit/fsync = %q, %v; want on/on", sc, err)
+		}
+		workers := claimers(b)
+		seedClaimBench(ctx, b, s, b.N, workers)
+		claim := rawClaim
+		if mode == "store" {
+			claim = storeClaim(s)
+		}
+		b.ResetTimer()
+		var wg sync.WaitGroup
+		done := make([]int, workers)
+		for w := range workers {
+			wg.Go(func() {
+				node := fmt.Sprintf("n%d", w)
+				for {
+					ok, err := claim(ctx, pool, node)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if !ok {
+						return
+					}
+					done[w]++
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		total := 0
+		for _, d := range done {
+			total += d
+		}
+		if total != b.N {
+			b.Fatalf("%d tasks done, want %d", total, b.N)
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
+	})
 }
 
 // externalDatabase creates a database on the server of admin (a URL whose
