@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/wire/pki"
+	"github.com/drover-dev/drover/internal/wire/terminal/terminaltest"
 )
 
 // nodeTLSPair is a CA, a node listener TLS config (client certificates
@@ -18,37 +19,9 @@ import (
 // node id.
 func nodeTLSPair(t *testing.T, id string) (*pki.CA, *tls.Config, tls.Certificate) {
 	t.Helper()
-	now := time.Now()
-	certPEM, keyPEM, err := pki.NewCA("test CA", now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.LoadCA(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvCert, err := ca.ServerCertificate([]string{"127.0.0.1"}, time.Hour, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodeKey, err := pki.NewNodeKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := pki.CSRFor(nodeKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodeCert, _, _, err := ca.SignNodeCSR(csr, id, time.Hour, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := tls.X509KeyPair(nodeCert, nodeKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca, &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{srvCert},
-		ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: ca.Pool()}, client
+	p := terminaltest.NewPKI(t, "test CA", id)
+	return p.CA, &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{p.Server},
+		ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: p.CA.Pool()}, p.Node
 }
 
 // serveHandshakeListener serves h the way Serve serves the node API and
