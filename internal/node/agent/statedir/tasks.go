@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -181,44 +182,30 @@ func (d *Dir) all() (recs []TaskRecord, err error) {
 // oldest (by StartedAt) first. Records that cannot be read are reported in
 // the error, and the readable ones are still returned alongside it.
 func (d *Dir) Pending() ([]TaskRecord, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	recs, err := d.all()
-	var out []TaskRecord
-	for _, r := range recs {
-		if r.Result != nil && !r.Posted {
-			out = append(out, r)
-		}
-	}
-	sortByStart(out)
-	return out, err
+	return d.oldestFirst(func(r TaskRecord) bool { return r.Result != nil && !r.Posted })
 }
 
 // Interrupted returns the records begun without a result, oldest (by
 // StartedAt) first: at an agent's start, the tasks whose handler a crash
 // or kill cut off. Unreadable records are reported as Pending does.
 func (d *Dir) Interrupted() ([]TaskRecord, error) {
+	return d.oldestFirst(func(r TaskRecord) bool { return r.Result == nil })
+}
+
+// oldestFirst returns the readable records keep selects, sorted by
+// StartedAt then TaskID, with the unreadable ones reported in the error.
+func (d *Dir) oldestFirst(keep func(TaskRecord) bool) ([]TaskRecord, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	recs, err := d.all()
-	var out []TaskRecord
-	for _, r := range recs {
-		if r.Result == nil {
-			out = append(out, r)
+	out := slices.DeleteFunc(recs, func(r TaskRecord) bool { return !keep(r) })
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].StartedAt.Equal(out[j].StartedAt) {
+			return out[i].StartedAt.Before(out[j].StartedAt)
 		}
-	}
-	sortByStart(out)
-	return out, err
-}
-
-// sortByStart orders records by StartedAt, then TaskID.
-func sortByStart(recs []TaskRecord) {
-	sort.Slice(recs, func(i, j int) bool {
-		if !recs[i].StartedAt.Equal(recs[j].StartedAt) {
-			return recs[i].StartedAt.Before(recs[j].StartedAt)
-		}
-		return recs[i].TaskID < recs[j].TaskID
+		return out[i].TaskID < out[j].TaskID
 	})
+	return out, err
 }
 
 // Prune deletes posted records whose ExpiresAt+keep is before now and
