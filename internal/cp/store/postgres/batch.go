@@ -54,8 +54,8 @@ type taskReq struct {
 //
 // What a statement does not serve is answered "skipped" and its caller
 // runs sqlstore's single path after the commit: a request alone in its
-// group (nothing to share; the single statement is cheaper to plan), a
-// second claim of a node
+// group while only one node is active (nothing to share; the single
+// statement is cheaper to plan), a second claim of a node
 // already in the group (two picks of one node in one statement would pick
 // the same task) and a second result for a task already in the group
 // (the single path then sees the first one committed: a replay returns
@@ -79,6 +79,9 @@ type taskBatcher struct {
 	quit chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
+	// alone: the last two groups held at most one node (run's goroutine
+	// only).
+	alone bool
 }
 
 func newTaskBatcher(pool *pgxpool.Pool) *taskBatcher {
@@ -149,6 +152,7 @@ func (b *taskBatcher) run() {
 			}
 			timer.Stop()
 		}
+		b.alone = expected(recent, last) <= 1
 		t0 := time.Now()
 		b.flush(batch)
 		lastDur = time.Since(t0)
@@ -192,10 +196,12 @@ func (b *taskBatcher) flush(batch []*taskReq) {
 			results = append(results, r)
 		}
 	}
-	if len(claims)+len(results) == 1 {
-		// Alone: sqlstore's single statement, prepared once and planned
-		// generically, costs PostgreSQL less than a group statement's
-		// planning; the caller runs it.
+	if len(claims)+len(results) == 1 && b.alone {
+		// One node at a time: sqlstore's single statement, prepared once
+		// and planned generically, costs PostgreSQL less than a group
+		// statement's planning; the caller runs it. (A straggler of a
+		// busier time stays in the group flow: run alone, its commit would
+		// compete with the next group's.)
 		for _, r := range append(claims, results...) {
 			r.skipped = true
 		}
