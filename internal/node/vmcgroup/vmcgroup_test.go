@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -31,6 +32,7 @@ func newManager(t *testing.T) *Manager {
 		for _, e := range ents {
 			if e.IsDir() {
 				g, _ := m.Group(e.Name())
+				emptyGroup(t, g)
 				_ = g.Remove()
 			}
 		}
@@ -39,6 +41,29 @@ func newManager(t *testing.T) *Manager {
 		}
 	})
 	return m
+}
+
+// emptyGroup kills what is left in g and waits until it is empty: a
+// test's cleanup kills the sh of startIn, but a command sh forked (the
+// sleep of "read go; sleep 30") lives on in the group, which then cannot
+// be removed (EBUSY).
+func emptyGroup(t *testing.T, g *Group) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		procs, err := g.Procs()
+		if err != nil || len(procs) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("cgroup %s still holds %v", g.Path, procs)
+			return
+		}
+		for _, pid := range procs {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // startIn starts sh -c script in g: it waits for a line on stdin, sent
