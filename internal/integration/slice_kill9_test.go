@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,8 +20,8 @@ import (
 )
 
 // stallingImage serves the guest's disk image over http: the first
-// request gets the headers and the first MiB, then nothing until its
-// client goes away (arrived is closed once it has been written); every
+// request gets the headers and the first half of the file (at most a MiB),
+// then nothing until its client goes away (arrived is closed once it has been written); every
 // later request gets the whole file.
 type stallingImage struct {
 	path    string
@@ -45,8 +46,10 @@ func (s *stallingImage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
-	buf := make([]byte, 1<<20)
-	n, _ := f.Read(buf)
+	// Half the file (the test image is smaller than a MiB): the client
+	// waits for the rest.
+	buf := make([]byte, min(1<<20, fi.Size()/2))
+	n, _ := io.ReadFull(f, buf)
 	_, _ = w.Write(buf[:n])
 	w.(http.Flusher).Flush()
 	close(s.arrived)
@@ -86,7 +89,7 @@ func TestSliceWorkflowAgentKill9TCG(t *testing.T) {
 		t.Fatalf("node slot leases while downloading: %v, want one", f)
 	}
 	partials := func() []string { return n.files(filepath.Join("images", "tmp")) }
-	// The first MiB reaches the file a moment after it left the server.
+	// The first half reaches the file a moment after it left the server.
 	deadline := time.Now().Add(10 * time.Second)
 	for len(partials()) == 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
