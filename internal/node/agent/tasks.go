@@ -360,8 +360,8 @@ func interruptedResult(correlationID string) api.TaskResult {
 // every task the replay cache shows begun without a result (the handler a
 // crash or kill -9 cut off) gets interruptedResult in the spool, which the
 // result loop posts. The control plane learns of it at once instead of
-// when the task's lease ends (its handler timeout: up to an hour for
-// slice.vm_provision), so the work waiting on it (a slice workflow's
+// when the task's lease ends (its handler timeout plus 30 s: over 20
+// minutes for slice.vm_provision), so the work waiting on it (a slice workflow's
 // compensation) goes on; a redelivery of the task re-posts the same
 // result.
 func (a *Agent) spoolInterrupted() {
