@@ -28,6 +28,8 @@ type simAgent struct {
 	base  string       // node URL
 	tr    *http.Transport
 	nc    *nodeapi.Client // over tr, with the agent's certificate
+	// resume keeps the agent's TLS session tickets (Config.NoTLSResumption).
+	resume bool
 }
 
 // retryable is the bench's rule for retrying an answer: rate limits and
@@ -137,7 +139,11 @@ func (a *simAgent) enrol(ctx context.Context, token, caHash string, roots *atomi
 			pool = roots.Load()
 		}
 	}
-	a.tr = transport(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, Certificates: []tls.Certificate{cert}}, a.local)
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, Certificates: []tls.Certificate{cert}}
+	if a.resume { // as the real agent: tickets of its (only) certificate
+		cfg.ClientSessionCache = tls.NewLRUClientSessionCache(1)
+	}
+	a.tr = transport(cfg, a.local)
 	a.nc, err = nodeapi.NewClient(&http.Client{Transport: a.tr}, a.base)
 	return err
 }

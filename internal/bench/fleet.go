@@ -83,6 +83,9 @@ type Config struct {
 	// (ServerProcess only): the server is SIGKILLed and restarted and every
 	// agent reconnects.
 	ReconnectStorm bool
+	// NoTLSResumption makes the agents keep no TLS session tickets, so
+	// every reconnect is a full handshake (the baseline of the storm).
+	NoTLSResumption bool
 }
 
 func (c *Config) defaults() error {
@@ -391,7 +394,8 @@ func (f *fleet) setup(ctx context.Context) error {
 			return fmt.Errorf("create host %s: %w", id, err)
 		}
 		tokens[i] = bt.Token
-		f.agents[i] = &simAgent{idx: i, id: id, base: f.t.nodeURL, local: sourceAddr(f.t.nodeURL, i)}
+		f.agents[i] = &simAgent{idx: i, id: id, base: f.t.nodeURL, local: sourceAddr(f.t.nodeURL, i),
+			resume: !f.cfg.NoTLSResumption}
 		return nil
 	})
 	if err != nil {

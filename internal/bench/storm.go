@@ -46,9 +46,14 @@ type StormReport struct {
 	// last agent is back: latency of the answered calls (after the restart).
 	Operator      Latency `json:"operator"`
 	OperatorFails int64   `json:"operator_failed"` // refused or non-2xx, mostly while down
-	ServerCPUS    float64 `json:"server_cpu_s,omitempty"`
-	HarnessCPUS   float64 `json:"harness_cpu_s,omitempty"`
-	RSSBytesEnd   int64   `json:"server_rss_bytes_end,omitempty"`
+	// TLSResumption: the agents kept session tickets (not
+	// --no-tls-resumption). Handshakes are the new server's node-listener
+	// handshakes by result, from its metrics after the storm.
+	TLSResumption bool           `json:"tls_resumption"`
+	Handshakes    map[string]int `json:"handshakes,omitempty"`
+	ServerCPUS    float64        `json:"server_cpu_s,omitempty"`
+	HarnessCPUS   float64        `json:"harness_cpu_s,omitempty"`
+	RSSBytesEnd   int64          `json:"server_rss_bytes_end,omitempty"`
 }
 
 // CurvePoint is one point of a cumulative curve.
@@ -151,7 +156,7 @@ wait:
 	stopOp()
 	opWG.Wait()
 
-	rep := &StormReport{Agents: n, RestartS: secs(restartS), FailedAttempts: failed.Load(),
+	rep := &StormReport{Agents: n, RestartS: secs(restartS), FailedAttempts: failed.Load(), TLSResumption: !f.cfg.NoTLSResumption,
 		Operator: op.summary(), OperatorFails: opFails.Load()}
 	var back []time.Duration
 	for i := range backAt {
@@ -183,11 +188,17 @@ wait:
 		if m, err := childMem(ctx, f.t.pid, f.t.opURL+"/metrics"); err == nil {
 			rep.RSSBytesEnd = m.RSSBytes
 		}
+		if m, err := scrapeMetrics(ctx, f.t.opURL+"/metrics"); err == nil {
+			rep.Handshakes = map[string]int{}
+			for _, r := range []string{"full", "resumed", "failed"} {
+				rep.Handshakes[r] = int(m[`drover_node_tls_handshakes_total{result="`+r+`"}`])
+			}
+		}
 	}
 	f.rep.Storm = rep
-	f.logf("reconnect storm: %d/%d back; 50%% %.2fs 90%% %.2fs 99%% %.2fs 100%% %.2fs (restart %.2fs); operator p50 %.1fms p99 %.1fms (%d answered, %d failed)",
+	f.logf("reconnect storm: %d/%d back; 50%% %.2fs 90%% %.2fs 99%% %.2fs 100%% %.2fs (restart %.2fs); operator p50 %.1fms p99 %.1fms (%d answered, %d failed); handshakes %v",
 		rep.Back, n, rep.P50S, rep.P90S, rep.P99S, rep.P100S, rep.RestartS, rep.Operator.P50Ms, rep.Operator.P99Ms,
-		rep.Operator.Count, rep.OperatorFails)
+		rep.Operator.Count, rep.OperatorFails, rep.Handshakes)
 	return nil
 }
 

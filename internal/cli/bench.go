@@ -69,6 +69,7 @@ type BenchFleetCmd struct {
 	Settle          time.Duration `name:"settle" help:"Pause before each memory sample (default 2s + 1s per 5000 agents)."`
 	Quiet           bool          `name:"quiet" short:"q" help:"No progress lines on stderr."`
 	ReconnectStorm  bool          `name:"reconnect-storm" help:"After the heartbeat phase, SIGKILL the --server-process child, start it again on the same store and addresses, and time every agent's reconnection while an operator client keeps reading."`
+	NoTLSResumption bool          `name:"no-tls-resumption" help:"Agents keep no TLS session tickets, so every reconnect is a full handshake (the baseline; the real agent resumes)."`
 }
 
 // Run implements the command.
@@ -80,7 +81,7 @@ func (c *BenchFleetCmd) Run(ctx context.Context, env *Env) error {
 		KEKFile: c.KEKFile,
 		NodeURL: c.NodeURL, API: c.API, Token: c.Token, CAHash: c.CAHash,
 		CPUProfile: c.CPUProfile, MemProfile: c.MemProfile, Settle: c.Settle, Log: env.Stderr,
-		ReconnectStorm: c.ReconnectStorm}
+		ReconnectStorm: c.ReconnectStorm, NoTLSResumption: c.NoTLSResumption}
 	if c.Quiet {
 		cfg.Log = nil
 	}

@@ -32,37 +32,40 @@ import (
 const retiredKeyGrace = 48 * time.Hour
 
 // loadOrCreateCA returns the CA shared by all replicas, creating it on the
-// very first start (first writer wins). Its key is stored sealed by rest.
-func loadOrCreateCA(ctx context.Context, st Store, now time.Time, rest atRest) (*pki.CA, error) {
+// very first start (first writer wins), and its private key (PEM). The key
+// is stored sealed by rest.
+func loadOrCreateCA(ctx context.Context, st Store, now time.Time, rest atRest) (*pki.CA, []byte, error) {
 	certPEM, keyPEM, err := pki.NewCA("Drover CA", now)
 	if err != nil {
-		return nil, fmt.Errorf("generate CA: %w", err)
+		return nil, nil, fmt.Errorf("generate CA: %w", err)
 	}
 	sealedKey, err := rest.seal(caKeySecret, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("encrypt CA key: %w", err)
+		return nil, nil, fmt.Errorf("encrypt CA key: %w", err)
 	}
 	certPEM, err = st.PutSecretIfAbsent(ctx, "ca_cert_pem", certPEM)
 	if err != nil {
-		return nil, fmt.Errorf("store CA certificate: %w", err)
+		return nil, nil, fmt.Errorf("store CA certificate: %w", err)
 	}
 	if sealedKey, err = st.PutSecretIfAbsent(ctx, caKeySecret, sealedKey); err != nil {
-		return nil, fmt.Errorf("store CA key: %w", err)
+		return nil, nil, fmt.Errorf("store CA key: %w", err)
 	}
 	if keyPEM, err = rest.open(caKeySecret, sealedKey); err != nil {
-		return nil, fmt.Errorf("CA key: %w", err)
+		return nil, nil, fmt.Errorf("CA key: %w", err)
 	}
 	ca, err := pki.LoadCA(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("load CA: %w", err)
+		return nil, nil, fmt.Errorf("load CA: %w", err)
 	}
-	return ca, nil
+	return ca, keyPEM, nil
 }
 
 // NodeTLSConfig is the node listener's TLS configuration: TLS 1.3, a
 // server certificate of the CA for localhost, the listener's host (from
 // nodeAddr) and hosts, and client certificates of the CA verified when
-// given (each node route checks the caller's).
+// given (each node route checks the caller's). Its session tickets are
+// sealed with keys every replica derives from the CA (sessionTickets), so
+// agents resume their TLS sessions across restarts and replicas.
 func (k *Keys) NodeTLSConfig(nodeAddr string, hosts []string) (*tls.Config, error) {
 	hosts = append([]string{"localhost", "127.0.0.1", "::1"}, hosts...)
 	if h, _, err := net.SplitHostPort(nodeAddr); err == nil && h != "" {
@@ -73,10 +76,12 @@ func (k *Keys) NodeTLSConfig(nodeAddr string, hosts []string) (*tls.Config, erro
 		return nil, fmt.Errorf("node listener certificate: %w", err)
 	}
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{cert},
-		ClientAuth:   tls.VerifyClientCertIfGiven,
-		ClientCAs:    k.ca.Pool(),
+		MinVersion:    tls.VersionTLS13,
+		Certificates:  []tls.Certificate{cert},
+		ClientAuth:    tls.VerifyClientCertIfGiven,
+		ClientCAs:     k.ca.Pool(),
+		WrapSession:   k.tickets.wrap,
+		UnwrapSession: k.tickets.unwrap,
 	}, nil
 }
 
@@ -104,6 +109,8 @@ type Keys struct {
 	log  *slog.Logger
 	rest atRest
 	ca   *pki.CA
+	// tickets seals the node listener's session tickets.
+	tickets *sessionTickets
 
 	mu     sync.RWMutex
 	signer *task.Signer
@@ -124,11 +131,15 @@ func Open(ctx context.Context, st Store, cfg Config) (*Keys, error) {
 	} else if _, err := SealAtRest(ctx, st, cfg.KEK, cfg.Log); err != nil {
 		return nil, err
 	}
-	ca, err := loadOrCreateCA(ctx, st, cfg.Now(), rest)
+	ca, caKeyPEM, err := loadOrCreateCA(ctx, st, cfg.Now(), rest)
 	if err != nil {
 		return nil, err
 	}
-	k := &Keys{st: st, now: cfg.Now, log: cfg.Log, rest: rest, ca: ca}
+	tickets, err := newSessionTickets(caKeyPEM, cfg.Now)
+	if err != nil {
+		return nil, err
+	}
+	k := &Keys{st: st, now: cfg.Now, log: cfg.Log, rest: rest, ca: ca, tickets: tickets}
 	if err := k.reload(ctx); err != nil {
 		return nil, err
 	}

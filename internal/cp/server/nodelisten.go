@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // handshakeListener is a TLS listener that completes each connection's
@@ -27,6 +29,9 @@ type handshakeListener struct {
 	cfg     *tls.Config
 	timeout time.Duration // bounds each handshake (ReadHeaderTimeout)
 	log     *slog.Logger
+	// handshakes counts handshakes by result: full, resumed (a session
+	// ticket accepted) or failed; nil counts nothing.
+	handshakes *prometheus.CounterVec
 
 	start  sync.Once
 	conns  chan net.Conn
@@ -37,8 +42,9 @@ type handshakeListener struct {
 
 // newHandshakeListener wraps raw; cfg must list the ALPN protocols
 // (nodeListenerTLS).
-func newHandshakeListener(raw net.Listener, cfg *tls.Config, timeout time.Duration, log *slog.Logger) *handshakeListener {
-	return &handshakeListener{Listener: raw, cfg: cfg, timeout: timeout, log: log,
+func newHandshakeListener(raw net.Listener, cfg *tls.Config, timeout time.Duration, log *slog.Logger,
+	handshakes *prometheus.CounterVec) *handshakeListener {
+	return &handshakeListener{Listener: raw, cfg: cfg, timeout: timeout, log: log, handshakes: handshakes,
 		conns: make(chan net.Conn), errs: make(chan error), closed: make(chan struct{})}
 }
 
@@ -103,8 +109,14 @@ func (l *handshakeListener) handshake(raw net.Conn) {
 	}
 	if err := c.HandshakeContext(context.Background()); err != nil {
 		l.log.Debug("node listener: TLS handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
+		l.count("failed")
 		_ = c.Close()
 		return
+	}
+	if c.ConnectionState().DidResume {
+		l.count("resumed")
+	} else {
+		l.count("full")
 	}
 	_ = raw.SetDeadline(time.Time{})
 	select {
@@ -112,4 +124,20 @@ func (l *handshakeListener) handshake(raw net.Conn) {
 	case <-l.closed:
 		_ = c.Close()
 	}
+}
+
+func (l *handshakeListener) count(result string) {
+	if l.handshakes != nil {
+		l.handshakes.WithLabelValues(result).Inc()
+	}
+}
+
+// newHandshakeCounter is drover_node_tls_handshakes_total, registered on
+// reg.
+func newHandshakeCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "drover_node_tls_handshakes_total",
+		Help: "TLS handshakes on the node listener, by result: full, resumed (session ticket accepted), failed."},
+		[]string{"result"})
+	reg.MustRegister(c)
+	return c
 }

@@ -33,7 +33,7 @@ func serveHandshakeListener(t *testing.T, cfg *tls.Config, timeout time.Duration
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: h, TLSConfig: nodeListenerTLS(cfg), ReadHeaderTimeout: 10 * time.Second}
-	ln := newHandshakeListener(raw, nodeListenerTLS(cfg), timeout, slog.New(slog.DiscardHandler))
+	ln := newHandshakeListener(raw, nodeListenerTLS(cfg), timeout, slog.New(slog.DiscardHandler), nil)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	t.Cleanup(func() {
@@ -116,7 +116,7 @@ func TestHandshakeListenerClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := newHandshakeListener(raw, nodeListenerTLS(cfg), time.Second, slog.New(slog.DiscardHandler))
+	ln := newHandshakeListener(raw, nodeListenerTLS(cfg), time.Second, slog.New(slog.DiscardHandler), nil)
 	errc := make(chan error, 1)
 	go func() {
 		c, err := ln.Accept()

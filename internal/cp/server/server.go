@@ -286,7 +286,9 @@ type Server struct {
 	reg                      *prometheus.Registry
 
 	nodeTLS *tls.Config
-	ready   chan struct{}
+	// handshakes counts the node listener's TLS handshakes by result.
+	handshakes *prometheus.CounterVec
+	ready      chan struct{}
 }
 
 // New prepares a replica: it loads (or, on first start, creates) the CA and
@@ -345,6 +347,7 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	s.instancePolls = httpapi.NewLongPolls("instances", s.cfg.NodeLongPollLimit, s.reg, limitRefusals)
 	s.term.RegisterLiveSessions(s.reg)
 	registerStoreMetrics(s.reg, st)
+	s.handshakes = newHandshakeCounter(s.reg)
 	if cfg.Terminal.RecordingDir == "" {
 		s.log.Warn("terminal sessions are not recorded: no recording directory configured")
 	}
@@ -404,7 +407,8 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 	// The node listener does the TLS handshakes itself (handshakeListener);
 	// the server's copy of the config tells it to speak HTTP/2 on them.
 	nodeSrv.TLSConfig = nodeListenerTLS(s.nodeTLS)
-	nodeTLSLn := newHandshakeListener(nodeLn, nodeListenerTLS(s.nodeTLS), s.cfg.ReadHeaderTimeout, s.log)
+	nodeTLSLn := newHandshakeListener(nodeLn, nodeListenerTLS(s.nodeTLS), s.cfg.ReadHeaderTimeout, s.log,
+		s.handshakes)
 
 	g, gctx := errgroup.WithContext(ctx)
 	s.term.Start(gctx)

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"net"
@@ -18,6 +20,9 @@ type APIError = nodeapi.Error
 // IsStatus reports whether err is an APIError with the given status.
 func IsStatus(err error, status int) bool { return nodeapi.IsStatus(err, status) }
 
+// handshakeTimeout bounds a TLS handshake with the control plane.
+const handshakeTimeout = 10 * time.Second
+
 // client speaks to the node-facing API. Its TLS client certificate can be
 // swapped at runtime (renewal) without rebuilding the transport.
 type client struct {
@@ -26,12 +31,16 @@ type client struct {
 	tls             *tls.Config // the transport's; never modified after newClient
 	cert            atomic.Pointer[tls.Certificate]
 	nodeID          atomic.Value // string
+	// sessions holds TLS session tickets, keyed by the client certificate
+	// they were issued to (dialTLS), so that a reconnect (after a control
+	// plane restart, say) resumes instead of repeating the full handshake.
+	sessions tls.ClientSessionCache
 }
 
 // newClient builds a client trusting roots (or, when roots is nil, checking
 // the server's chain against a pinned CA hash via verify).
 func newClient(baseURL string, roots *x509.CertPool, verify func([][]byte, [][]*x509.Certificate) error) (*client, error) {
-	c := &client{}
+	c := &client{sessions: tls.NewLRUClientSessionCache(16)}
 	tlsCfg := &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		RootCAs:    roots,
@@ -46,11 +55,17 @@ func newClient(baseURL string, roots *x509.CertPool, verify func([][]byte, [][]*
 		tlsCfg.InsecureSkipVerify = true // replaced by the pinned-CA check below
 		tlsCfg.VerifyPeerCertificate = verify
 	}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		Proxy:       http.ProxyFromEnvironment,
+		DialContext: dialer.DialContext,
+		// Direct connections: dialTLS (session resumption); through a
+		// proxy: the transport's own TLS with TLSClientConfig.
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return c.dialTLS(ctx, dialer, network, addr)
+		},
 		TLSClientConfig:     tlsCfg,
-		TLSHandshakeTimeout: 10 * time.Second,
+		TLSHandshakeTimeout: handshakeTimeout,
 		ForceAttemptHTTP2:   true,
 		MaxIdleConns:        4,
 		IdleConnTimeout:     90 * time.Second,
@@ -71,6 +86,56 @@ func newClient(baseURL string, roots *x509.CertPool, verify func([][]byte, [][]*
 func (c *client) tlsConfig() *tls.Config { return c.tls.Clone() }
 
 func (c *client) setCertificate(cert tls.Certificate) { c.cert.Store(&cert) }
+
+// dialTLS opens a TLS connection that presents the current client
+// certificate and resumes a session issued to that same certificate when
+// it has one. Binding the ticket cache to the certificate chosen here, not
+// to whatever is current when the ticket arrives, matters because a
+// resumed TLS 1.3 session carries the client certificate of the handshake
+// that issued its ticket: a session from enrolment (no certificate) or
+// from before a renewal must never stand in for the current certificate.
+// Without a certificate (enrolment) nothing is cached.
+func (c *client) dialTLS(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
+	cfg := c.tls.Clone()
+	if cfg.ServerName == "" {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		cfg.ServerName = host
+	}
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	if cert := c.cert.Load(); cert != nil && len(cert.Certificate) > 0 {
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
+		sum := sha256.Sum256(cert.Certificate[0])
+		cfg.ClientSessionCache = certSessions{cache: c.sessions, prefix: string(sum[:])}
+	}
+	raw, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	tc := tls.Client(raw, cfg)
+	if err := tc.HandshakeContext(hctx); err != nil {
+		_ = raw.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+// certSessions is the part of a ticket cache that belongs to one client
+// certificate (prefix: its SHA-256).
+type certSessions struct {
+	cache  tls.ClientSessionCache
+	prefix string
+}
+
+func (s certSessions) Get(key string) (*tls.ClientSessionState, bool) {
+	return s.cache.Get(s.prefix + key)
+}
+
+func (s certSessions) Put(key string, cs *tls.ClientSessionState) { s.cache.Put(s.prefix+key, cs) }
 
 func (c *client) setNodeID(id string) { c.nodeID.Store(id) }
 
