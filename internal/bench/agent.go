@@ -69,8 +69,11 @@ func transport(tlsCfg *tls.Config, local *net.TCPAddr) *http.Transport {
 		TLSClientConfig:     tlsCfg,
 		TLSHandshakeTimeout: 10 * time.Second,
 		ForceAttemptHTTP2:   true,
-		MaxIdleConns:        4,
-		IdleConnTimeout:     90 * time.Second,
+		// The real agent lets one request dial while it has no connection
+		// (agent.oneDial); against this HTTP/2 server the limit does the same.
+		MaxConnsPerHost: 1,
+		MaxIdleConns:    4,
+		IdleConnTimeout: 90 * time.Second,
 	}
 }
 

@@ -2,15 +2,16 @@ package bench
 
 // The reconnect storm: the server child is SIGKILLed and started again on
 // the same store and addresses while every simulated agent tries to come
-// back (new TCP connection, full TLS 1.3 handshake with its client
-// certificate, one heartbeat), and an operator client keeps reading.
+// back (new TCP connection, TLS 1.3 handshake, resumed unless
+// NoTLSResumption, one heartbeat), and the storm probe (a process of its
+// own, probe.go) polls readiness and keeps reading hosts.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -31,21 +32,25 @@ const (
 type StormReport struct {
 	Agents int `json:"agents"`
 	Back   int `json:"back"`
-	// RestartS is SIGKILL → the new server's /readyz answering 200.
-	RestartS float64 `json:"restart_s"`
-	P50S     float64 `json:"p50_s"`
-	P90S     float64 `json:"p90_s"`
-	P99S     float64 `json:"p99_s"`
-	P100S    float64 `json:"p100_s"`
+	// RestartS is SIGKILL → the new server's /readyz answering 200, as the
+	// storm probe (a process of its own) saw it; HarnessReadyS as the
+	// harness did, queued behind its agents' goroutines.
+	RestartS      float64 `json:"restart_s"`
+	HarnessReadyS float64 `json:"harness_ready_s"`
+	P50S          float64 `json:"p50_s"`
+	P90S          float64 `json:"p90_s"`
+	P99S          float64 `json:"p99_s"`
+	P100S         float64 `json:"p100_s"`
 	// FailedAttempts counts heartbeats that failed during the storm
 	// (refused connections while the server was down included).
 	FailedAttempts int64 `json:"failed_attempts"`
 	// Curve is the cumulative number of agents back, every 100 ms.
 	Curve []CurvePoint `json:"curve"`
-	// Operator is GET /api/v1/hosts/{id} in a loop from the kill until the
-	// last agent is back: latency of the answered calls (after the restart).
+	// Operator is GET /api/v1/hosts/{id} in a loop, by the storm probe,
+	// from the server's readiness until the last agent is back: latency of
+	// the answered calls.
 	Operator      Latency `json:"operator"`
-	OperatorFails int64   `json:"operator_failed"` // refused or non-2xx, mostly while down
+	OperatorFails int64   `json:"operator_failed"` // refused, timed out or non-2xx
 	// TLSResumption: the agents kept session tickets (not
 	// --no-tls-resumption). Handshakes are the new server's node-listener
 	// handshakes by result, from its metrics after the storm.
@@ -82,22 +87,27 @@ func (f *fleet) storm(ctx context.Context) error {
 	var t0 time.Time
 	killedCh := make(chan struct{})
 	cpu0 := selfCPU()
+	// The operator calls and the readiness poll run in a process of their
+	// own (probe.go); the harness's own readiness wait still sequences it.
+	hosts := make([]string, 0, 64)
+	for i := 0; i < n && len(hosts) < 64; i += max(1, n/64) {
+		hosts = append(hosts, f.agents[i].id)
+	}
+	exe, err := os.Executable() // this drover binary: `drover bench storm-probe`
+	if err != nil {
+		return fmt.Errorf("find the drover executable: %w", err)
+	}
+	probe, err := startProbe(exe, f.t.opURL, f.t.token, hosts)
+	if err != nil {
+		return err
+	}
+	time.Sleep(200 * time.Millisecond) // the probe is up and reading before the kill
 	restartErr := make(chan error, 1)
 	go func() {
 		restartErr <- f.t.restart(ctx, func() { t0 = time.Now(); close(killedCh) })
 	}()
 	<-killedCh
 	f.logf("reconnect storm: server killed; %d agents reconnecting", n)
-
-	stormCtx, stopOp := context.WithCancel(ctx)
-	var op recorder
-	var opFails atomic.Int64
-	var opWG sync.WaitGroup
-	opWG.Add(1)
-	go func() {
-		defer opWG.Done()
-		f.stormOperator(stormCtx, &op, &opFails)
-	}()
 
 	var wg sync.WaitGroup
 	for i, a := range f.agents {
@@ -124,13 +134,12 @@ func (f *fleet) storm(ctx context.Context) error {
 	case <-ctx.Done():
 		rerr = ctx.Err()
 	}
-	restartS := time.Since(t0)
+	harnessReadyS := time.Since(t0)
 	if rerr != nil {
-		stopOp()
-		opWG.Wait()
+		_, _ = probe.stop()
 		return fmt.Errorf("reconnect storm: restart: %w", rerr)
 	}
-	f.logf("reconnect storm: server ready again after %.2fs", secs(restartS))
+	f.logf("reconnect storm: the harness saw the server ready again after %.2fs", secs(harnessReadyS))
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	tick := time.NewTicker(time.Second)
@@ -153,11 +162,15 @@ wait:
 		}
 	}
 	wg.Wait()
-	stopOp()
-	opWG.Wait()
+	events, perr := probe.stop()
+	if perr != nil {
+		return perr
+	}
+	var op recorder
+	restartS, opFails := probeFigures(events, t0, &op)
 
-	rep := &StormReport{Agents: n, RestartS: secs(restartS), FailedAttempts: failed.Load(), TLSResumption: !f.cfg.NoTLSResumption,
-		Operator: op.summary(), OperatorFails: opFails.Load()}
+	rep := &StormReport{Agents: n, RestartS: restartS, HarnessReadyS: secs(harnessReadyS), FailedAttempts: failed.Load(),
+		TLSResumption: !f.cfg.NoTLSResumption, Operator: op.summary(), OperatorFails: opFails}
 	var back []time.Duration
 	for i := range backAt {
 		if d := time.Duration(backAt[i].Load()); d > 0 {
@@ -200,33 +213,6 @@ wait:
 		rep.Back, n, rep.P50S, rep.P90S, rep.P99S, rep.P100S, rep.RestartS, rep.Operator.P50Ms, rep.Operator.P99Ms,
 		rep.Operator.Count, rep.OperatorFails, rep.Handshakes)
 	return nil
-}
-
-// stormOperator reads one host after another until ctx ends: a cheap
-// operator route (token check + one store read), so that the figure is the
-// API's responsiveness under the storm rather than the cost of listing the
-// whole fleet.
-func (f *fleet) stormOperator(ctx context.Context, lat *recorder, fails *atomic.Int64) {
-	op := newOpClient(f.t.opURL, f.t.token)
-	defer op.hc.CloseIdleConnections()
-	for i := 0; ctx.Err() == nil; i++ {
-		a := f.agents[i%len(f.agents)]
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		t := time.Now()
-		err := op.call(rctx, http.MethodGet, "/api/v1/hosts/"+a.id, nil, nil)
-		d := time.Since(t)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil:
-			fails.Add(1)
-			sleep(ctx, 50*time.Millisecond)
-		default:
-			lat.add(d)
-			sleep(ctx, 10*time.Millisecond)
-		}
-	}
 }
 
 // cumulative turns sorted times into (t, count ≤ t) every step, up to the last.

@@ -15,6 +15,21 @@ import (
 type BenchCmd struct {
 	Fleet BenchFleetCmd `cmd:"" help:"Simulate a fleet of agents (real enrolment and mTLS) and report heartbeat, dispatch, throughput and memory figures as JSON."`
 	Plot  BenchPlotCmd  `cmd:"" help:"Render SVG charts (heartbeats/s, dispatch latency CDF, reconnect storm) from a 'bench fleet' JSON report."`
+	// StormProbe is run by 'bench fleet --reconnect-storm' as a process of
+	// its own.
+	StormProbe BenchStormProbeCmd `cmd:"" name:"storm-probe" hidden:"" help:"The reconnect storm's operator client (run by 'bench fleet --reconnect-storm'): poll /readyz, then read hosts, one JSON line per call, until killed."`
+}
+
+// BenchStormProbeCmd is the reconnect storm's operator probe.
+type BenchStormProbeCmd struct {
+	API   string   `name:"api" required:"" help:"Operator API of the control plane under test (loopback only)."`
+	Token string   `name:"token" env:"DROVER_TOKEN" required:"" help:"Operator token."`
+	Hosts []string `name:"hosts" required:"" help:"Host ids to read, comma-separated."`
+}
+
+// Run implements the command.
+func (c *BenchStormProbeCmd) Run(ctx context.Context, env *Env) error {
+	return bench.Probe(ctx, c.API, c.Token, c.Hosts, env.Stdout)
 }
 
 // BenchPlotCmd renders a fleet report's charts.

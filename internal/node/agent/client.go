@@ -7,6 +7,8 @@ import (
 	"crypto/x509"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,7 +72,7 @@ func newClient(baseURL string, roots *x509.CertPool, verify func([][]byte, [][]*
 		MaxIdleConns:        4,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	c.http = &http.Client{Transport: tr}
+	c.http = &http.Client{Transport: &oneDial{next: tr}}
 	c.tls = tlsCfg
 	var err error
 	if c.Client, err = nodeapi.NewClient(c.http, baseURL); err != nil {
@@ -147,3 +149,86 @@ func (c *client) node() string {
 // closeIdle drops pooled connections, so the next request handshakes with
 // the current certificate.
 func (c *client) closeIdle() { c.http.CloseIdleConnections() }
+
+// oneDial lets one request at a time dial while the client has no
+// connection: the others wait until it has its connection and then share
+// it (HTTP/2). Without it the heartbeat and the long-polls, failing
+// together when the control plane restarts, each dial and handshake
+// again, and the transport throws all but one connection away. Against a
+// server that speaks only HTTP/1.1 the waiters dial their own connections
+// once the first has one, so nothing waits behind a long-poll
+// (http.Transport.MaxConnsPerHost would make them).
+type oneDial struct {
+	next http.RoundTripper
+
+	mu sync.Mutex
+	up bool // a request got a connection, and none failed since
+	// dialing is closed when the request that is dialing has its
+	// connection or has failed; nil when none is.
+	dialing chan struct{}
+}
+
+func (o *oneDial) RoundTrip(req *http.Request) (*http.Response, error) {
+	for {
+		o.mu.Lock()
+		if o.up {
+			o.mu.Unlock()
+			break
+		}
+		if o.dialing == nil {
+			ch := make(chan struct{})
+			o.dialing = ch
+			o.mu.Unlock()
+			return o.first(req, ch)
+		}
+		ch := o.dialing
+		o.mu.Unlock()
+		select {
+		case <-ch:
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
+	}
+	resp, err := o.next.RoundTrip(req)
+	if err != nil {
+		o.setUp(false)
+	}
+	return resp, err
+}
+
+// first sends req as the request that dials, releasing the others as soon
+// as it has a connection.
+func (o *oneDial) first(req *http.Request, ch chan struct{}) (*http.Response, error) {
+	var once sync.Once
+	release := func(up bool) {
+		once.Do(func() {
+			o.mu.Lock()
+			o.up, o.dialing = up, nil
+			o.mu.Unlock()
+			close(ch)
+		})
+	}
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { release(true) }}
+	resp, err := o.next.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	release(err == nil)
+	if err != nil {
+		o.setUp(false)
+	}
+	return resp, err
+}
+
+func (o *oneDial) setUp(up bool) {
+	o.mu.Lock()
+	o.up = up
+	o.mu.Unlock()
+}
+
+// CloseIdleConnections closes the transport's idle connections (so that
+// http.Client.CloseIdleConnections reaches it); the next request dials
+// as the first again.
+func (o *oneDial) CloseIdleConnections() {
+	if ci, ok := o.next.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+	o.setUp(false)
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,4 +122,77 @@ func newNodeCert(t *testing.T, p *terminaltest.PKI, id string) tls.Certificate {
 		t.Fatal(err)
 	}
 	return cert
+}
+
+// TestClientDialsOnce: requests that start together on a client without a
+// connection (the heartbeat and the long-polls after a control-plane
+// restart) share one dial and one handshake instead of one each, over
+// HTTP/2; against an HTTP/1.1-only server they dial their own, and a held
+// long-poll never holds up a heartbeat.
+func TestClientDialsOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		http2      bool
+		handshakes int32 // 0: any
+	}{{"http2", true, 1}, {"http1", false, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := terminaltest.NewPKI(t, "test CA", "node-a")
+			var hellos atomic.Int32
+			release := make(chan struct{})
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/wait" { // a long-poll: held until released
+					<-release
+				}
+			}))
+			srv.EnableHTTP2 = tc.http2
+			srv.TLS = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{p.Server},
+				ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: p.CA.Pool(),
+				GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { hellos.Add(1); return nil, nil }}
+			srv.StartTLS()
+			t.Cleanup(srv.Close)
+			c, err := newClient(srv.URL, p.CA.Pool(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.setCertificate(p.Node)
+			var wg sync.WaitGroup
+			var beats atomic.Int32
+			errs := make(chan error, 6)
+			for i := range 6 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					path := "/beat"
+					if i%2 == 0 {
+						path = "/wait"
+					}
+					resp, err := c.http.Get(srv.URL + path)
+					if err != nil {
+						errs <- err
+						return
+					}
+					resp.Body.Close()
+					if path == "/beat" {
+						beats.Add(1)
+					}
+				}()
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for beats.Load() < 3 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := beats.Load(); n < 3 {
+				t.Errorf("%d of 3 heartbeats answered while the long-polls were held", n)
+			}
+			close(release)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Errorf("request: %v", err)
+			}
+			if n := hellos.Load(); tc.handshakes != 0 && n != tc.handshakes {
+				t.Errorf("%d TLS handshakes for 6 concurrent requests, want %d", n, tc.handshakes)
+			}
+		})
+	}
 }
