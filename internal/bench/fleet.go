@@ -86,11 +86,17 @@ type Config struct {
 	// NoTLSResumption makes the agents keep no TLS session tickets, so
 	// every reconnect is a full handshake (the baseline of the storm).
 	NoTLSResumption bool
+	// ClientHandshakes bounds how many client-side TLS handshakes the
+	// harness runs at once (0: default 64; negative: no bound).
+	ClientHandshakes int
 }
 
 func (c *Config) defaults() error {
 	if c.Agents == 0 {
 		c.Agents = 1000
+	}
+	if c.ClientHandshakes == 0 {
+		c.ClientHandshakes = 64
 	}
 	if c.Agents < 1 || c.Agents > MaxAgents {
 		return fmt.Errorf("agents must be between 1 and %d", MaxAgents)
@@ -167,6 +173,8 @@ type fleet struct {
 	track  *tracker
 	runID  string
 	rep    *Report
+	// handshakes is the harness's client-handshake gate (nil: unbounded).
+	handshakes chan struct{}
 }
 
 func (f *fleet) logf(format string, args ...any) {
@@ -179,6 +187,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	f := &fleet{cfg: cfg, track: newTracker(), rep: &Report{Machine: machine()}}
+	if cfg.ClientHandshakes > 0 {
+		f.handshakes = make(chan struct{}, cfg.ClientHandshakes)
+	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	f.runID = hex.EncodeToString(b[:])
@@ -186,7 +197,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	f.rep.Config = ReportConfig{Agents: cfg.Agents, LongPolls: cfg.LongPolls, HeartbeatAgents: cfg.HeartbeatAgents,
 		HeartbeatRate: cfg.HeartbeatRate, DurationS: cfg.Duration.Seconds(), Tasks: cfg.Tasks,
 		DispatchSamples: cfg.DispatchSamples, Enqueue: cfg.Enqueue, NoFileLimit: nofile, Store: cfg.Store,
-		ServerGOMAXPROCS: cfg.ServerGOMAXPROCS, ServerGOGC: cfg.ServerGOGC}
+		ServerGOMAXPROCS: cfg.ServerGOMAXPROCS, ServerGOGC: cfg.ServerGOGC, ClientHandshakes: cfg.ClientHandshakes}
 	if need := uint64(cfg.Agents + 256); nofile != 0 && nofile < need {
 		return nil, fmt.Errorf("RLIMIT_NOFILE is %d; %d agents need at least %d", nofile, cfg.Agents, need)
 	}
@@ -395,7 +406,7 @@ func (f *fleet) setup(ctx context.Context) error {
 		}
 		tokens[i] = bt.Token
 		f.agents[i] = &simAgent{idx: i, id: id, base: f.t.nodeURL, local: sourceAddr(f.t.nodeURL, i),
-			resume: !f.cfg.NoTLSResumption}
+			resume: !f.cfg.NoTLSResumption, gate: f.handshakes}
 		return nil
 	})
 	if err != nil {

@@ -60,6 +60,9 @@ type ReportConfig struct {
 	NoFileLimit      uint64  `json:"nofile_limit"`
 	ServerGOMAXPROCS int     `json:"server_gomaxprocs,omitempty"`
 	ServerGOGC       string  `json:"server_gogc,omitempty"`
+	// ClientHandshakes is the harness's bound on concurrent client
+	// handshakes (-1: none).
+	ClientHandshakes int `json:"client_handshakes"`
 }
 
 // SetupReport times host creation and enrolment.

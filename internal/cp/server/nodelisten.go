@@ -6,8 +6,10 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +34,8 @@ type handshakeListener struct {
 	// handshakes counts handshakes by result: full, resumed (a session
 	// ticket accepted) or failed; nil counts nothing.
 	handshakes *prometheus.CounterVec
+	// cpu bounds how many handshakes compute at once (gatedConn).
+	cpu chan struct{}
 
 	start  sync.Once
 	conns  chan net.Conn
@@ -45,6 +49,7 @@ type handshakeListener struct {
 func newHandshakeListener(raw net.Listener, cfg *tls.Config, timeout time.Duration, log *slog.Logger,
 	handshakes *prometheus.CounterVec) *handshakeListener {
 	return &handshakeListener{Listener: raw, cfg: cfg, timeout: timeout, log: log, handshakes: handshakes,
+		cpu:   make(chan struct{}, max(4, 2*runtime.GOMAXPROCS(0))),
 		conns: make(chan net.Conn), errs: make(chan error), closed: make(chan struct{})}
 }
 
@@ -103,11 +108,14 @@ func (l *handshakeListener) acceptLoop() {
 }
 
 func (l *handshakeListener) handshake(raw net.Conn) {
-	c := tls.Server(raw, l.cfg)
+	gc := &gatedConn{Conn: raw, cpu: l.cpu}
+	c := tls.Server(gc, l.cfg)
 	if l.timeout > 0 { // as net/http bounds its own handshakes: deadlines, no context goroutine
 		_ = raw.SetDeadline(time.Now().Add(l.timeout))
 	}
-	if err := c.HandshakeContext(context.Background()); err != nil {
+	err := c.HandshakeContext(context.Background())
+	gc.handshakeDone() // before anything else reads from it
+	if err != nil {
 		l.log.Debug("node listener: TLS handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
 		l.count("failed")
 		_ = c.Close()
@@ -140,4 +148,47 @@ func newHandshakeCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 		[]string{"result"})
 	reg.MustRegister(c)
 	return c
+}
+
+// gatedConn is a connection in its handshake that computes only while it
+// holds a slot of cpu: it takes one when a read returns (what follows is
+// the handshake's work on what it read: key exchange, signatures,
+// certificate checks) and gives it back before the next read blocks, so
+// a client that stalls holds no slot. When every agent reconnects at once
+// (a control-plane restart), thousands of handshakes would otherwise share
+// the CPU, all finish late and overrun their clients' timeouts together, and
+// the retries repeat it: with the bound they complete one after another,
+// at the same total cost, and the other goroutines (the operator API) keep
+// getting CPU. After the handshake the connection reads straight through.
+type gatedConn struct {
+	net.Conn
+	cpu  chan struct{}
+	held bool // a slot; only the handshake's goroutine reads before done
+	done atomic.Bool
+}
+
+func (c *gatedConn) Read(b []byte) (int, error) {
+	if c.done.Load() {
+		return c.Conn.Read(b)
+	}
+	c.release()
+	n, err := c.Conn.Read(b)
+	if err == nil {
+		c.cpu <- struct{}{}
+		c.held = true
+	}
+	return n, err
+}
+
+func (c *gatedConn) release() {
+	if c.held {
+		<-c.cpu
+		c.held = false
+	}
+}
+
+// handshakeDone gives the slot back for good.
+func (c *gatedConn) handshakeDone() {
+	c.release()
+	c.done.Store(true)
 }

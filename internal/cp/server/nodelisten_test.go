@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,5 +147,63 @@ func TestNodeListenerTLS(t *testing.T) {
 	}
 	if len(cfg.NextProtos) != 0 {
 		t.Fatalf("caller's config modified: %q", cfg.NextProtos)
+	}
+}
+
+// TestHandshakeGate: handshakes compute a bounded number at a time, but a
+// client that stalls mid-handshake holds no slot: with more stalled
+// clients than slots, other agents still connect at once, and every slot
+// is free again afterwards.
+func TestHandshakeGate(t *testing.T) {
+	ca, cfg, client := nodeTLSPair(t, "node-a")
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := newHandshakeListener(raw, nodeListenerTLS(cfg), time.Minute, slog.New(slog.DiscardHandler), nil)
+	srv := &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}),
+		TLSConfig: nodeListenerTLS(cfg), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	addr := raw.Addr().String()
+
+	// Stalled clients, three times as many as there are slots: some send
+	// nothing, some half a ClientHello.
+	for i := range 3 * cap(ln.cpu) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if i%2 == 1 {
+			_, _ = c.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01}) // a record header and one byte
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr := &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS13,
+				RootCAs: ca.Pool(), Certificates: []tls.Certificate{client}}}
+			defer tr.CloseIdleConnections()
+			resp, err := (&http.Client{Transport: tr, Timeout: 20 * time.Second}).Get("https://" + addr + "/")
+			if err != nil {
+				errs <- err
+				return
+			}
+			resp.Body.Close()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("agent behind stalled handshakes: %v", err)
+	}
+	if n := len(ln.cpu); n != 0 {
+		t.Errorf("%d handshake slots still held with only stalled clients left", n)
 	}
 }

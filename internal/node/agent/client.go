@@ -35,14 +35,15 @@ type client struct {
 	nodeID          atomic.Value // string
 	// sessions holds TLS session tickets, keyed by the client certificate
 	// they were issued to (dialTLS), so that a reconnect (after a control
-	// plane restart, say) resumes instead of repeating the full handshake.
+	// plane restart, say) resumes instead of repeating the full handshake;
+	// a ticket survives transient handshake failures (nodeapi.SessionCache).
 	sessions tls.ClientSessionCache
 }
 
 // newClient builds a client trusting roots (or, when roots is nil, checking
 // the server's chain against a pinned CA hash via verify).
 func newClient(baseURL string, roots *x509.CertPool, verify func([][]byte, [][]*x509.Certificate) error) (*client, error) {
-	c := &client{sessions: tls.NewLRUClientSessionCache(16)}
+	c := &client{sessions: nodeapi.NewSessionCache(16)}
 	tlsCfg := &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		RootCAs:    roots,
