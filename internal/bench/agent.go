@@ -104,21 +104,7 @@ func gatedDialTLS(tlsCfg *tls.Config, local *net.TCPAddr, gate chan struct{}) fu
 		if err != nil {
 			return nil, err
 		}
-		cfg := tlsCfg.Clone()
-		if cfg.ServerName == "" {
-			if cfg.ServerName, _, err = net.SplitHostPort(addr); err != nil {
-				cfg.ServerName = addr
-			}
-		}
-		cfg.NextProtos = []string{"h2", "http/1.1"}
-		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		tc := tls.Client(raw, cfg)
-		if err := tc.HandshakeContext(hctx); err != nil {
-			_ = raw.Close()
-			return nil, err
-		}
-		return tc, nil
+		return nodeapi.ClientHandshake(ctx, raw, tlsCfg.Clone(), addr, 10*time.Second)
 	}
 }
 

@@ -100,14 +100,6 @@ func (c *client) setCertificate(cert tls.Certificate) { c.cert.Store(&cert) }
 // Without a certificate (enrolment) nothing is cached.
 func (c *client) dialTLS(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
 	cfg := c.tls.Clone()
-	if cfg.ServerName == "" {
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
-			host = addr
-		}
-		cfg.ServerName = host
-	}
-	cfg.NextProtos = []string{"h2", "http/1.1"}
 	if cert := c.cert.Load(); cert != nil && len(cert.Certificate) > 0 {
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
 		sum := sha256.Sum256(cert.Certificate[0])
@@ -117,14 +109,7 @@ func (c *client) dialTLS(ctx context.Context, d *net.Dialer, network, addr strin
 	if err != nil {
 		return nil, err
 	}
-	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
-	defer cancel()
-	tc := tls.Client(raw, cfg)
-	if err := tc.HandshakeContext(hctx); err != nil {
-		_ = raw.Close()
-		return nil, err
-	}
-	return tc, nil
+	return nodeapi.ClientHandshake(ctx, raw, cfg, addr, handshakeTimeout)
 }
 
 // certSessions is the part of a ticket cache that belongs to one client

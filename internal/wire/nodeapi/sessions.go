@@ -1,8 +1,11 @@
 package nodeapi
 
 import (
+	"context"
 	"crypto/tls"
+	"net"
 	"sync"
+	"time"
 )
 
 // MaxTicketFailures is how many failed handshakes in a row drop a TLS
@@ -46,4 +49,27 @@ func (c *SessionCache) Put(key string, cs *tls.ClientSessionState) {
 	delete(c.fails, key)
 	c.mu.Unlock()
 	c.lru.Put(key, cs)
+}
+
+// ClientHandshake runs the client side of a TLS handshake with the
+// control plane on raw, as http.Transport would for addr: cfg (which it
+// modifies: pass a clone) gets addr's host as ServerName when it has none
+// and offers HTTP/2 first. On failure raw is closed.
+func ClientHandshake(ctx context.Context, raw net.Conn, cfg *tls.Config, addr string, timeout time.Duration) (*tls.Conn, error) {
+	if cfg.ServerName == "" {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		cfg.ServerName = host
+	}
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tc := tls.Client(raw, cfg)
+	if err := tc.HandshakeContext(hctx); err != nil {
+		_ = raw.Close()
+		return nil, err
+	}
+	return tc, nil
 }
