@@ -47,10 +47,10 @@ type StormReport struct {
 	// Curve is the cumulative number of agents back, every 100 ms.
 	Curve []CurvePoint `json:"curve"`
 	// Operator is GET /api/v1/hosts/{id} in a loop, by the storm probe,
-	// from the server's readiness until the last agent is back: latency of
-	// the answered calls.
+	// from the kill until the last agent is back: latency of the answered
+	// calls.
 	Operator      Latency `json:"operator"`
-	OperatorFails int64   `json:"operator_failed"` // refused, timed out or non-2xx
+	OperatorFails int64   `json:"operator_failed"` // refused while down, timed out or non-2xx
 	// TLSResumption: the agents kept session tickets (not
 	// --no-tls-resumption). Handshakes are the new server's node-listener
 	// handshakes by result, from its metrics after the storm.

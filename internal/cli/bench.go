@@ -17,7 +17,7 @@ type BenchCmd struct {
 	Plot  BenchPlotCmd  `cmd:"" help:"Render SVG charts (heartbeats/s, dispatch latency CDF, reconnect storm) from a 'bench fleet' JSON report."`
 	// StormProbe is run by 'bench fleet --reconnect-storm' as a process of
 	// its own.
-	StormProbe BenchStormProbeCmd `cmd:"" name:"storm-probe" hidden:"" help:"The reconnect storm's operator client (run by 'bench fleet --reconnect-storm'): poll /readyz, then read hosts, one JSON line per call, until killed."`
+	StormProbe BenchStormProbeCmd `cmd:"" name:"storm-probe" hidden:"" help:"The reconnect storm's operator client (run by 'bench fleet --reconnect-storm'): call /readyz and read a host in a loop, one JSON line per call, until killed."`
 }
 
 // BenchStormProbeCmd is the reconnect storm's operator probe.

@@ -1,7 +1,8 @@
 // Package keys owns the control plane's private keys: the built-in CA that
 // signs node certificates and the Ed25519 keyring that signs tasks (rotation,
-// the public JWKS, the node listener's TLS config), loaded from or created in
-// the store through Open. Private keys are sealed at rest with the
+// the public JWKS, the node listener's TLS config and the keys that seal its
+// session tickets, derived from the CA key), loaded from or created in the
+// store through Open. Private keys are sealed at rest with the
 // key-encryption key (internal/cp/kek); SealAtRest encrypts rows an earlier
 // version stored in plaintext. It must not serve routes or decide who may
 // use a key: the rooms that sign (tasks) or issue certificates (hosts) do.

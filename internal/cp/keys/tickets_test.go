@@ -88,8 +88,9 @@ func TestSessionTicketsAcrossRestartsAndCAs(t *testing.T) {
 	}
 	t0 := time.Date(2026, 11, 27, 0, 0, 1, 0, time.UTC) // just after an epoch began
 	at := func(d time.Duration) func() time.Time { return func() time.Time { return t0.Add(d) } }
-	// issuer seals tickets at t0; Time is the wall clock, as crypto/tls
-	// checks the client certificate's validity against it.
+	// issuer seals tickets at t0. Only the ticket keys' clock moves: the
+	// configs set no Time, so crypto/tls checks the client certificate's
+	// validity against the wall clock.
 	issuer, err := newSessionTickets(caKey, at(0))
 	if err != nil {
 		t.Fatal(err)
