@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -57,14 +56,15 @@ func (f *fakeStore) add(h store.Host, live bool) {
 	f.hosts, f.live[h.ID] = append(f.hosts, h), live
 }
 
-func (f *fakeStore) ListHosts(context.Context) ([]store.Host, error) {
+func (f *fakeStore) ListHostStates(context.Context) ([]store.HostState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := slices.Clone(f.hosts)
-	for i := range out {
-		if f.live[out[i].ID] {
-			out[i].LastSeenAt = f.clk.Now()
+	out := make([]store.HostState, 0, len(f.hosts))
+	for _, h := range f.hosts {
+		if f.live[h.ID] {
+			h.LastSeenAt = f.clk.Now()
 		}
+		out = append(out, h.State())
 	}
 	return out, nil
 }

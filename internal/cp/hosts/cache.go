@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"sync"
@@ -14,6 +15,12 @@ import (
 // lost; change events normally invalidate entries at once.
 const hostCacheTTL = 10 * time.Second
 
+// hostCacheRefresh is how often the cache reloads every host in one read
+// (refresh), so that an entry in use never reaches hostCacheTTL and each
+// node request is answered from memory: a fleet of 20,000 agents would
+// otherwise reload 2,000 hosts a second one row at a time.
+const hostCacheRefresh = hostCacheTTL / 2
+
 // hostState is the part of a host record every node request needs.
 type hostState struct {
 	enabled    bool
@@ -21,23 +28,52 @@ type hostState struct {
 	status     api.HostStatus
 	enrolledAt time.Time
 	capacity   *api.CapacityReport // last stored capacity, to write only changes
+	// capacityJSON is capacity as stored, so a refresh that reads the same
+	// bytes keeps capacity instead of decoding it again.
+	capacityJSON json.RawMessage
 	// failure is the stored last failure (signal and correlation id), so a
 	// heartbeat reporting the same one writes nothing.
 	failure  store.Failure
 	loadedAt time.Time
+	// round is the refresh round the entry was last read or written in;
+	// a refresh drops the entries of older rounds it did not list (hosts
+	// that no longer exist).
+	round uint64
+}
+
+// stateStore is what the cache reads (store.HostStore has it).
+type stateStore interface {
+	GetHostState(ctx context.Context, id string) (store.HostState, error)
+	ListHostStates(ctx context.Context) ([]store.HostState, error)
 }
 
 // hostCache keeps node-request authorisation off the database hot path.
+//
+// Entries come from three places: a read of one host when an entry is
+// missing or older than hostCacheTTL (get), a read of every host at start
+// and every hostCacheRefresh (refresh), and the record a write returned
+// (put). A change event drops the entry (invalidate). A read that was in
+// flight when the event came may hold the state from before the change,
+// so while reads are in flight the cache remembers what was invalidated,
+// and such a read caches nothing for it: a revocation is never undone by a
+// snapshot read before it.
 type hostCache struct {
-	st  Store
+	st  stateStore
 	now func() time.Time
 
 	mu    sync.RWMutex
 	hosts map[string]hostState
+	round uint64 // refresh rounds begun
+	// loads counts the store reads in flight; while there are any,
+	// dropped has the ids invalidated since the oldest began, and
+	// droppedAll says invalidateAll ran.
+	loads      int
+	dropped    map[string]struct{}
+	droppedAll bool
 }
 
-func newHostCache(st Store, now func() time.Time) *hostCache {
-	return &hostCache{st: st, now: now, hosts: make(map[string]hostState)}
+func newHostCache(st stateStore, now func() time.Time) *hostCache {
+	return &hostCache{st: st, now: now, hosts: make(map[string]hostState), dropped: make(map[string]struct{})}
 }
 
 // get returns the cached state, loading it from the store when absent or old.
@@ -48,31 +84,114 @@ func (c *hostCache) get(ctx context.Context, id string) (hostState, error) {
 	if ok && c.now().Sub(hs.loadedAt) < hostCacheTTL {
 		return hs, nil
 	}
-	h, err := c.st.GetHost(ctx, id)
+	c.mu.Lock()
+	c.loads++
+	c.mu.Unlock()
+	h, err := c.st.GetHostState(ctx, id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.loadDone()
 	if err != nil {
 		return hostState{}, err
 	}
-	return c.put(h), nil
+	hs = c.state(h, c.hosts[id])
+	c.keep(h.ID, hs)
+	return hs, nil
 }
 
-// put caches a host record the caller just read or wrote.
-func (c *hostCache) put(h store.Host) hostState {
-	hs := hostState{enabled: h.Enabled, revoked: h.Revoked, status: h.Status,
-		enrolledAt: h.EnrolledAt, failure: h.LastFailure, loadedAt: c.now()}
-	if len(h.Capacity) > 0 {
-		var capa api.CapacityReport
-		if json.Unmarshal(h.Capacity, &capa) == nil {
-			hs.capacity = &capa
+// refresh reads every host's state in one read, replaces the entries with
+// it and drops the entries of hosts that no longer exist.
+func (c *hostCache) refresh(ctx context.Context) error {
+	c.mu.Lock()
+	c.loads++
+	c.round++
+	round := c.round
+	c.mu.Unlock()
+	states, err := c.st.ListHostStates(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.loadDone()
+	if err != nil {
+		return err
+	}
+	for _, h := range states {
+		c.keep(h.ID, c.state(h, c.hosts[h.ID]))
+	}
+	for id, hs := range c.hosts {
+		if hs.round < round {
+			delete(c.hosts, id)
 		}
 	}
-	c.mu.Lock()
-	c.hosts[h.ID] = hs
-	c.mu.Unlock()
+	return nil
+}
+
+// state is the cache entry for h, reusing prev's decoded capacity when
+// the stored bytes are the same. c.mu must be held.
+func (c *hostCache) state(h store.HostState, prev hostState) hostState {
+	hs := hostState{enabled: h.Enabled, revoked: h.Revoked, status: h.Status,
+		enrolledAt: h.EnrolledAt, failure: h.LastFailure, loadedAt: c.now(), round: c.round}
+	if len(h.Capacity) > 0 {
+		if prev.capacity != nil && bytes.Equal(prev.capacityJSON, h.Capacity) {
+			hs.capacity, hs.capacityJSON = prev.capacity, prev.capacityJSON
+		} else {
+			var capa api.CapacityReport
+			if json.Unmarshal(h.Capacity, &capa) == nil {
+				hs.capacity, hs.capacityJSON = &capa, h.Capacity
+			}
+		}
+	}
 	return hs
 }
 
+// keep caches what a store read returned unless the host was invalidated
+// while the read was in flight. c.mu must be held.
+func (c *hostCache) keep(id string, hs hostState) {
+	if c.droppedAll {
+		return
+	}
+	if _, ok := c.dropped[id]; ok {
+		return
+	}
+	c.hosts[id] = hs
+}
+
+// loadDone ends a store read; c.mu must be held.
+func (c *hostCache) loadDone() {
+	if c.loads--; c.loads == 0 {
+		clear(c.dropped)
+		c.droppedAll = false
+	}
+}
+
+// put caches a host record the caller just wrote. A store read in flight
+// may have begun before the write, so it does not replace this entry.
+func (c *hostCache) put(h store.Host) hostState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hs := c.state(h.State(), c.hosts[h.ID])
+	c.hosts[h.ID] = hs
+	if c.loads > 0 {
+		c.dropped[h.ID] = struct{}{}
+	}
+	return hs
+}
+
+// invalidate drops a host's entry (its record changed).
 func (c *hostCache) invalidate(id string) {
 	c.mu.Lock()
 	delete(c.hosts, id)
+	if c.loads > 0 {
+		c.dropped[id] = struct{}{}
+	}
+	c.mu.Unlock()
+}
+
+// invalidateAll drops every entry (change events were lost).
+func (c *hostCache) invalidateAll() {
+	c.mu.Lock()
+	clear(c.hosts)
+	if c.loads > 0 {
+		c.droppedAll = true
+	}
 	c.mu.Unlock()
 }

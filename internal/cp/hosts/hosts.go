@@ -118,15 +118,42 @@ func New(cfg Config, st Store, ca CA, keys Keys, instances Instances, auditLog *
 	return s
 }
 
-// Run sweeps liveness (flush, then mark stale hosts) every heartbeat
-// interval until ctx ends.
-func (s *Room) Run(ctx context.Context) { s.live.run(ctx) }
+// Run fills the host cache, then, until ctx ends, sweeps liveness (flush,
+// then mark stale hosts) every heartbeat interval and refreshes the cache
+// every hostCacheRefresh.
+func (s *Room) Run(ctx context.Context) {
+	// One read of every host instead of one per agent's first request:
+	// after a restart the whole fleet reconnects at once.
+	s.refreshCache(ctx)
+	sweep, refresh := time.NewTicker(s.cfg.HeartbeatInterval), time.NewTicker(hostCacheRefresh)
+	defer sweep.Stop()
+	defer refresh.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sweep.C:
+			s.live.sweep(ctx)
+		case <-refresh.C:
+			s.refreshCache(ctx)
+		}
+	}
+}
+
+func (s *Room) refreshCache(ctx context.Context) {
+	if err := s.cache.refresh(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("refresh host cache", "err", err)
+	}
+}
 
 // Flush writes the coalesced heartbeats (on a clean stop).
 func (s *Room) Flush(ctx context.Context) { s.live.flush(ctx) }
 
 // Invalidate drops a host's cached state (a host change event).
 func (s *Room) Invalidate(id string) { s.cache.invalidate(id) }
+
+// InvalidateAll drops every host's cached state (change events were lost).
+func (s *Room) InvalidateAll() { s.cache.invalidateAll() }
 
 // NodeOnline reports whether a node's agent is heard from and allowed in.
 func (s *Room) NodeOnline(ctx context.Context, id string) bool {

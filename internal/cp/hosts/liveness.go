@@ -29,6 +29,9 @@ const staleAfter = 3
 // hosts heard from lately.
 type liveness struct {
 	s *Room
+	// started is when the replica started: it marks no host stale before
+	// it has been up for staleAfter intervals itself.
+	started time.Time
 
 	mu    sync.Mutex
 	hosts map[string]*beatEntry
@@ -47,7 +50,7 @@ type beatEntry struct {
 }
 
 func newLiveness(s *Room) *liveness {
-	return &liveness{s: s, hosts: make(map[string]*beatEntry)}
+	return &liveness{s: s, started: s.cfg.Now(), hosts: make(map[string]*beatEntry)}
 }
 
 // decoded returns the heartbeat the host last sent if body is the same
@@ -165,9 +168,20 @@ func (l *liveness) flush(ctx context.Context) {
 }
 
 // sweep flushes, then marks hosts stale after staleAfter missed intervals.
+//
+// A replica that started less than staleAfter intervals ago marks none:
+// the agents may have had no control plane to reach (all replicas were
+// down, or this one only just started) and are still reconnecting, all at
+// once after a restart. As in the Kubernetes node lifecycle controller,
+// silence counts from when this replica could first have heard the host;
+// another replica that was up meanwhile marks stale hosts as usual.
 func (l *liveness) sweep(ctx context.Context) {
 	l.flush(ctx)
-	cutoff := l.s.cfg.Now().Add(-staleAfter * l.s.cfg.HeartbeatInterval)
+	now := l.s.cfg.Now()
+	if now.Sub(l.started) < staleAfter*l.s.cfg.HeartbeatInterval {
+		return
+	}
+	cutoff := now.Add(-staleAfter * l.s.cfg.HeartbeatInterval)
 	ids, err := l.s.store.MarkStale(ctx, cutoff)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -188,19 +202,6 @@ func (l *liveness) sweep(ctx context.Context) {
 		}
 		l.s.cache.invalidate(id)
 		l.s.statusChanged(ctx, id, "heartbeating", api.HostStale, string(signal.HeartbeatStale), cid)
-	}
-}
-
-func (l *liveness) run(ctx context.Context) {
-	t := time.NewTicker(l.s.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			l.sweep(ctx)
-		}
 	}
 }
 

@@ -238,6 +238,37 @@ func TestHeartbeatStopTurnsStale(t *testing.T) {
 	}
 }
 
+// TestRestartedReplicaWaitsBeforeStale: after the control plane was down
+// for an hour, a replica that just started marks no host stale before it
+// has been up for three intervals itself: agents reconnecting in that time
+// never turn stale, and one that stays silent turns stale just after.
+func TestRestartedReplicaWaitsBeforeStale(t *testing.T) {
+	for _, reconnects := range []bool{false, true} {
+		rs := newReplicas(t, "n1")
+		a := rs.room()
+		hb := api.Heartbeat{AgentVersion: "1"}
+		beat(t, a, "n1", hb)
+		a.Flush(t.Context())
+		rs.clock.advance(time.Hour) // every replica down for an hour
+		started := rs.clock.Now()
+		b := rs.room()
+		for _, step := range []struct {
+			at    time.Duration // after b started
+			stale bool
+		}{{0, false}, {testInterval, false}, {2 * testInterval, false},
+			{3*testInterval - time.Second, false}, {3*testInterval + time.Second, !reconnects}} {
+			rs.clock.set(started.Add(step.at))
+			if reconnects && step.at == 2*testInterval {
+				beat(t, b, "n1", hb)
+			}
+			b.live.sweep(t.Context())
+			if got := rs.host(t, "n1").Status == api.HostStale; got != step.stale {
+				t.Fatalf("reconnects=%v, %s after the restart: stale %v, want %v", reconnects, step.at, got, step.stale)
+			}
+		}
+	}
+}
+
 // TestHeartbeatReplicaCrashLosesAtMostOneInterval: replica A hears a host
 // every interval and sweeps every interval, then dies without flushing.
 // The store still has a last-seen at most one interval older than the

@@ -475,6 +475,7 @@ func (s *Server) dispatchEvents(ctx context.Context, events <-chan store.Event) 
 				s.inst.Wake(ev.ID)
 			case store.EventResync: // events were lost: every waiter re-reads
 				s.log.Info("store events resynchronised: waking every long-poll")
+				s.hosts.InvalidateAll()
 				s.tasks.WakeAll()
 				s.inst.WakeAll()
 			}

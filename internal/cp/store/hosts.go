@@ -46,6 +46,29 @@ type Host struct {
 	Health Health
 }
 
+// HostState is the part of a host record that is read for every host
+// often: what authorises a node request (enabled, revoked, when it
+// enrolled), what a heartbeat is compared with so an unchanged one writes
+// nothing (status, capacity, last failure) and when the host was last
+// seen. The hosts room caches it and the health probe scheduler lists it;
+// the store reads it without the large columns (capabilities, labels).
+type HostState struct {
+	ID          string
+	Enabled     bool
+	Revoked     bool
+	Status      api.HostStatus
+	EnrolledAt  time.Time
+	LastSeenAt  time.Time
+	Capacity    json.RawMessage // api.CapacityReport, or nil
+	LastFailure Failure
+}
+
+// State is h's HostState.
+func (h Host) State() HostState {
+	return HostState{ID: h.ID, Enabled: h.Enabled, Revoked: h.Revoked, Status: h.Status,
+		EnrolledAt: h.EnrolledAt, LastSeenAt: h.LastSeenAt, Capacity: h.Capacity, LastFailure: h.LastFailure}
+}
+
 // Health is a host's last health probe result: State is "" before any.
 type Health struct {
 	State     api.HostHealth
@@ -91,6 +114,12 @@ type HostStore interface {
 	GetHost(ctx context.Context, id string) (Host, error)
 	// ListHosts returns all hosts ordered by id.
 	ListHosts(ctx context.Context) ([]Host, error)
+	// GetHostState returns one host's HostState, or ErrNotFound.
+	GetHostState(ctx context.Context, id string) (HostState, error)
+	// ListHostStates returns every host's HostState ordered by id, in one
+	// read: the hosts room fills and refreshes its cache with it, the
+	// health probe scheduler picks the hosts to probe.
+	ListHostStates(ctx context.Context) ([]HostState, error)
 	// UpdateHost reads the host, applies fn and writes the result in one
 	// transaction that locks the row; if fn returns an error nothing is
 	// written and that error is returned. Publishes EventHost.

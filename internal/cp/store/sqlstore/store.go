@@ -139,6 +139,46 @@ func (s *Store) ListHosts(ctx context.Context) ([]store.Host, error) {
 	return out, nil
 }
 
+// hostStateCols are the columns of a store.HostState, in scanHostState's order.
+const hostStateCols = `id, enabled, revoked, status, enrolled_at, last_seen_at, capacity,
+	last_failure_signal, last_failure_detail, last_failure_correlation_id, last_failure_at`
+
+func scanHostState(r Row) (store.HostState, error) {
+	var (
+		h                store.HostState
+		enabled, revoked int64
+		status, capacity string
+		enrolled, seen   int64
+		failedAt         int64
+	)
+	if err := r.Scan(&h.ID, &enabled, &revoked, &status, &enrolled, &seen, &capacity,
+		&h.LastFailure.Signal, &h.LastFailure.Detail, &h.LastFailure.CorrelationID, &failedAt); err != nil {
+		return store.HostState{}, err
+	}
+	h.Enabled, h.Revoked, h.Status = enabled != 0, revoked != 0, api.HostStatus(status)
+	h.EnrolledAt, h.LastSeenAt = tm(enrolled), tm(seen)
+	h.Capacity, h.LastFailure.At = textRaw(capacity), tm(failedAt)
+	return h, nil
+}
+
+// GetHostState implements store.Store.
+func (s *Store) GetHostState(ctx context.Context, id string) (store.HostState, error) {
+	h, err := scanHostState(s.db.QueryRow(ctx, `SELECT `+hostStateCols+` FROM hosts WHERE id = $1`, id))
+	if err != nil {
+		return store.HostState{}, notFound(err, "get host state %q", id)
+	}
+	return h, nil
+}
+
+// ListHostStates implements store.Store.
+func (s *Store) ListHostStates(ctx context.Context) ([]store.HostState, error) {
+	out, err := collect(scanHostState)(s.db.Query(ctx, `SELECT `+hostStateCols+` FROM hosts ORDER BY id`))
+	if err != nil {
+		return nil, fmt.Errorf("list host states: %w", err)
+	}
+	return out, nil
+}
+
 // UpdateHost implements store.Store. fn runs while the row is locked and must
 // not call the store. fn cannot change the id. When fn leaves UpdatedAt as it
 // was, UpdatedAt is set to now.

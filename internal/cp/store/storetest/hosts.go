@@ -19,6 +19,7 @@ var hostCases = []testCase{
 	{"Host/GetNotFound", testHostNotFound},
 	{"Host/TimestampsUTC", testHostTimestampsUTC},
 	{"Host/List", testHostList},
+	{"Host/States", testHostStates},
 	{"Host/Update", testHostUpdate},
 	{"Host/UpdateFnError", testHostUpdateFnError},
 	{"Host/UpdateNotFound", testHostUpdateNotFound},
@@ -140,6 +141,35 @@ func testHostList(t *testing.T, s store.Store) {
 	hs, err = s.ListHosts(ctx)
 	must(t, err)
 	diff(t, "ids", ids(hs, func(h store.Host) string { return h.ID }), []string{"a", "b", "c"})
+}
+
+// testHostStates: GetHostState and ListHostStates read the same fields as
+// GetHost, for every host, in id order; an unknown id is ErrNotFound.
+func testHostStates(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	states, err := s.ListHostStates(ctx)
+	must(t, err)
+	if len(states) != 0 {
+		t.Fatalf("empty store lists %d host states", len(states))
+	}
+	_, err = s.GetHostState(ctx, "nope")
+	wantErr(t, err, store.ErrNotFound)
+	hosts := []store.Host{fullHost("h-full"), newHost("h-min"), fullHost("a-full")}
+	hosts[2].Revoked, hosts[2].Enabled, hosts[2].Capacity = false, false, nil
+	for _, h := range hosts {
+		createHost(t, s, h)
+	}
+	states, err = s.ListHostStates(ctx)
+	must(t, err)
+	diff(t, "ids", ids(states, func(h store.HostState) string { return h.ID }), []string{"a-full", "h-full", "h-min"})
+	for _, got := range states {
+		h, err := s.GetHost(ctx, got.ID)
+		must(t, err)
+		diff(t, "listed state of "+got.ID, got, h.State())
+		one, err := s.GetHostState(ctx, got.ID)
+		must(t, err)
+		diff(t, "state of "+got.ID, one, h.State())
+	}
 }
 
 func testHostUpdate(t *testing.T, s store.Store) {
