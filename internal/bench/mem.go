@@ -59,6 +59,23 @@ func procCPU(pid int) float64 {
 	return (ut + st) / 100
 }
 
+// stealS is the CPU time the hypervisor gave to other guests since boot,
+// all CPUs together, in seconds (the steal column of /proc/stat; 0 where
+// there is none). On a shared VM it tells a slow run from a slow build.
+func stealS() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line)) // cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[8], 64)
+	return v / 100
+}
+
 // selfMem measures this process after a full GC, with the memory the
 // runtime freed handed back to the OS so RSS reflects live data.
 func selfMem() MemSample {

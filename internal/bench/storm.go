@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // TargetStormAgents and TargetStormBackS are the reconnect-storm target:
@@ -56,9 +58,18 @@ type StormReport struct {
 	// handshakes by result, from its metrics after the storm.
 	TLSResumption bool           `json:"tls_resumption"`
 	Handshakes    map[string]int `json:"handshakes,omitempty"`
+	// StatusChanges are the new server's host status transitions by new
+	// status during the storm (drover_host_status_changes_total): hosts
+	// marked stale while their agents were still reconnecting show here.
+	StatusChanges map[string]int `json:"status_changes,omitempty"`
 	ServerCPUS    float64        `json:"server_cpu_s,omitempty"`
 	HarnessCPUS   float64        `json:"harness_cpu_s,omitempty"`
-	RSSBytesEnd   int64          `json:"server_rss_bytes_end,omitempty"`
+	// StealS is the CPU time the hypervisor gave to other guests from the
+	// kill until the last agent was back, all CPUs together (/proc/stat):
+	// on a shared VM, time the server and harness were runnable but did
+	// not run.
+	StealS      float64 `json:"steal_s"`
+	RSSBytesEnd int64   `json:"server_rss_bytes_end,omitempty"`
 }
 
 // CurvePoint is one point of a cumulative curve.
@@ -86,7 +97,7 @@ func (f *fleet) storm(ctx context.Context) error {
 	var failed atomic.Int64
 	var t0 time.Time
 	killedCh := make(chan struct{})
-	cpu0 := selfCPU()
+	cpu0, steal0 := selfCPU(), stealS()
 	// The operator calls and the readiness poll run in a process of their
 	// own (probe.go); the harness's own readiness wait still sequences it.
 	hosts := make([]string, 0, 64)
@@ -195,6 +206,7 @@ wait:
 		rep.Curve = cumulative(back, 100*time.Millisecond)
 	}
 	rep.HarnessCPUS = round2(selfCPU() - cpu0)
+	rep.StealS = round2(stealS() - steal0)
 	if f.t.pid != 0 {
 		// The new child's CPU only (the killed one's is gone with it).
 		rep.ServerCPUS = round2(f.serverCPU())
@@ -206,12 +218,16 @@ wait:
 			for _, r := range []string{"full", "resumed", "failed"} {
 				rep.Handshakes[r] = int(m[`drover_node_tls_handshakes_total{result="`+r+`"}`])
 			}
+			rep.StatusChanges = map[string]int{}
+			for _, st := range []api.HostStatus{api.HostStale, api.HostHealthy} {
+				rep.StatusChanges[string(st)] = int(m[`drover_host_status_changes_total{status="`+string(st)+`"}`])
+			}
 		}
 	}
 	f.rep.Storm = rep
-	f.logf("reconnect storm: %d/%d back; 50%% %.2fs 90%% %.2fs 99%% %.2fs 100%% %.2fs (restart %.2fs); operator p50 %.1fms p99 %.1fms (%d answered, %d failed); handshakes %v",
+	f.logf("reconnect storm: %d/%d back; 50%% %.2fs 90%% %.2fs 99%% %.2fs 100%% %.2fs (restart %.2fs); operator p50 %.1fms p99 %.1fms (%d answered, %d failed); handshakes %v; CPU server %.2fs harness %.2fs stolen %.2fs",
 		rep.Back, n, rep.P50S, rep.P90S, rep.P99S, rep.P100S, rep.RestartS, rep.Operator.P50Ms, rep.Operator.P99Ms,
-		rep.Operator.Count, rep.OperatorFails, rep.Handshakes)
+		rep.Operator.Count, rep.OperatorFails, rep.Handshakes, rep.ServerCPUS, rep.HarnessCPUS, rep.StealS)
 	return nil
 }
 

@@ -234,3 +234,63 @@ func TestGroupClaimAndResult(t *testing.T) {
 		t.Errorf("t001 after the refused result: %+v %v", got, err)
 	}
 }
+
+// TestEmptyClaimSkipsWriter: a claim that finds no queued task is answered
+// by a reader while the writer is busy (a long-poll of an idle node never
+// waits for, or delays, the writer); a claim that finds one takes it
+// through the writer once the writer is free.
+func TestEmptyClaimSkipsWriter(t *testing.T) {
+	s := openTest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	now := time.Now()
+	if err := s.InsertTasks(ctx, []store.Task{{ID: "t1", NodeID: "busy", Type: "x", CreatedAt: now,
+		ExpiresAt: now.Add(time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	inWriter, release := make(chan struct{}), make(chan struct{})
+	held := make(chan error, 1)
+	go func() {
+		held <- s.db.InTx(ctx, func(sqlstore.DB) error { close(inWriter); <-release; return nil })
+	}()
+	<-inWriter
+	claimed := make(chan store.Task, 1)
+	go func() {
+		task, ok, err := s.ClaimTask(ctx, "busy", now, now.Add(time.Minute))
+		if err != nil || !ok {
+			t.Errorf("claim of a queued task: %v, %v", ok, err)
+		}
+		claimed <- task
+	}()
+	idle := make(chan error, 1)
+	go func() {
+		task, ok, err := s.ClaimTask(ctx, "idle", now, now.Add(time.Minute))
+		if ok {
+			err = fmt.Errorf("claimed %s", task.ID)
+		}
+		idle <- err
+	}()
+	select {
+	case err := <-idle:
+		if err != nil {
+			close(release)
+			t.Fatalf("claim for a node with no task while the writer is busy: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("a claim for a node with no task waited for the busy writer")
+	}
+	select {
+	case task := <-claimed:
+		close(release)
+		t.Fatalf("claimed %s while the writer was held", task.ID)
+	default:
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if task := <-claimed; task.ID != "t1" || task.State != api.TaskDispatched {
+		t.Fatalf("claimed %+v, want t1 dispatched", task)
+	}
+}

@@ -103,6 +103,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		Store: sqlstore.New(db, sqlstore.Dialect{
 			Name:              "sqlite",
 			ClaimIndex:        " INDEXED BY tasks_node_state_created",
+			PeekClaim:         true,
 			Notify:            db.notify,
 			IsUniqueViolation: isUniqueViolation,
 		}),

@@ -67,6 +67,16 @@ type Dialect struct {
 	// node on each claim; " INDEXED BY tasks_node_state_created" makes it
 	// read the claiming node's queued tasks only. "" on PostgreSQL.
 	ClaimIndex string
+	// PeekClaim makes a claim look for a queued task with a read first and
+	// take the write path only when there is one. On SQLite, whose writes
+	// all go through one connection, most claims find nothing (every
+	// long-poll claims when it starts and when it is woken, and an idle
+	// node re-polls every long-poll timeout): they are then answered by a
+	// reader and never wait for, or delay, the writer. A claim that finds a
+	// task by the read still claims it with the conditional update, so two
+	// claimers never get the same task. PostgreSQL claims concurrently and
+	// does not need it.
+	PeekClaim bool
 	// Notify publishes ev to every replica's subscribers once tx commits and
 	// not at all if it rolls back. It is called inside the transaction that
 	// made the change. PostgreSQL: pg_notify on tx. SQLite: queue on the

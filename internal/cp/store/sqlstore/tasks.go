@@ -172,6 +172,17 @@ func (s *Store) ClaimTaskLeases(ctx context.Context, nodeID string, now time.Tim
 		b.WriteString(" ELSE CAST($3 AS BIGINT) END")
 		lease = b.String()
 	}
+	if s.d.PeekClaim {
+		var one int
+		err := s.db.QueryRow(ctx, `SELECT 1 FROM tasks`+s.d.ClaimIndex+`
+			WHERE node_id = $1 AND state = 'queued' AND expires_at > $2 LIMIT 1`, nodeID, ms(now)).Scan(&one)
+		if errors.Is(err, ErrNoRows) {
+			return store.Task{}, false, nil
+		}
+		if err != nil {
+			return store.Task{}, false, fmt.Errorf("claim task for %q: look for a queued task: %w", nodeID, err)
+		}
+	}
 	t, err := scanTask(s.db.QueryRow(ctx, `UPDATE tasks
 		SET state = 'dispatched', dispatched_at = $2, lease_expires_at = `+lease+`, attempts = attempts + 1
 		WHERE id = (SELECT id FROM tasks`+s.d.ClaimIndex+` WHERE node_id = $1 AND state = 'queued' AND expires_at > $2

@@ -1,0 +1,79 @@
+package hosts
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/store/sqlite"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// benchFleet is the number of hosts BenchmarkHostCache stores: the size of
+// the reconnect storm in docs/performance.md.
+const benchFleet = 20000
+
+// BenchmarkHostCache compares the ways the host cache can read a SQLite
+// store of benchFleet enrolled hosts (small capabilities, no inventory):
+// one host at a time as it did before the refresh existed (the whole row:
+// get-host), one host at a time now (the narrow state: get-state; a
+// missing or expired entry), and the whole fleet in one refresh. ns/host
+// is the cost per host in each.
+//
+//	go test ./internal/cp/hosts -run '^$' -bench BenchmarkHostCache -benchtime 3x
+func BenchmarkHostCache(b *testing.B) {
+	st, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "d.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now()
+	caps, _ := json.Marshal(api.Capabilities{Hostname: "h", OSFamily: api.OSLinux, Arch: "amd64", CPUCores: 32,
+		RAMTotalMB: 128 << 10, Runtimes: []string{"qemu", "docker"}})
+	capa, _ := json.Marshal(api.CapacityReport{Total: api.Capacity{VCPUs: 32, MemoryMiB: 128 << 10}})
+	ids := make([]string, benchFleet)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("host-%05d", i)
+		if err := st.CreateHost(b.Context(), store.Host{ID: ids[i], OSFamily: api.OSLinux, Enabled: true,
+			Status: api.HostHealthy, Capabilities: caps, Capacity: capa, EnrolledAt: now, LastSeenAt: now,
+			Labels: map[string]string{"rack": "r1"}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("get-host", func(b *testing.B) {
+		for b.Loop() {
+			c := newHostCache(st, time.Now)
+			for _, id := range ids {
+				h, err := st.GetHost(b.Context(), id)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.put(h)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchFleet), "ns/host")
+	})
+	b.Run("get-state", func(b *testing.B) {
+		for b.Loop() {
+			c := newHostCache(st, time.Now)
+			for _, id := range ids {
+				if _, err := c.get(b.Context(), id); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchFleet), "ns/host")
+	})
+	b.Run("refresh", func(b *testing.B) {
+		c := newHostCache(st, time.Now)
+		for b.Loop() {
+			if err := c.refresh(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchFleet), "ns/host")
+	})
+}
