@@ -93,6 +93,14 @@ func (f *fleet) storm(ctx context.Context) error {
 		return errors.New("the reconnect storm needs --server-process")
 	}
 	n := len(f.agents)
+	// The simulated agents heartbeat only in the heartbeat phase; real ones
+	// do every interval. Bring every host's liveness up to date first, or
+	// the old server has marked most of them stale before the kill and
+	// every reconnect is a stale → healthy transition (a host-row write and
+	// an audit record) that a real fleet would not have.
+	if err := f.beatAll(ctx); err != nil {
+		return fmt.Errorf("reconnect storm: heartbeat every agent before the kill: %w", err)
+	}
 	backAt := make([]atomic.Int64, n) // ns since the kill; 0: not back
 	var failed atomic.Int64
 	var t0 time.Time
@@ -229,6 +237,42 @@ wait:
 		rep.Back, n, rep.P50S, rep.P90S, rep.P99S, rep.P100S, rep.RestartS, rep.Operator.P50Ms, rep.Operator.P99Ms,
 		rep.Operator.Count, rep.OperatorFails, rep.Handshakes, rep.ServerCPUS, rep.HarnessCPUS, rep.StealS)
 	return nil
+}
+
+// beatAll sends one heartbeat from every agent, 256 at a time, then waits
+// one heartbeat interval, so the server has flushed them to the store as
+// it does every interval: at the kill every host was last seen, as stored,
+// about one interval ago, as in a fleet heartbeating all along.
+func (f *fleet) beatAll(ctx context.Context) error {
+	start := time.Now()
+	var (
+		wg       sync.WaitGroup
+		failed   atomic.Int64
+		next     atomic.Int64
+		interval atomic.Int64
+	)
+	for range 256 {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(f.agents) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				a := f.agents[i]
+				resp, err := a.nc.Heartbeat(ctx, a.id, benchHeartbeat())
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				interval.Store(int64(resp.HeartbeatInterval))
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		return fmt.Errorf("%d of %d heartbeats failed", n, len(f.agents))
+	}
+	iv := time.Duration(interval.Load())
+	f.logf("reconnect storm: every agent heartbeated (%.2fs); waiting %s for the server's flush",
+		time.Since(start).Seconds(), iv)
+	sleep(ctx, iv+iv/10)
+	return ctx.Err()
 }
 
 // cumulative turns sorted times into (t, count ≤ t) every step, up to the last.

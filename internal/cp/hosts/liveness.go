@@ -189,6 +189,7 @@ func (l *liveness) sweep(ctx context.Context) {
 		}
 		return
 	}
+	ids = l.heardMeanwhile(ctx, ids, cutoff)
 	for _, id := range ids {
 		// The stale host's last failure, under a correlation id of its own
 		// that the audit record carries too.
@@ -203,6 +204,42 @@ func (l *liveness) sweep(ctx context.Context) {
 		l.s.cache.invalidate(id)
 		l.s.statusChanged(ctx, id, "heartbeating", api.HostStale, string(signal.HeartbeatStale), cid)
 	}
+}
+
+// heardMeanwhile puts back the hosts of ids (just marked stale) that this
+// replica heard from after cutoff, and returns the others. A heartbeat
+// that came while the flush was writing is in memory but not yet in the
+// store, whose last-seen time MarkStale reads: with thousands of hosts the
+// flush takes long enough for many to arrive so. Such a host is made
+// healthy again at once, with no failure, audit record or status change
+// of its own; its next heartbeat restores any problem its agent reports.
+func (l *liveness) heardMeanwhile(ctx context.Context, ids []string, cutoff time.Time) []string {
+	var back []store.Seen
+	l.mu.Lock()
+	stale := ids[:0]
+	for _, id := range ids {
+		if e := l.hosts[id]; e != nil && e.seen.After(cutoff) {
+			back = append(back, store.Seen{HostID: id, At: e.seen})
+			continue
+		}
+		stale = append(stale, id)
+	}
+	l.mu.Unlock()
+	if len(back) == 0 {
+		return stale
+	}
+	if _, err := l.s.store.TouchHosts(ctx, back); err != nil {
+		l.s.log.Warn("put back hosts heard during the heartbeat flush", "err", err, "hosts", len(back))
+		l.mu.Lock() // the next flush writes them
+		for _, b := range back {
+			l.entry(b.HostID).dirty = true
+		}
+		l.mu.Unlock()
+	}
+	for _, b := range back {
+		l.s.cache.invalidate(b.HostID)
+	}
+	return stale
 }
 
 // statusChanged logs, counts and audits a host status transition under

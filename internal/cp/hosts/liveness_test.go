@@ -2,6 +2,7 @@ package hosts
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -266,6 +267,50 @@ func TestRestartedReplicaWaitsBeforeStale(t *testing.T) {
 				t.Fatalf("reconnects=%v, %s after the restart: stale %v, want %v", reconnects, step.at, got, step.stale)
 			}
 		}
+	}
+}
+
+// touchHook is a store whose TouchHosts runs during first before writing:
+// a heartbeat that arrives while the flush is writing.
+type touchHook struct {
+	store.Store
+	during func()
+}
+
+func (h *touchHook) TouchHosts(ctx context.Context, seen []store.Seen) ([]string, error) {
+	if f := h.during; f != nil {
+		h.during = nil
+		f()
+	}
+	return h.Store.TouchHosts(ctx, seen)
+}
+
+// TestHeartbeatDuringFlushNotStale: a host whose heartbeat arrives while
+// the sweep's flush is writing (in memory, not yet in the store) is not
+// left stale by the sweep, and no stale transition is recorded for it;
+// a host that stayed silent in the same sweep turns stale.
+func TestHeartbeatDuringFlushNotStale(t *testing.T) {
+	rs := newReplicas(t, "n1", "n2", "n3")
+	hook := &touchHook{Store: rs.st}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a := New(Config{HeartbeatInterval: testInterval, Log: log, Now: rs.clock.Now}, hook, nil, nil, nil,
+		audit.New(rs.st, rs.clock.Now, log), NewMetrics(prometheus.NewRegistry()))
+	hb := api.Heartbeat{AgentVersion: "1"}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		beat(t, a, id, hb)
+	}
+	a.Flush(t.Context())
+	rs.clock.advance(3*testInterval + time.Second) // n1 and n2 silent since, as stored
+	beat(t, a, "n3", hb)                           // n3 in this flush
+	hook.during = func() { beat(t, a, "n1", hb) }  // n1 while it writes
+	a.live.sweep(t.Context())
+	for id, want := range map[string]api.HostStatus{"n1": api.HostHealthy, "n2": api.HostStale, "n3": api.HostHealthy} {
+		if got := rs.host(t, id).Status; got != want {
+			t.Errorf("%s: %s, want %s", id, got, want)
+		}
+	}
+	if n := rs.audited(t, "n1", "stale"); n != 0 {
+		t.Errorf("n1, heard during the flush, audited stale %d times", n)
 	}
 }
 
