@@ -190,6 +190,9 @@ func (l *liveness) sweep(ctx context.Context) {
 		return
 	}
 	ids = l.heardMeanwhile(ctx, ids, cutoff)
+	for _, id := range ids { // before the writes below: a heartbeat now sees stale and revives the host at once
+		l.s.cache.invalidate(id)
+	}
 	for _, id := range ids {
 		// The stale host's last failure, under a correlation id of its own
 		// that the audit record carries too.
@@ -201,7 +204,6 @@ func (l *liveness) sweep(ctx context.Context) {
 		}); err != nil && ctx.Err() == nil {
 			l.s.log.Warn("record stale host failure", "host_id", id, "err", err)
 		}
-		l.s.cache.invalidate(id)
 		l.s.statusChanged(ctx, id, "heartbeating", api.HostStale, string(signal.HeartbeatStale), cid)
 	}
 }
