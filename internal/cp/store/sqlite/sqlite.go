@@ -104,6 +104,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 			Name:              "sqlite",
 			ClaimIndex:        " INDEXED BY tasks_node_state_created",
 			PeekClaim:         true,
+			TouchHosts:        touchHosts,
 			Notify:            db.notify,
 			IsUniqueViolation: isUniqueViolation,
 		}),

@@ -1,0 +1,56 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/store/sqlstore"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// BenchmarkTouchHosts is one heartbeat flush of 20,000 hosts: the batched
+// statements (touchHosts, what the store uses) against sqlstore's portable
+// per-host loop (a store opened without the hook). ns/host is per host.
+//
+//	go test ./internal/cp/store/sqlite -run '^$' -bench BenchmarkTouchHosts -benchtime 5x
+func BenchmarkTouchHosts(b *testing.B) {
+	const n = 20000
+	for _, tc := range []struct {
+		name  string
+		batch bool
+	}{{"batch", true}, {"per-host-loop", false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := Open(b.Context(), b.TempDir()+"/d.db")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			st := s.Store
+			if !tc.batch {
+				st = sqlstore.New(s.db, sqlstore.Dialect{Name: "sqlite"})
+			}
+			now := time.Now()
+			for i := range n {
+				if err := s.CreateHost(b.Context(), store.Host{ID: fmt.Sprintf("host-%05d", i), OSFamily: api.OSLinux,
+					Enabled: true, Status: api.HostHealthy, LastSeenAt: now}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			seen := make([]store.Seen, n)
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				at := now.Add(time.Duration(i+1) * time.Second)
+				for j := range seen {
+					seen[j] = store.Seen{HostID: fmt.Sprintf("host-%05d", j), At: at}
+				}
+				if _, err := st.TouchHosts(context.Background(), seen); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/host")
+		})
+	}
+}
