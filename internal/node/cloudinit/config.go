@@ -16,12 +16,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/drover-dev/drover/internal/node/atomicfile"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/drover-dev/drover/internal/wire/pattern"
 )
 
 // Defaults applied by UserData and MetaData.
@@ -67,9 +68,9 @@ type Config struct {
 }
 
 var (
-	instanceIDRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
-	userRE       = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
-	hostLabelRE  = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+	instanceIDRE = pattern.Must(`^[A-Za-z0-9._-]{1,128}$`, `^[A-Za-z0-9._-]*$`, 1, 128)
+	userRE       = pattern.Must(`^[a-z_][a-z0-9_-]{0,31}$`, `^[a-z_][a-z0-9_-]*$`, 1, 32)
+	hostLabelRE  = pattern.Must(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`, `^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$`, 1, 63)
 )
 
 func (c Config) hostname() string {

@@ -9,12 +9,13 @@ import (
 	"io/fs"
 	"os"
 	"os/user"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/drover-dev/drover/internal/wire/pattern"
 )
 
 // ProvisionRequest is an allocation user to create or update.
@@ -64,7 +65,7 @@ type ProvisionResult struct {
 	RolledBack bool `json:"rolled_back,omitempty"`
 }
 
-var usernameRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+var usernameRE = pattern.Must(`^[a-z_][a-z0-9_-]{0,31}$`, `^[a-z_][a-z0-9_-]*$`, 1, 32)
 
 func checkUsername(name string) error {
 	if name == "root" {

@@ -36,11 +36,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/drover-dev/drover/internal/wire/pattern"
 )
 
 // DefaultParent is the cgroup under which VM cgroups are made.
@@ -73,7 +74,7 @@ type Group struct {
 	v2   bool
 }
 
-var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+var validID = pattern.Must(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`, `^[A-Za-z0-9][A-Za-z0-9_.-]*$`, 1, 128)
 
 // Detect finds the memory controller: v2 when the unified hierarchy at
 // /sys/fs/cgroup offers "memory", else v1 at /sys/fs/cgroup/memory.

@@ -1,12 +1,13 @@
 package api
 
 import (
-	"regexp"
 	"slices"
 	"time"
+
+	"github.com/drover-dev/drover/internal/wire/pattern"
 )
 
-var runtimeIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+var runtimeIDRE = pattern.Must(`^[a-z0-9][a-z0-9_-]{0,62}$`, `^[a-z0-9][a-z0-9_-]*$`, 1, 63)
 
 // ValidRuntimeID reports whether id may name an instance or VM on a node:
 // 1-63 of [a-z0-9_-], starting with a letter or digit.

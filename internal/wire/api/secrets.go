@@ -1,14 +1,15 @@
 package api
 
 import (
-	"regexp"
 	"time"
+
+	"github.com/drover-dev/drover/internal/wire/pattern"
 )
 
 // SecretNamePattern is what a workload secret's name must match.
 const SecretNamePattern = `^[a-z0-9][a-z0-9_.-]{0,62}$`
 
-var secretNameRE = regexp.MustCompile(SecretNamePattern)
+var secretNameRE = pattern.Must(SecretNamePattern, `^[a-z0-9][a-z0-9_.-]*$`, 1, 63)
 
 // ValidSecretName reports whether name is a valid workload secret name.
 func ValidSecretName(name string) bool { return secretNameRE.MatchString(name) }

@@ -1,9 +1,10 @@
 package api
 
 import (
-	"regexp"
 	"strings"
 	"time"
+
+	"github.com/drover-dev/drover/internal/wire/pattern"
 )
 
 // Named volumes of microVMs: a microVM's container.volumes[i].source is a
@@ -16,7 +17,7 @@ import (
 // must not contain ".."): it names files on the host, so no path tricks.
 const VolumeNamePattern = `^[a-z0-9][a-z0-9_.-]{0,62}$`
 
-var volumeNameRE = regexp.MustCompile(VolumeNamePattern)
+var volumeNameRE = pattern.Must(VolumeNamePattern, `^[a-z0-9][a-z0-9_.-]*$`, 1, 63)
 
 // ValidVolumeName reports whether name may name a microVM volume.
 func ValidVolumeName(name string) bool {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pattern"
 )
 
 const (
@@ -62,7 +63,7 @@ type ImagePullOutput struct {
 
 var (
 	imageRefRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:-]*$`)
-	imageDigestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	imageDigestRE = pattern.Must(`^sha256:[0-9a-f]{64}$`, `^sha256:[0-9a-f]*$`, 71, 71)
 )
 
 // ImagePullSpec is image.pull's registry entry.

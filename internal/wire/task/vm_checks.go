@@ -13,6 +13,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pattern"
 )
 
 // decodeNested strictly decodes one nested params object into dst; field
@@ -75,10 +76,10 @@ func checkVMName(s string) string {
 }
 
 var (
-	tokenRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-	usernameRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+	tokenRE    = pattern.Must(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`, `^[A-Za-z0-9][A-Za-z0-9._:-]*$`, 1, 128)
+	usernameRE = pattern.Must(`^[a-z_][a-z0-9_-]{0,31}$`, `^[a-z_][a-z0-9_-]*$`, 1, 32)
 	pciAddrRE  = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$`)
-	sha256RE   = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+	sha256RE   = pattern.Must(`^[0-9a-fA-F]{64}$`, `^[0-9a-fA-F]*$`, 64, 64)
 )
 
 // checkToken accepts ids: 1-128 of [A-Za-z0-9._:-], starting with a letter

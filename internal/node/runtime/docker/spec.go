@@ -20,6 +20,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pattern"
 )
 
 // ErrInvalidSpec is wrapped by every spec validation failure (inside a
@@ -27,9 +28,9 @@ import (
 var ErrInvalidSpec = errors.New("invalid spec")
 
 var (
-	digestRE     = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	digestRE     = pattern.Must(`^sha256:[0-9a-f]{64}$`, `^sha256:[0-9a-f]*$`, 71, 71)
 	volumeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
-	secretRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+	secretRE     = pattern.Must(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`, `^[A-Za-z0-9][A-Za-z0-9_.-]*$`, 1, 128)
 	ulimitNames  = []string{"nofile", "nproc"}
 )
 

@@ -17,6 +17,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/atomicfile"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pattern"
 )
 
 // ErrInvalidSpec is wrapped by every spec validation failure.
@@ -24,7 +25,7 @@ var ErrInvalidSpec = errors.New("invalid spec")
 
 var (
 	macRE    = regexp.MustCompile(`^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$`)
-	secretRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+	secretRE = pattern.Must(`^[A-Za-z0-9_.-]{1,128}$`, `^[A-Za-z0-9_.-]*$`, 1, 128)
 )
 
 const maxSunPath = 107

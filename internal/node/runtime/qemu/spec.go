@@ -16,6 +16,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/pattern"
 )
 
 // ErrInvalidSpec is wrapped by every spec validation failure (inside a
@@ -25,8 +26,8 @@ var ErrInvalidSpec = errors.New("invalid spec")
 var (
 	bdfRE       = regexp.MustCompile(`^([0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 	macRE       = regexp.MustCompile(`^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$`)
-	ifnameRE    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
-	secretRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+	ifnameRE    = pattern.Must(`^[A-Za-z0-9_.-]{1,15}$`, `^[A-Za-z0-9_.-]*$`, 1, 15)
+	secretRE    = pattern.Must(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`, `^[A-Za-z0-9][A-Za-z0-9_.-]*$`, 1, 128)
 	knownAccels = []string{"kvm", "nvmm", "hvf", "tcg", "whpx"}
 )
 
