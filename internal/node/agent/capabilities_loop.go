@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"runtime/debug"
 	"slices"
 	"time"
 
+	"github.com/drover-dev/drover/internal/node/exepages"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -42,6 +44,14 @@ func (a *Agent) capabilitiesLoop(ctx context.Context) error {
 		// to it (docs/performance.md, "Agent idle RSS and CPU"). One
 		// collection per cycle (5 min) costs about a millisecond.
 		debug.FreeOSMemory()
+		// Likewise the executable's pages that start-up (package inits,
+		// enrolment, probes) and the host reading touched: unmapped, they
+		// stay in the page cache and come back on use.
+		if res, err := exepages.Trim(); err == nil {
+			a.log.Debug("unmapped start-up pages of the executable", "bytes", res.Bytes, "mappings", res.Mappings)
+		} else if !errors.Is(err, exepages.ErrUnsupported) {
+			a.log.Debug("unmap start-up pages of the executable", "err", err)
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
