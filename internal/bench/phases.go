@@ -187,6 +187,15 @@ wait:
 // scheduled time, so a late send is not hidden).
 func (f *fleet) heartbeats(ctx context.Context) {
 	hbAgents := f.agents[:f.cfg.HeartbeatAgents]
+	// The simulated agents were silent through the phases before this one;
+	// real ones heartbeat all along. Bring their liveness up to date first,
+	// or the server has marked them stale and each agent's first heartbeat
+	// here is a stale → healthy transition (a host-row write and an audit
+	// record) that a fleet heartbeating all along does not have.
+	if err := f.beatAll(ctx, "heartbeats", hbAgents); err != nil {
+		f.logf("heartbeats: warm-up: %v", err)
+	}
+	metrics0, metricsErr := scrapeMetrics(ctx, f.t.opURL+"/metrics")
 	d := f.cfg.Duration
 	var lat recorder
 	var count, errs atomic.Int64
@@ -242,6 +251,9 @@ func (f *fleet) heartbeats(ctx context.Context) {
 	}
 	for i := range perSecond {
 		hb.PerSecond = append(hb.PerSecond, perSecond[i].Load())
+	}
+	if m, err := scrapeMetrics(ctx, f.t.opURL+"/metrics"); err == nil && metricsErr == nil {
+		hb.StatusChanges = statusChanges(m, metrics0)
 	}
 	hb.HarnessCPUS = round2(selfCPU() - cpu0)
 	if f.t.mode == ModeServerProcess {

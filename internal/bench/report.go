@@ -91,6 +91,10 @@ type HeartbeatReport struct {
 	PerSecond []int64 `json:"per_second,omitempty"`
 	// LongPollsOpen is how many idle long-polls stayed open meanwhile.
 	LongPollsOpen int `json:"long_polls_open"`
+	// StatusChanges are the host status transitions during the phase, by
+	// new status (after a warm-up heartbeat from every agent, so any here
+	// are hosts the server marked stale because it fell behind).
+	StatusChanges map[string]int `json:"status_changes,omitempty"`
 	// CPU seconds used during the phase (server-process mode splits them).
 	ServerCPUS  float64 `json:"server_cpu_s,omitempty"`
 	HarnessCPUS float64 `json:"harness_cpu_s,omitempty"`

@@ -98,7 +98,7 @@ func (f *fleet) storm(ctx context.Context) error {
 	// the old server has marked most of them stale before the kill and
 	// every reconnect is a stale → healthy transition (a host-row write and
 	// an audit record) that a real fleet would not have.
-	if err := f.beatAll(ctx); err != nil {
+	if err := f.beatAll(ctx, "reconnect storm", f.agents); err != nil {
 		return fmt.Errorf("reconnect storm: heartbeat every agent before the kill: %w", err)
 	}
 	backAt := make([]atomic.Int64, n) // ns since the kill; 0: not back
@@ -226,10 +226,7 @@ wait:
 			for _, r := range []string{"full", "resumed", "failed"} {
 				rep.Handshakes[r] = int(m[`drover_node_tls_handshakes_total{result="`+r+`"}`])
 			}
-			rep.StatusChanges = map[string]int{}
-			for _, st := range []api.HostStatus{api.HostStale, api.HostHealthy} {
-				rep.StatusChanges[string(st)] = int(m[`drover_host_status_changes_total{status="`+string(st)+`"}`])
-			}
+			rep.StatusChanges = statusChanges(m, nil)
 		}
 	}
 	f.rep.Storm = rep
@@ -239,11 +236,12 @@ wait:
 	return nil
 }
 
-// beatAll sends one heartbeat from every agent, 256 at a time, then waits
-// one heartbeat interval, so the server has flushed them to the store as
-// it does every interval: at the kill every host was last seen, as stored,
-// about one interval ago, as in a fleet heartbeating all along.
-func (f *fleet) beatAll(ctx context.Context) error {
+// beatAll sends one heartbeat from each of agents, 256 at a time, then
+// waits one heartbeat interval, so the server has flushed them to the
+// store as it does every interval: every host was last seen, as stored,
+// about one interval ago, as in a fleet heartbeating all along. phase
+// names the caller in the log.
+func (f *fleet) beatAll(ctx context.Context, phase string, agents []*simAgent) error {
 	start := time.Now()
 	var (
 		wg       sync.WaitGroup
@@ -253,8 +251,8 @@ func (f *fleet) beatAll(ctx context.Context) error {
 	)
 	for range 256 {
 		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(f.agents) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
-				a := f.agents[i]
+			for i := int(next.Add(1) - 1); i < len(agents) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				a := agents[i]
 				resp, err := a.nc.Heartbeat(ctx, a.id, benchHeartbeat())
 				if err != nil {
 					failed.Add(1)
@@ -266,13 +264,24 @@ func (f *fleet) beatAll(ctx context.Context) error {
 	}
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
-		return fmt.Errorf("%d of %d heartbeats failed", n, len(f.agents))
+		return fmt.Errorf("%d of %d heartbeats failed", n, len(agents))
 	}
 	iv := time.Duration(interval.Load())
-	f.logf("reconnect storm: every agent heartbeated (%.2fs); waiting %s for the server's flush",
-		time.Since(start).Seconds(), iv)
+	f.logf("%s: every agent heartbeated (%.2fs); waiting %s for the server's flush",
+		phase, time.Since(start).Seconds(), iv)
 	sleep(ctx, iv+iv/10)
 	return ctx.Err()
+}
+
+// statusChanges is the server's host status transitions to stale and to
+// healthy counted in the metrics m, less those in base (nil: none).
+func statusChanges(m, base map[string]float64) map[string]int {
+	out := map[string]int{}
+	for _, st := range []api.HostStatus{api.HostStale, api.HostHealthy} {
+		k := `drover_host_status_changes_total{status="` + string(st) + `"}`
+		out[string(st)] = int(m[k] - base[k])
+	}
+	return out
 }
 
 // cumulative turns sorted times into (t, count ≤ t) every step, up to the last.
