@@ -3,24 +3,13 @@ package cloudinit
 import (
 	"testing"
 
-	"github.com/drover-dev/drover/internal/wire/pattern"
+	"github.com/drover-dev/drover/internal/wire/pattern/patterntest"
 )
 
-// TestPatterns checks that each name rule's compact form (an uncounted
-// expression plus a length range) accepts exactly what its documented,
-// counted form does.
+// TestPatterns: each name rule's compact form accepts exactly what its
+// documented, counted form does.
 func TestPatterns(t *testing.T) {
-	for _, tc := range []struct {
-		name                   string
-		p                      pattern.Pattern
-		prefix, valid, invalid string
-	}{
-		{"instanceIDRE", instanceIDRE, "", "aZ09._-", "/"},
-		{"userRE", userRE, "", "az09_-", "A."},
-		{"hostLabelRE", hostLabelRE, "", "aZ09-", "_."},
-	} {
-		if err := pattern.Check(tc.p, tc.prefix, tc.valid, tc.invalid, 1); err != nil {
-			t.Errorf("%s: %v", tc.name, err)
-		}
-	}
+	patterntest.Run(t, "instanceIDRE", instanceIDRE, "", "aZ09._-", "/")
+	patterntest.Run(t, "userRE", userRE, "", "az09_-", "A.")
+	patterntest.Run(t, "hostLabelRE", hostLabelRE, "", "aZ09-", "_.")
 }

@@ -3,25 +3,14 @@ package task
 import (
 	"testing"
 
-	"github.com/drover-dev/drover/internal/wire/pattern"
+	"github.com/drover-dev/drover/internal/wire/pattern/patterntest"
 )
 
-// TestPatterns checks that each name rule's compact form (an uncounted
-// expression plus a length range) accepts exactly what its documented,
-// counted form does.
+// TestPatterns: each name rule's compact form accepts exactly what its
+// documented, counted form does.
 func TestPatterns(t *testing.T) {
-	for _, tc := range []struct {
-		name                   string
-		p                      pattern.Pattern
-		prefix, valid, invalid string
-	}{
-		{"tokenRE", tokenRE, "", "aZ09._:-", "/ "},
-		{"usernameRE", usernameRE, "", "az09_-", "A."},
-		{"sha256RE", sha256RE, "", "0fAF", "g"},
-		{"imageDigestRE", imageDigestRE, "sha256:", "0f", "Ag"},
-	} {
-		if err := pattern.Check(tc.p, tc.prefix, tc.valid, tc.invalid, 1); err != nil {
-			t.Errorf("%s: %v", tc.name, err)
-		}
-	}
+	patterntest.Run(t, "tokenRE", tokenRE, "", "aZ09._:-", "/ ")
+	patterntest.Run(t, "usernameRE", usernameRE, "", "az09_-", "A.")
+	patterntest.Run(t, "sha256RE", sha256RE, "", "0fAF", "g")
+	patterntest.Run(t, "imageDigestRE", imageDigestRE, "sha256:", "0f", "Ag")
 }
