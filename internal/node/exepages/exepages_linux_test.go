@@ -1,12 +1,9 @@
 package exepages
 
 import (
-	"os"
 	"runtime"
 	"runtime/debug"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
 
 // TestTrim trims this test binary's own pages: its read-only mappings'
@@ -47,24 +44,12 @@ type resident struct{ readOnly, writable int64 }
 
 func exeResident(t *testing.T) resident {
 	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/self/exe", &st); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open("/proc/self/smaps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	maps, err := parseSmaps(f)
+	maps, err := exeMappings()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var r resident
 	for _, m := range maps {
-		if m.inode != st.Ino || m.major != unix.Major(uint64(st.Dev)) || m.minor != unix.Minor(uint64(st.Dev)) {
-			continue
-		}
 		if m.perms[1] == 'w' {
 			r.writable += m.rss
 		} else {

@@ -19,11 +19,16 @@ type mapping struct {
 	anonymous    int64 // bytes of private copies (copy-on-write), never dropped
 }
 
+// of reports whether m maps the file identified by dev and inode.
+func (m mapping) of(major, minor uint32, inode uint64) bool {
+	return m.major == major && m.minor == minor && m.inode == inode
+}
+
 // droppable reports whether m can be unmapped without losing anything:
 // private, not writable, no private copies (a debugger's breakpoint, a
 // relocated page), and backed by the file identified by dev and inode.
 func (m mapping) droppable(major, minor uint32, inode uint64) bool {
-	return m.major == major && m.minor == minor && m.inode == inode &&
+	return m.of(major, minor, inode) &&
 		len(m.perms) == 4 && m.perms[0] == 'r' && m.perms[1] == '-' && m.perms[3] == 'p' &&
 		m.anonymous == 0
 }
