@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -200,9 +201,10 @@ func (a *simAgent) heartbeat(ctx context.Context) error {
 	return err
 }
 
-// pollLoop long-polls for tasks until ctx ends, posting a result for every
-// delivery. written is called once the first wait request is on the wire.
-func (a *simAgent) pollLoop(ctx context.Context, tr *tracker, errs *atomic.Int64, written func()) {
+// pollLoop long-polls for up to max tasks at a time until ctx ends,
+// posting a result for every delivery, those of one wait concurrently.
+// written is called once the first wait request is on the wire.
+func (a *simAgent) pollLoop(ctx context.Context, max int, tr *tracker, errs *atomic.Int64, written func()) {
 	first := true
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -211,7 +213,7 @@ func (a *simAgent) pollLoop(ctx context.Context, tr *tracker, errs *atomic.Int64
 			rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
 				WroteRequest: func(httptrace.WroteRequestInfo) { written() }})
 		}
-		d, ok, err := a.nc.WaitTask(rctx, a.id, 25*time.Second)
+		ds, err := a.nc.WaitTasks(rctx, a.id, 25*time.Second, max)
 		at := time.Now()
 		cancel()
 		if err != nil {
@@ -222,28 +224,39 @@ func (a *simAgent) pollLoop(ctx context.Context, tr *tracker, errs *atomic.Int64
 			sleep(ctx, 200*time.Millisecond)
 			continue
 		}
-		if !ok {
+		if len(ds) == 1 {
+			a.complete(ctx, ds[0], at, tr, errs)
 			continue
 		}
-		p := tr.get(d.CorrelationID)
-		if p != nil {
-			p.deliver(at)
+		var wg sync.WaitGroup
+		for _, d := range ds {
+			wg.Go(func() { a.complete(ctx, d, at, tr, errs) })
 		}
-		res := api.TaskResult{Status: api.ResultSucceeded, Output: json.RawMessage(`{"bench":true}`),
-			CorrelationID: d.CorrelationID, FinishedAt: time.Now().UTC()}
-		for attempt := 0; ; attempt++ {
-			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			_, err = a.nc.PostResult(rctx, a.id, d.TaskID, "", res)
-			cancel()
-			if err == nil || ctx.Err() != nil || attempt >= 5 {
-				break
-			}
-			errs.Add(1)
-			sleep(ctx, 100*time.Millisecond)
+		wg.Wait()
+	}
+}
+
+// complete posts a result for delivery d, received at at.
+func (a *simAgent) complete(ctx context.Context, d api.TaskDelivery, at time.Time, tr *tracker, errs *atomic.Int64) {
+	p := tr.get(d.CorrelationID)
+	if p != nil {
+		p.deliver(at)
+	}
+	res := api.TaskResult{Status: api.ResultSucceeded, Output: json.RawMessage(`{"bench":true}`),
+		CorrelationID: d.CorrelationID, FinishedAt: time.Now().UTC()}
+	var err error
+	for attempt := 0; ; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err = a.nc.PostResult(rctx, a.id, d.TaskID, "", res)
+		cancel()
+		if err == nil || ctx.Err() != nil || attempt >= 5 {
+			break
 		}
-		if p != nil {
-			p.finish(time.Now(), err)
-		}
+		errs.Add(1)
+		sleep(ctx, 100*time.Millisecond)
+	}
+	if p != nil {
+		p.finish(time.Now(), err)
 	}
 }
 

@@ -59,6 +59,10 @@ type Config struct {
 	// diag.health_probe (the default; every result also updates its host's
 	// health) or diag.echo (the task queue alone).
 	TaskType string
+	// ClaimMax is how many tasks an agent's long-poll claims at most
+	// (GET .../tasks/wait?max=N); the results of one wait are posted
+	// concurrently, as the agent runs its tasks. Default 1.
+	ClaimMax int
 
 	Store            string // sqlite:[PATH] (default: temp file) or postgres://...
 	ServerProcess    bool   // run `drover server` as a child process
@@ -132,6 +136,12 @@ func (c *Config) defaults() error {
 	case task.TypeHealthProbe, task.TypeEcho:
 	default:
 		return fmt.Errorf("task type must be %q or %q", task.TypeHealthProbe, task.TypeEcho)
+	}
+	if c.ClaimMax == 0 {
+		c.ClaimMax = 1
+	}
+	if c.ClaimMax < 1 || c.ClaimMax > api.MaxClaim {
+		return fmt.Errorf("claim max must be between 1 and %d", api.MaxClaim)
 	}
 	if c.BatchSize < 1 || c.BatchSize > api.MaxTaskBatch {
 		return fmt.Errorf("batch size must be between 1 and %d", api.MaxTaskBatch)
@@ -274,7 +284,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		pollWG.Add(1)
 		go func() {
 			defer pollWG.Done()
-			a.pollLoop(pollCtx, f.track, &pollErrs, func() {
+			a.pollLoop(pollCtx, f.cfg.ClaimMax, f.track, &pollErrs, func() {
 				if written.Add(1) == int64(len(pollers)) {
 					close(allWritten)
 				}

@@ -161,7 +161,7 @@ wait:
 	el := last.Sub(start)
 	f.rep.Throughput = ThroughputReport{Tasks: n, Completed: completed, Errors: errs, ElapsedS: secs(el),
 		TasksPerSec: perSec(completed, el), EnqueuePerSec: perSec(n-int(enqErrs.Load()), enqDone),
-		EnqueueToResult: lat.summary(), Enqueue: f.cfg.Enqueue, TaskType: f.cfg.TaskType, EnqueueS: secs(enqDone), HarnessCPUS: round2(cpu)}
+		EnqueueToResult: lat.summary(), Enqueue: f.cfg.Enqueue, TaskType: f.cfg.TaskType, ClaimMax: f.cfg.ClaimMax, EnqueueS: secs(enqDone), HarnessCPUS: round2(cpu)}
 	if f.t.mode == ModeServerProcess {
 		f.rep.Throughput.ServerCPUS = round2(srv)
 	}

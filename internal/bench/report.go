@@ -144,6 +144,8 @@ type ThroughputReport struct {
 	Enqueue   string `json:"enqueue"`
 	TaskType  string `json:"task_type"`
 	BatchSize int    `json:"batch_size,omitempty"`
+	// ClaimMax is the most tasks one long-poll claimed (?max=N).
+	ClaimMax int `json:"claim_max"`
 	// EnqueueS is first enqueue call → last enqueue answered.
 	EnqueueS float64 `json:"enqueue_s"`
 	// DrainPerSec is the claim+result rate once every task was queued:

@@ -76,6 +76,10 @@ type TaskStore interface {
 	// ClaimTaskLeases is ClaimTask with the lease chosen by the claimed
 	// task's type (in the same statement).
 	ClaimTaskLeases(ctx context.Context, nodeID string, now time.Time, leases ClaimLeases) (t Task, ok bool, err error)
+	// ClaimTasks is ClaimTaskLeases for up to max tasks of nodeID at once,
+	// in one statement: the oldest first, none when the host is disabled or
+	// revoked, each claimed by one caller only. max < 1 is one.
+	ClaimTasks(ctx context.Context, nodeID string, now time.Time, leases ClaimLeases, max int) ([]Task, error)
 	// QueuedTaskNodes returns the distinct node ids with a queued task that
 	// has not expired at now: the long-poll fallback wakes those of its
 	// parked nodes, in case their change event was lost.

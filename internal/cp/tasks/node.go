@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/audit"
@@ -27,8 +28,12 @@ const leaseSlack = 30 * time.Second
 // revokedOnWake), whose frames are gone while it waits. A parked stack
 // whose used part stays under a quarter of its size is halved by the GC
 // (docs/performance.md, "Memory per idle long-poll: measured breakdown").
+//
+// ?max=N (at most api.MaxClaim) claims up to N of the node's tasks at once,
+// each signed and audited as a single claim is: the first is the delivery,
+// the rest its More.
 func (s *Room) Wait(w http.ResponseWriter, r *http.Request, nodeID string) error {
-	wait, err := s.waitTimeout(r)
+	wait, max, err := s.waitParams(r)
 	if err != nil {
 		return err
 	}
@@ -38,7 +43,7 @@ func (s *Room) Wait(w http.ResponseWriter, r *http.Request, nodeID string) error
 	defer timer.Stop()
 	ctxDone := r.Context().Done()
 	for {
-		if delivered, err := s.claimAndDeliver(w, r, nodeID); delivered || err != nil {
+		if delivered, err := s.claimAndDeliver(w, r, nodeID, max); delivered || err != nil {
 			return err
 		}
 		select {
@@ -55,32 +60,41 @@ func (s *Room) Wait(w http.ResponseWriter, r *http.Request, nodeID string) error
 	}
 }
 
-// waitTimeout is the long-poll's wait: ?timeout= capped at MaxWait.
+// waitParams are the long-poll's wait, ?timeout= capped at MaxWait, and
+// the most tasks it claims, ?max= (default 1) capped at api.MaxClaim.
 //
 //go:noinline
-func (s *Room) waitTimeout(r *http.Request) (time.Duration, error) {
-	v := r.URL.Query().Get("timeout")
-	if v == "" {
-		return s.cfg.MaxWait, nil
+func (s *Room) waitParams(r *http.Request) (time.Duration, int, error) {
+	q := r.URL.Query()
+	wait, max := s.cfg.MaxWait, 1
+	if v := q.Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return 0, 0, httpapi.Invalid([]api.FieldError{{Field: "timeout", Message: "must be a duration such as 30s"}})
+		}
+		wait = min(d, s.cfg.MaxWait)
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		return 0, httpapi.Invalid([]api.FieldError{{Field: "timeout", Message: "must be a duration such as 30s"}})
+	if v := q.Get("max"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return 0, 0, httpapi.Invalid([]api.FieldError{{Field: "max", Message: "must be a whole number of tasks, at least 1"}})
+		}
+		max = min(n, api.MaxClaim)
 	}
-	return min(d, s.cfg.MaxWait), nil
+	return wait, max, nil
 }
 
-// claimAndDeliver claims the node's next task and, when there is one,
-// writes it (delivered true).
+// claimAndDeliver claims up to max of the node's next tasks and, when there
+// is one, writes them (delivered true).
 //
 //go:noinline
-func (s *Room) claimAndDeliver(w http.ResponseWriter, r *http.Request, nodeID string) (bool, error) {
+func (s *Room) claimAndDeliver(w http.ResponseWriter, r *http.Request, nodeID string, max int) (bool, error) {
 	now := s.cfg.Now().UTC()
-	t, ok, err := s.store.ClaimTaskLeases(r.Context(), nodeID, now, s.claimLeases(now))
-	if err != nil || !ok {
+	ts, err := s.store.ClaimTasks(r.Context(), nodeID, now, s.claimLeases(now), max)
+	if err != nil || len(ts) == 0 {
 		return false, err
 	}
-	return true, s.deliver(w, r, nodeID, t)
+	return true, s.deliver(w, r, nodeID, ts)
 }
 
 // revokedOnWake is the 403 of a woken long-poll whose node was revoked
@@ -128,8 +142,29 @@ func (s *Room) claimLeases(now time.Time) store.ClaimLeases {
 	return l
 }
 
-// deliver signs a claimed task and writes it to the agent.
-func (s *Room) deliver(w http.ResponseWriter, r *http.Request, nodeID string, t store.Task) error {
+// deliver signs claimed tasks and writes them to the agent, the first as
+// the delivery and the rest as its More. A task that cannot be signed
+// fails the request; the tasks stay dispatched and are requeued when their
+// lease ends, as when a delivery is lost on the way.
+func (s *Room) deliver(w http.ResponseWriter, r *http.Request, nodeID string, ts []store.Task) error {
+	ds := make([]api.TaskDelivery, 0, len(ts))
+	for _, t := range ts {
+		d, err := s.delivery(r, nodeID, t)
+		if err != nil {
+			return err
+		}
+		ds = append(ds, d)
+	}
+	out := ds[0]
+	if len(ds) > 1 {
+		out.More = ds[1:]
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// delivery signs one claimed task and records its dispatch.
+func (s *Room) delivery(r *http.Request, nodeID string, t store.Task) (api.TaskDelivery, error) {
 	ctx := r.Context()
 	// iat and exp are whole seconds and exp must be after iat: the expiry
 	// is rounded up, so a task claimed in the second it expires in (a
@@ -139,15 +174,14 @@ func (s *Room) deliver(w http.ResponseWriter, r *http.Request, nodeID string, t 
 		CorrelationID: t.CorrelationID, IssuedAt: s.cfg.Now().Unix(), ExpiresAt: ceilUnix(t.ExpiresAt)}
 	env, err := s.signer.Sign(claims)
 	if err != nil {
-		return fmt.Errorf("sign task %s: %w", t.ID, err)
+		return api.TaskDelivery{}, fmt.Errorf("sign task %s: %w", t.ID, err)
 	}
 	s.metrics.Claimed.Inc()
 	s.taskDispatched(ctx, t)
 	s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.claim", Target: t.ID, Result: "dispatched",
 		CID: t.CorrelationID, Detail: fmt.Sprintf("type=%s attempt=%d", t.Type, t.Attempts)})
-	httpapi.WriteJSON(w, http.StatusOK, api.TaskDelivery{TaskID: t.ID, TaskType: t.Type, Envelope: env,
-		ExpiresAt: time.Unix(claims.ExpiresAt, 0).UTC(), CorrelationID: t.CorrelationID, Attempt: t.Attempts})
-	return nil
+	return api.TaskDelivery{TaskID: t.ID, TaskType: t.Type, Envelope: env,
+		ExpiresAt: time.Unix(claims.ExpiresAt, 0).UTC(), CorrelationID: t.CorrelationID, Attempt: t.Attempts}, nil
 }
 
 // ceilUnix is t in whole seconds, rounded up.

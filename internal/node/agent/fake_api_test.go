@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -62,6 +63,7 @@ type fakeCP struct {
 	enrolJWKS   api.JWKS // returned by register
 	jwks        api.JWKS // returned by GET .../jwks
 	queue       []api.TaskDelivery
+	waitMax     []int // the ?max= of each wait, in order (0: none)
 	registers   int
 	jwksGets    int
 	caps        []api.Capabilities
@@ -210,11 +212,17 @@ func (f *fakeCP) register(w http.ResponseWriter, r *http.Request) {
 func (f *fakeCP) wait(w http.ResponseWriter, r *http.Request) {
 	timer := time.NewTimer(fakeWait)
 	defer timer.Stop()
+	limit, _ := strconv.Atoi(r.URL.Query().Get("max"))
+	f.mu.Lock()
+	f.waitMax = append(f.waitMax, limit)
+	f.mu.Unlock()
 	for {
 		f.mu.Lock()
 		if len(f.queue) > 0 {
+			n := min(len(f.queue), max(limit, 1))
 			d := f.queue[0]
-			f.queue = f.queue[1:]
+			d.More = slices.Clone(f.queue[1:n])
+			f.queue = f.queue[n:]
 			f.mu.Unlock()
 			writeJSON(w, http.StatusOK, d)
 			return
@@ -391,15 +399,23 @@ func (f *fakeCP) instances(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.NodeInstances{ETag: "empty", Instances: []api.DesiredInstance{}})
 }
 
-// enqueue makes d the next delivery of GET .../tasks/wait.
-func (f *fakeCP) enqueue(d api.TaskDelivery) {
+// enqueue makes ds the next deliveries of GET .../tasks/wait, queued
+// together: a wait that asks for several may get them in one answer.
+func (f *fakeCP) enqueue(ds ...api.TaskDelivery) {
 	f.mu.Lock()
-	f.queue = append(f.queue, d)
+	f.queue = append(f.queue, ds...)
 	f.mu.Unlock()
 	select {
 	case f.wake <- struct{}{}:
 	default:
 	}
+}
+
+// waitMaxes is the ?max= of each wait so far (0: none).
+func (f *fakeCP) waitMaxes() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.waitMax)
 }
 
 func (f *fakeCP) setJWKS(jwks api.JWKS) {

@@ -34,8 +34,11 @@ const (
 var errJWKSRefreshThrottled = errors.New("task-signing key refresh throttled")
 
 // taskLoop long-polls for tasks and runs each in its own goroutine, at most
-// maxConcurrent at once. It returns only after every task it started has
-// finished, so that nothing touches the state directory once Run returned.
+// maxConcurrent at once. Each long-poll asks for as many tasks as there are
+// free slots (GET .../tasks/wait?max=N), so a burst of queued tasks comes
+// in one answer instead of one round trip each. It returns only after
+// every task it started has finished, so that nothing touches the state
+// directory once Run returned.
 func (a *Agent) taskLoop(ctx context.Context) error {
 	sem := make(chan struct{}, maxConcurrent)
 	var inflight sync.WaitGroup
@@ -47,9 +50,12 @@ func (a *Agent) taskLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		}
-		d, ok, err := a.waitTask(ctx)
-		if err != nil {
+		free := 1 + takeFree(sem)
+		ds, err := a.waitTasks(ctx, free)
+		for range free - len(ds) {
 			<-sem
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -64,21 +70,41 @@ func (a *Agent) taskLoop(ctx context.Context) error {
 			continue
 		}
 		bo.reset()
-		if !ok {
-			<-sem
-			continue
+		for _, d := range ds {
+			inflight.Go(func() {
+				defer func() { <-sem }()
+				a.handleDelivery(ctx, d)
+			})
 		}
-		inflight.Go(func() {
-			defer func() { <-sem }()
-			a.handleDelivery(ctx, d)
-		})
 	}
 }
 
-func (a *Agent) waitTask(ctx context.Context) (api.TaskDelivery, bool, error) {
+// takeFree takes every slot of sem that is free now, without waiting, and
+// says how many.
+func takeFree(sem chan struct{}) int {
+	n := 0
+	for {
+		select {
+		case sem <- struct{}{}:
+			n++
+		default:
+			return n
+		}
+	}
+}
+
+// waitTasks long-polls for up to max tasks. A server that answers with
+// more than max (it never should) gets only max of them run; the rest are
+// left to their lease, as a lost delivery is.
+func (a *Agent) waitTasks(ctx context.Context, max int) ([]api.TaskDelivery, error) {
 	ctx, cancel := context.WithTimeout(ctx, pollWait+15*time.Second)
 	defer cancel()
-	return a.node.WaitTask(ctx, a.node.node(), pollWait)
+	ds, err := a.node.WaitTasks(ctx, a.node.node(), pollWait, max)
+	if len(ds) > max {
+		a.log.Warn("control plane delivered more tasks than asked for", "asked", max, "delivered", len(ds))
+		ds = ds[:max]
+	}
+	return ds, err
 }
 
 // verify checks the envelope (refreshing the JWKS on an unknown kid, at

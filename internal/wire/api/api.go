@@ -207,7 +207,14 @@ type TaskDelivery struct {
 	ExpiresAt     time.Time `json:"expires_at"`
 	CorrelationID string    `json:"correlation_id"`
 	Attempt       int       `json:"attempt"`
+	// More are the node's next tasks after this one, oldest first, each
+	// claimed and signed like it: only for a wait that asked for more than
+	// one (?max=N), never more than N-1, never with a More of their own.
+	More []TaskDelivery `json:"more,omitempty"`
 }
+
+// MaxClaim is the most tasks one wait claims (?max=N is capped there).
+const MaxClaim = 32
 
 // TaskClaims are the signed fields of a task envelope.
 type TaskClaims struct {

@@ -111,6 +111,21 @@ func (c *Client) WaitTask(ctx context.Context, nodeID string, timeout time.Durat
 	return d, err == nil && status == http.StatusOK, err
 }
 
+// WaitTasks long-polls for up to max of the node's next tasks (GET
+// .../tasks/wait?max=N, capped at api.MaxClaim by the server): the
+// deliveries oldest first, none when the wait ended without one (204).
+func (c *Client) WaitTasks(ctx context.Context, nodeID string, timeout time.Duration, max int) ([]api.TaskDelivery, error) {
+	var d api.TaskDelivery
+	q := "timeout=" + url.QueryEscape(timeout.String()) + "&max=" + strconv.Itoa(max)
+	status, err := call(ctx, c, WaitTask, WaitTask.Path(nodeID), q, "", nil, &d)
+	if err != nil || status != http.StatusOK {
+		return nil, err
+	}
+	more := d.More
+	d.More = nil
+	return append([]api.TaskDelivery{d}, more...), nil
+}
+
 // PostEvent reports progress of task taskID; cid is its correlation id.
 func (c *Client) PostEvent(ctx context.Context, nodeID, taskID, cid string, ev api.TaskEvent) error {
 	_, err := call(ctx, c, PostEvent, PostEvent.Path(nodeID, taskID), "", cid, &ev, nil)

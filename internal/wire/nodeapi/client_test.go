@@ -71,6 +71,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func TestClientRequests(t *testing.T) {
 	c, rec := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		switch {
+		case strings.HasSuffix(r.URL.Path, "/tasks/wait") && r.URL.Query().Get("max") == "3":
+			writeJSON(w, http.StatusOK, api.TaskDelivery{TaskID: "t-1", More: []api.TaskDelivery{{TaskID: "t-2"}, {TaskID: "t-3"}}})
 		case strings.HasSuffix(r.URL.Path, "/tasks/wait"):
 			w.WriteHeader(http.StatusNoContent)
 		case strings.HasSuffix(r.URL.Path, "/heartbeat"):
@@ -101,6 +103,17 @@ func TestClientRequests(t *testing.T) {
 	}
 	if s := rec.last(t); s.method != "GET" || s.uri != "/internal/v1/nodes/n1/tasks/wait?timeout=25s" || s.ctype != "" || s.body != "" {
 		t.Errorf("wait request %+v", s)
+	}
+
+	ds, err := c.WaitTasks(ctx, "n1", 25*time.Second, 3)
+	if err != nil || len(ds) != 3 || ds[0].TaskID != "t-1" || ds[0].More != nil || ds[1].TaskID != "t-2" || ds[2].TaskID != "t-3" {
+		t.Fatalf("WaitTasks: %+v %v", ds, err)
+	}
+	if s := rec.last(t); s.method != "GET" || s.uri != "/internal/v1/nodes/n1/tasks/wait?timeout=25s&max=3" {
+		t.Errorf("wait request %+v", s)
+	}
+	if ds, err := c.WaitTasks(ctx, "n1", time.Second, 2); err != nil || ds != nil {
+		t.Fatalf("WaitTasks on 204: %+v %v", ds, err)
 	}
 
 	ack, err := c.PostResult(ctx, "n1", "t-1", "cid-1", api.TaskResult{Status: api.ResultSucceeded})

@@ -82,3 +82,17 @@ func (s *Store) ClaimTaskLeases(ctx context.Context, nodeID string, now time.Tim
 	}
 	return r.task, r.ok, nil
 }
+
+// ClaimTasks implements store.Store: one task goes through the group commit
+// (ClaimTaskLeases); several are one statement of their own (sqlstore's),
+// already one commit for all of them.
+func (s *Store) ClaimTasks(ctx context.Context, nodeID string, now time.Time, leases store.ClaimLeases, max int) ([]store.Task, error) {
+	if max > 1 {
+		return s.Store.ClaimTasks(ctx, nodeID, now, leases, max)
+	}
+	t, ok, err := s.ClaimTaskLeases(ctx, nodeID, now, leases)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return []store.Task{t}, nil
+}

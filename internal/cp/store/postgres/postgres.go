@@ -68,6 +68,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 			Name:              "postgres",
 			ForUpdate:         " FOR UPDATE",
 			SkipLocked:        " FOR UPDATE SKIP LOCKED",
+			ClaimMany:         "= ANY(ARRAY(%s))",
 			Notify:            notify,
 			TouchHosts:        touchHosts,
 			IsUniqueViolation: isUniqueViolation,

@@ -67,6 +67,13 @@ type Dialect struct {
 	// node on each claim; " INDEXED BY tasks_node_state_created" makes it
 	// read the claiming node's queued tasks only. "" on PostgreSQL.
 	ClaimIndex string
+	// ClaimMany is how a claim of several tasks names the rows its SELECT
+	// picked, with %s the SELECT: "" is "IN (%s)", right on SQLite, whose
+	// uncorrelated IN subquery runs once. PostgreSQL may run such a
+	// subquery again for each row it updates, and with SKIP LOCKED every
+	// run picks other rows, so the claim took more than its LIMIT there:
+	// "= ANY(ARRAY(%s))" runs it once, before the update.
+	ClaimMany string
 	// PeekClaim makes a claim look for a queued task with a read first and
 	// take the write path only when there is one. On SQLite, whose writes
 	// all go through one connection, most claims find nothing (every

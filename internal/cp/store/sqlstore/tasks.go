@@ -152,9 +152,18 @@ func (s *Store) ClaimTask(ctx context.Context, nodeID string, now, leaseUntil ti
 	return s.ClaimTaskLeases(ctx, nodeID, now, store.ClaimLeases{Default: leaseUntil})
 }
 
-// ClaimTaskLeases implements store.Store: ClaimTask's statement with the
-// lease a CASE on the claimed row's type.
+// ClaimTaskLeases implements store.Store: ClaimTasks for one task.
 func (s *Store) ClaimTaskLeases(ctx context.Context, nodeID string, now time.Time, leases store.ClaimLeases) (store.Task, bool, error) {
+	ts, err := s.ClaimTasks(ctx, nodeID, now, leases, 1)
+	if err != nil || len(ts) == 0 {
+		return store.Task{}, false, err
+	}
+	return ts[0], true, nil
+}
+
+// ClaimTasks implements store.Store: ClaimTask's statement for up to max
+// tasks, with the lease a CASE on each claimed row's type.
+func (s *Store) ClaimTasks(ctx context.Context, nodeID string, now time.Time, leases store.ClaimLeases, max int) ([]store.Task, error) {
 	args := []any{nodeID, ms(now), ms(leases.Default)}
 	lease := "$3"
 	if len(leases.ByType) > 0 {
@@ -177,26 +186,62 @@ func (s *Store) ClaimTaskLeases(ctx context.Context, nodeID string, now time.Tim
 		err := s.db.QueryRow(ctx, `SELECT 1 FROM tasks`+s.d.ClaimIndex+`
 			WHERE node_id = $1 AND state = 'queued' AND expires_at > $2 LIMIT 1`, nodeID, ms(now)).Scan(&one)
 		if errors.Is(err, ErrNoRows) {
-			return store.Task{}, false, nil
+			return nil, nil
 		}
 		if err != nil {
-			return store.Task{}, false, fmt.Errorf("claim task for %q: look for a queued task: %w", nodeID, err)
+			return nil, fmt.Errorf("claim task for %q: look for a queued task: %w", nodeID, err)
 		}
 	}
-	t, err := scanTask(s.db.QueryRow(ctx, `UPDATE tasks
-		SET state = 'dispatched', dispatched_at = $2, lease_expires_at = `+lease+`, attempts = attempts + 1
-		WHERE id = (SELECT id FROM tasks`+s.d.ClaimIndex+` WHERE node_id = $1 AND state = 'queued' AND expires_at > $2
-			ORDER BY created_at, id LIMIT 1`+s.d.SkipLocked+`)
-		AND state = 'queued'
+	q := `UPDATE tasks
+		SET state = 'dispatched', dispatched_at = $2, lease_expires_at = ` + lease + `, attempts = attempts + 1
+		WHERE id %s
 		AND NOT EXISTS (SELECT 1 FROM hosts WHERE hosts.id = $1 AND (hosts.enabled = 0 OR hosts.revoked = 1))
-		RETURNING `+taskCols, args...))
-	if errors.Is(err, ErrNoRows) {
-		return store.Task{}, false, nil
+		RETURNING ` + taskCols
+	limit := "1"
+	if max > 1 {
+		args = append(args, int64(max))
+		limit = "CAST($" + strconv.Itoa(len(args)) + " AS BIGINT)"
 	}
+	pick := `SELECT id FROM tasks` + s.d.ClaimIndex + ` WHERE node_id = $1 AND state = 'queued' AND expires_at > $2
+			ORDER BY created_at, id LIMIT ` + limit + s.d.SkipLocked
+	if max <= 1 {
+		// "id = (SELECT ...)", a primary-key lookup, as a single statement.
+		t, err := scanTask(s.db.QueryRow(ctx, fmt.Sprintf(q, "= ("+pick+") AND state = 'queued'"), args...))
+		if errors.Is(err, ErrNoRows) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("claim task for %q: %w", nodeID, err)
+		}
+		return []store.Task{t}, nil
+	}
+	// Several: the picked rows are queued when picked, and nothing changes
+	// them before this statement updates them (SQLite runs one writer;
+	// PostgreSQL's SKIP LOCKED has locked them), so the state is not tested
+	// again. With that test SQLite's planner would read every queued task
+	// of the fleet through the (state, expires_at) index instead of the
+	// picked rows through the primary key.
+	many := s.d.ClaimMany
+	if many == "" {
+		many = "IN (%s)"
+	}
+	var ts []store.Task
+	err := s.db.InTx(ctx, func(tx DB) error {
+		var err error
+		ts, err = collectTasks(tx.Query(ctx, fmt.Sprintf(q, fmt.Sprintf(many, pick)), args...))
+		return err
+	})
 	if err != nil {
-		return store.Task{}, false, fmt.Errorf("claim task for %q: %w", nodeID, err)
+		return nil, fmt.Errorf("claim tasks for %q: %w", nodeID, err)
 	}
-	return t, true, nil
+	// RETURNING's order is the database's; the node gets its oldest first.
+	slices.SortFunc(ts, func(a, b store.Task) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return ts, nil
 }
 
 // QueuedTaskNodes implements store.Store (one statement over the

@@ -1,0 +1,148 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// The claims of several tasks at once join the task cases.
+func init() {
+	taskCases = append(taskCases,
+		testCase{"Task/ClaimTasks", testClaimTasks},
+		testCase{"Task/ClaimTasksDisabledHost", testClaimTasksDisabledHost},
+		testCase{"Task/ClaimTasksConcurrent", testClaimTasksConcurrent},
+	)
+}
+
+// claimIDs claims up to max tasks of node at now and returns their ids in
+// the order the store gave them, after checking each is stored as returned.
+func claimIDs(t *testing.T, s store.Store, node string, now time.Duration, leases store.ClaimLeases, max int) []string {
+	t.Helper()
+	got, err := s.ClaimTasks(ctxT(t), node, at(now), leases, max)
+	must(t, err)
+	ids := []string{}
+	for _, task := range got {
+		if task.NodeID != node || task.State != api.TaskDispatched || task.Attempts != 1 ||
+			!task.DispatchedAt.Equal(at(now)) {
+			t.Fatalf("claimed task %+v", task)
+		}
+		diff(t, "stored claimed task", getTask(t, s, task.ID), task)
+		ids = append(ids, task.ID)
+	}
+	return ids
+}
+
+// testClaimTasks: up to max of the node's oldest claimable tasks, oldest
+// first, each with its type's lease; expired tasks and other nodes' tasks
+// are left alone; max < 1 claims one.
+func testClaimTasks(t *testing.T, s store.Store) {
+	echo := newTask("echo", "n1", 2*time.Second)
+	echo.Type = "diag.echo"
+	old := newTask("old", "n1", 0)
+	old.ExpiresAt = at(5 * time.Second)
+	enqueue(t, s,
+		newTask("late", "n1", 4*time.Second),
+		newTask("early", "n1", time.Second),
+		newTask("mid-b", "n1", 3*time.Second),
+		newTask("mid-a", "n1", 3*time.Second),
+		echo, old,
+		newTask("first", "n1", 500*time.Millisecond),
+		newTask("other", "n2", 0),
+	)
+	leases := store.ClaimLeases{Default: at(time.Hour), ByType: map[string]time.Time{"diag.health_probe": at(time.Minute)}}
+	diff(t, "first claim", claimIDs(t, s, "n1", 10*time.Second, leases, 0), []string{"first"})
+	diff(t, "second claim", claimIDs(t, s, "n1", 10*time.Second, leases, 3), []string{"early", "echo", "mid-a"})
+	diff(t, "third claim", claimIDs(t, s, "n1", 10*time.Second, leases, 10), []string{"mid-b", "late"})
+	diff(t, "claim of an empty queue", claimIDs(t, s, "n1", 10*time.Second, leases, 10), []string{})
+	for id, lease := range map[string]time.Time{"early": at(time.Minute), "echo": at(time.Hour)} {
+		if got := getTask(t, s, id).LeaseExpiresAt; !got.Equal(lease) {
+			t.Errorf("task %s lease %s, want %s", id, got, lease)
+		}
+	}
+	for _, id := range []string{"old", "other"} {
+		if getTask(t, s, id).State != api.TaskQueued {
+			t.Errorf("task %s claimed", id)
+		}
+	}
+}
+
+// testClaimTasksDisabledHost: a disabled or revoked host gets none of its
+// tasks, however many it asks for.
+func testClaimTasksDisabledHost(t *testing.T, s store.Store) {
+	off := newHost("off")
+	off.Enabled = false
+	createHost(t, s, off)
+	gone := newHost("gone")
+	gone.Revoked = true
+	createHost(t, s, gone)
+	enqueue(t, s, newTask("off-1", "off", 0), newTask("off-2", "off", 0), newTask("gone-1", "gone", 0))
+	leases := store.ClaimLeases{Default: at(time.Minute)}
+	for _, node := range []string{"off", "gone"} {
+		diff(t, "claims of "+node, claimIDs(t, s, node, time.Second, leases, 5), []string{})
+	}
+}
+
+// testClaimTasksConcurrent: 8 claimers of one node take up to 7 tasks at a
+// time, alternating with single claims, until 300 tasks are gone; each task
+// is claimed exactly once.
+func testClaimTasksConcurrent(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	const n, workers = 300, 8
+	tasks := make([]store.Task, 0, n)
+	for i := range n {
+		tasks = append(tasks, newTask(nth("t", i), "n1", time.Duration(i)*time.Millisecond))
+	}
+	enqueue(t, s, tasks...)
+	var (
+		mu      sync.Mutex
+		claimed = map[string]int{}
+		wg      sync.WaitGroup
+	)
+	errs := make(chan error, workers)
+	leases := store.ClaimLeases{Default: at(time.Minute)}
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				max := 7
+				if (w+i)%2 == 0 {
+					max = 1
+				}
+				got, err := s.ClaimTasks(ctx, "n1", at(time.Second), leases, max)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				if len(got) > max {
+					errs <- fmt.Errorf("claimed %d tasks, asked for at most %d", len(got), max)
+					return
+				}
+				mu.Lock()
+				for _, task := range got {
+					claimed[task.ID]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(claimed) != n {
+		t.Fatalf("%d distinct tasks claimed, want %d", len(claimed), n)
+	}
+	for id, c := range claimed {
+		if c != 1 {
+			t.Errorf("task %s claimed %d times", id, c)
+		}
+	}
+}
