@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
-	"sync"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -202,8 +202,9 @@ func (a *simAgent) heartbeat(ctx context.Context) error {
 }
 
 // pollLoop long-polls for up to max tasks at a time until ctx ends,
-// posting a result for every delivery, those of one wait concurrently.
-// written is called once the first wait request is on the wire.
+// posting a result for every delivery: one POST .../tasks/result for a
+// single delivery, one POST .../tasks/results for the deliveries of one
+// wait. written is called once the first wait request is on the wire.
 func (a *simAgent) pollLoop(ctx context.Context, max int, tr *tracker, errs *atomic.Int64, written func()) {
 	first := true
 	for ctx.Err() == nil {
@@ -224,40 +225,68 @@ func (a *simAgent) pollLoop(ctx context.Context, max int, tr *tracker, errs *ato
 			sleep(ctx, 200*time.Millisecond)
 			continue
 		}
-		if len(ds) == 1 {
-			a.complete(ctx, ds[0], at, tr, errs)
-			continue
+		if len(ds) > 0 {
+			a.complete(ctx, ds, at, tr, errs)
 		}
-		var wg sync.WaitGroup
-		for _, d := range ds {
-			wg.Go(func() { a.complete(ctx, d, at, tr, errs) })
-		}
-		wg.Wait()
 	}
 }
 
-// complete posts a result for delivery d, received at at.
-func (a *simAgent) complete(ctx context.Context, d api.TaskDelivery, at time.Time, tr *tracker, errs *atomic.Int64) {
-	p := tr.get(d.CorrelationID)
-	if p != nil {
-		p.deliver(at)
-	}
-	res := api.TaskResult{Status: api.ResultSucceeded, Output: json.RawMessage(`{"bench":true}`),
-		CorrelationID: d.CorrelationID, FinishedAt: time.Now().UTC()}
-	var err error
-	for attempt := 0; ; attempt++ {
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err = a.nc.PostResult(rctx, a.id, d.TaskID, "", res)
-		cancel()
-		if err == nil || ctx.Err() != nil || attempt >= 5 {
-			break
+// complete posts a result for each of ds, received at at, retrying the
+// ones refused with a retryable error.
+func (a *simAgent) complete(ctx context.Context, ds []api.TaskDelivery, at time.Time, tr *tracker, errs *atomic.Int64) {
+	probes := make(map[string]*pending, len(ds))
+	results := make([]api.TaskResultFor, 0, len(ds))
+	for _, d := range ds {
+		if p := tr.get(d.CorrelationID); p != nil {
+			p.deliver(at)
+			probes[d.TaskID] = p
 		}
-		errs.Add(1)
+		results = append(results, api.TaskResultFor{TaskID: d.TaskID, Result: api.TaskResult{Status: api.ResultSucceeded,
+			Output: json.RawMessage(`{"bench":true}`), CorrelationID: d.CorrelationID, FinishedAt: time.Now().UTC()}})
+	}
+	for attempt := 0; len(results) > 0; attempt++ {
+		failed := a.post(ctx, results)
+		now := time.Now()
+		for _, r := range results {
+			if err, retry := failed[r.TaskID]; !retry || ctx.Err() != nil || attempt >= 5 {
+				if p := probes[r.TaskID]; p != nil {
+					p.finish(now, err)
+				}
+			}
+		}
+		if len(failed) == 0 || ctx.Err() != nil || attempt >= 5 {
+			return
+		}
+		errs.Add(int64(len(failed)))
+		results = slices.DeleteFunc(results, func(r api.TaskResultFor) bool { _, retry := failed[r.TaskID]; return !retry })
 		sleep(ctx, 100*time.Millisecond)
 	}
-	if p != nil {
-		p.finish(time.Now(), err)
+}
+
+// post sends results, one alone on the single route, and returns the error
+// of each that failed.
+func (a *simAgent) post(ctx context.Context, results []api.TaskResultFor) map[string]error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	failed := map[string]error{}
+	if len(results) == 1 {
+		if _, err := a.nc.PostResult(ctx, a.id, results[0].TaskID, "", results[0].Result); err != nil {
+			failed[results[0].TaskID] = err
+		}
+		return failed
 	}
+	ack, err := a.nc.PostResults(ctx, a.id, results)
+	for i, r := range results {
+		switch {
+		case err != nil:
+			failed[r.TaskID] = err
+		case i >= len(ack.Results) || ack.Results[i].TaskID != r.TaskID:
+			failed[r.TaskID] = fmt.Errorf("result %d of %s: no answer", i, r.TaskID)
+		case ack.Results[i].Status != http.StatusOK:
+			failed[r.TaskID] = fmt.Errorf("result of %s: %d %+v", r.TaskID, ack.Results[i].Status, ack.Results[i].Error)
+		}
+	}
+	return failed
 }
 
 func sleep(ctx context.Context, d time.Duration) {

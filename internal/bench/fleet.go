@@ -60,8 +60,8 @@ type Config struct {
 	// health) or diag.echo (the task queue alone).
 	TaskType string
 	// ClaimMax is how many tasks an agent's long-poll claims at most
-	// (GET .../tasks/wait?max=N); the results of one wait are posted
-	// concurrently, as the agent runs its tasks. Default 1.
+	// (GET .../tasks/wait?max=N); the results of one wait go in one POST
+	// .../tasks/results. Default 1.
 	ClaimMax int
 
 	Store            string // sqlite:[PATH] (default: temp file) or postgres://...

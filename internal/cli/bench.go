@@ -68,7 +68,7 @@ type BenchFleetCmd struct {
 	Enqueue          string        `name:"enqueue" default:"single" enum:"single,batch" help:"How the throughput phase queues its tasks: single (POST /api/v1/tasks each) or batch (POST /api/v1/tasks:batch)."`
 	BatchSize        int           `name:"batch-size" default:"100" help:"Tasks per POST /api/v1/tasks:batch call with --enqueue batch."`
 	TaskType         string        `name:"task-type" default:"diag.health_probe" enum:"diag.health_probe,diag.echo" help:"Type of the dispatch and throughput tasks: diag.health_probe (each result also updates the host's health) or diag.echo (the task queue alone)."`
-	ClaimMax         int           `name:"claim-max" default:"1" help:"Tasks one agent long-poll claims at most (GET .../tasks/wait?max=N, at most 32); the results of one wait are posted concurrently."`
+	ClaimMax         int           `name:"claim-max" default:"1" help:"Tasks one agent long-poll claims at most (GET .../tasks/wait?max=N, at most 32); the results of one wait go in one POST .../tasks/results."`
 	Store            string        `name:"store" default:"sqlite:" help:"Store of the control plane the harness starts: sqlite:[PATH] (default: a temporary file) or postgres://..."`
 	ServerProcess    bool          `name:"server-process" help:"Run the control plane as a 'drover server' child process (server-only memory and CPU figures)."`
 	ServerBin        string        `name:"server-bin" help:"drover executable for --server-process (default: this one)."`

@@ -33,6 +33,7 @@ func (s *Server) nodeRoutes() map[string]http.Handler {
 		nodeapi.WaitTask.MuxPattern():        s.hosts.NodeAuthID(s.taskPolls.Limit(nil, s.tasks.Wait)),
 		nodeapi.PostEvent.MuxPattern():       s.hosts.NodeAuthID(s.tasks.Event),
 		nodeapi.PostResult.MuxPattern():      s.hosts.NodeAuthID(s.tasks.Result),
+		nodeapi.PostResults.MuxPattern():     s.hosts.NodeAuthID(s.tasks.Results),
 		nodeapi.DesiredInstances.MuxPattern(): s.hosts.NodeAuthID(
 			s.instancePolls.Limit(httpapi.WaitRequested, s.inst.NodeDesired)),
 		nodeapi.InstanceStatus.MuxPattern():  s.hosts.NodeAuthID(s.inst.NodeStatus),

@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/nodeapi"
 )
 
 // leaseSlack is added to a task type's handler timeout to get its lease.
@@ -225,11 +227,22 @@ func (s *Room) Event(w http.ResponseWriter, r *http.Request, nodeID string) erro
 // Result (nodeapi.PostResult) records a task's result. The same result twice
 // is fine; a different one for a finished task is a 409.
 func (s *Room) Result(w http.ResponseWriter, r *http.Request, nodeID string) error {
-	ctx := r.Context()
 	var res api.TaskResult
 	if err := httpapi.DecodeJSON(r, &res); err != nil {
 		return err
 	}
+	taskID := r.PathValue("task_id")
+	t, err := s.complete(r.Context(), nodeID, taskID, res)
+	if err != nil {
+		return err
+	}
+	httpapi.WriteJSON(w, http.StatusOK, nodeapi.ResultAck{TaskID: taskID, State: t.State})
+	return nil
+}
+
+// complete checks and records one result of the node's task taskID, with
+// its audit record and what the result causes.
+func (s *Room) complete(ctx context.Context, nodeID, taskID string, res api.TaskResult) (store.Task, error) {
 	var state api.TaskState
 	switch res.Status {
 	case api.ResultSucceeded:
@@ -237,22 +250,21 @@ func (s *Room) Result(w http.ResponseWriter, r *http.Request, nodeID string) err
 	case api.ResultFailed:
 		state = api.TaskFailed
 		if res.Error == nil || res.Error.Code == "" {
-			return httpapi.Invalid([]api.FieldError{{Field: "error.code", Message: "required when status is failed"}})
+			return store.Task{}, httpapi.Invalid([]api.FieldError{{Field: "error.code", Message: "required when status is failed"}})
 		}
 	default:
-		return httpapi.Invalid([]api.FieldError{{Field: "status", Message: `must be "succeeded" or "failed"`}})
+		return store.Task{}, httpapi.Invalid([]api.FieldError{{Field: "status", Message: `must be "succeeded" or "failed"`}})
 	}
 	canon, err := json.Marshal(res)
 	if err != nil {
-		return err
+		return store.Task{}, err
 	}
 	sum := sha256.Sum256(canon)
-	taskID := r.PathValue("task_id")
 	t, err := s.store.CompleteTask(ctx, nodeID, taskID, state, canon, hex.EncodeToString(sum[:]), s.cfg.Now().UTC())
 	if err != nil {
 		s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.result", Target: taskID, Result: "refused",
 			CID: res.CorrelationID, Detail: err.Error()})
-		return httpapi.StoreError(err, "task", taskID)
+		return store.Task{}, httpapi.StoreError(err, "task", taskID)
 	}
 	s.metrics.Results.WithLabelValues(string(t.State)).Inc()
 	// The result's audit comes before what the result causes (a health
@@ -262,6 +274,5 @@ func (s *Room) Result(w http.ResponseWriter, r *http.Request, nodeID string) err
 	s.taskFinished(ctx, t)
 	httpapi.Logger(ctx, s.log).Info("task result", "task_id", taskID, "node_id", nodeID, "state", t.State,
 		"task_correlation_id", t.CorrelationID)
-	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"task_id": taskID, "state": string(t.State)})
-	return nil
+	return t, nil
 }

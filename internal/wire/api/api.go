@@ -216,6 +216,23 @@ type TaskDelivery struct {
 // MaxClaim is the most tasks one wait claims (?max=N is capped there).
 const MaxClaim = 32
 
+// TaskResults is the body of POST .../tasks/results: the results of
+// several of the node's tasks in one request, each as POST
+// .../tasks/{task_id}/result takes it. 1 to MaxResultBatch results, each
+// task once; the request body is bounded as any other.
+type TaskResults struct {
+	Results []TaskResultFor `json:"results"`
+}
+
+// TaskResultFor is one result of TaskResults.
+type TaskResultFor struct {
+	TaskID string     `json:"task_id"`
+	Result TaskResult `json:"result"`
+}
+
+// MaxResultBatch is the most results one POST .../tasks/results carries.
+const MaxResultBatch = 64
+
 // TaskClaims are the signed fields of a task envelope.
 type TaskClaims struct {
 	TaskID        string          `json:"task_id"`

@@ -139,6 +139,15 @@ func (c *Client) PostResult(ctx context.Context, nodeID, taskID, cid string, res
 	return ack, err
 }
 
+// PostResults reports the results of several tasks in one request: one
+// answer per result, in order, each with the status the single route would
+// have given it. err is for the request as a whole.
+func (c *Client) PostResults(ctx context.Context, nodeID string, results []api.TaskResultFor) (ResultsAck, error) {
+	var ack ResultsAck
+	_, err := call(ctx, c, PostResults, PostResults.Path(nodeID), "", "", &api.TaskResults{Results: results}, &ack)
+	return ack, err
+}
+
 // DesiredInstances long-polls the node's desired instance set: the server
 // answers at once when it differs from etag, else when it changes or wait
 // ends.

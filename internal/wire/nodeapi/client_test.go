@@ -77,6 +77,9 @@ func TestClientRequests(t *testing.T) {
 			w.WriteHeader(http.StatusNoContent)
 		case strings.HasSuffix(r.URL.Path, "/heartbeat"):
 			writeJSON(w, http.StatusOK, api.HeartbeatResponse{HeartbeatInterval: api.Duration(7 * time.Second)})
+		case strings.HasSuffix(r.URL.Path, "/tasks/results"):
+			writeJSON(w, http.StatusOK, ResultsAck{Results: []ResultItemAck{{TaskID: "t-1", Status: 200, State: api.TaskSucceeded},
+				{TaskID: "t-2", Status: 404, Error: &api.ErrorDetail{Code: "task_not_found"}}}})
 		case strings.HasSuffix(r.URL.Path, "/result"):
 			writeJSON(w, http.StatusOK, ResultAck{TaskID: r.PathValue("task_id"), State: api.TaskSucceeded})
 		case strings.HasSuffix(r.URL.Path, "/instances"):
@@ -122,6 +125,16 @@ func TestClientRequests(t *testing.T) {
 	}
 	if s := rec.last(t); s.uri != "/internal/v1/nodes/n1/tasks/t-1/result" || s.cid != "cid-1" {
 		t.Errorf("result request %+v", s)
+	}
+
+	acks, err := c.PostResults(ctx, "n1", []api.TaskResultFor{{TaskID: "t-1", Result: api.TaskResult{Status: api.ResultSucceeded}},
+		{TaskID: "t-2", Result: api.TaskResult{Status: api.ResultSucceeded}}})
+	if err != nil || len(acks.Results) != 2 || acks.Results[0].State != api.TaskSucceeded || acks.Results[1].Error.Code != "task_not_found" {
+		t.Fatalf("PostResults: %+v %v", acks, err)
+	}
+	if s := rec.last(t); s.method != "POST" || s.uri != "/internal/v1/nodes/n1/tasks/results" || s.ctype != "application/json" ||
+		s.body != `{"results":[{"task_id":"t-1","result":{"status":"succeeded","finished_at":"0001-01-01T00:00:00Z"}},{"task_id":"t-2","result":{"status":"succeeded","finished_at":"0001-01-01T00:00:00Z"}}]}` {
+		t.Errorf("results request %+v", s)
 	}
 
 	if err := c.PostEvent(ctx, "n1", "t-1", "cid-2", api.TaskEvent{Phase: "started"}); err != nil {

@@ -52,6 +52,23 @@ type ResultAck struct {
 	State  api.TaskState `json:"state"`
 }
 
+// ResultsAck is the answer to POST .../tasks/results: one entry per result,
+// in the request's order.
+type ResultsAck struct {
+	Results []ResultItemAck `json:"results"`
+}
+
+// ResultItemAck is one result's answer: Status is what POST
+// .../tasks/{task_id}/result would have answered; State the task's state
+// after a 200, Error the refusal otherwise (404 task_not_found, 409
+// task_conflict, 422 invalid_payload, 500 internal).
+type ResultItemAck struct {
+	TaskID string           `json:"task_id"`
+	Status int              `json:"status"`
+	State  api.TaskState    `json:"state,omitempty"`
+	Error  *api.ErrorDetail `json:"error,omitempty"`
+}
+
 // BootstrapRoute is a route without path parameters that a host calls
 // before it has a certificate.
 type BootstrapRoute[Req, Resp any] string
@@ -73,6 +90,7 @@ const (
 	WaitTask         NodeRoute[NoBody, api.TaskDelivery]                   = "GET /internal/v1/nodes/{id}/tasks/wait"
 	PostEvent        NodeItemRoute[api.TaskEvent, NoBody]                  = "POST /internal/v1/nodes/{id}/tasks/{task_id}/events"
 	PostResult       NodeItemRoute[api.TaskResult, ResultAck]              = "POST /internal/v1/nodes/{id}/tasks/{task_id}/result"
+	PostResults      NodeRoute[api.TaskResults, ResultsAck]                = "POST /internal/v1/nodes/{id}/tasks/results"
 	DesiredInstances NodeRoute[NoBody, api.NodeInstances]                  = "GET /internal/v1/nodes/{id}/instances"
 	InstanceStatus   NodeItemRoute[api.InstanceStatusReport, api.Instance] = "POST /internal/v1/nodes/{id}/instances/{iid}/status"
 	InstanceSecrets  NodeItemRoute[NoBody, api.InstanceSecrets]            = "GET /internal/v1/nodes/{id}/instances/{iid}/secrets"
@@ -106,6 +124,7 @@ func Routes() []Route {
 		WaitTask.entry("wait_task"),
 		PostEvent.entry("post_event"),
 		PostResult.entry("post_result"),
+		PostResults.entry("post_results"),
 		DesiredInstances.entry("desired_instances"),
 		InstanceStatus.entry("instance_status"),
 		InstanceSecrets.entry("instance_secrets"),

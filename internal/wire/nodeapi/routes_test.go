@@ -41,8 +41,8 @@ func TestTable(t *testing.T) {
 			t.Errorf("%s: stream %v response %v", r.Name, r.Stream, r.Response)
 		}
 	}
-	if len(seen) != 13 {
-		t.Errorf("%d routes, want 13", len(seen))
+	if len(seen) != 14 {
+		t.Errorf("%d routes, want 14", len(seen))
 	}
 }
 
@@ -61,6 +61,7 @@ func TestPathBuilders(t *testing.T) {
 		{WaitTask.Pattern(), WaitTask.Path("n1"), "/internal/v1/nodes/n1/tasks/wait"},
 		{PostEvent.Pattern(), PostEvent.Path("n1", "t-1"), "/internal/v1/nodes/n1/tasks/t-1/events"},
 		{PostResult.Pattern(), PostResult.Path("n1", "t/1"), "/internal/v1/nodes/n1/tasks/t%2F1/result"},
+		{PostResults.Pattern(), PostResults.Path("n1"), "/internal/v1/nodes/n1/tasks/results"},
 		{DesiredInstances.Pattern(), DesiredInstances.Path("n1"), "/internal/v1/nodes/n1/instances"},
 		{InstanceStatus.Pattern(), InstanceStatus.Path("n1", "i-1"), "/internal/v1/nodes/n1/instances/i-1/status"},
 		{InstanceSecrets.Pattern(), InstanceSecrets.Path("n1", "i-1"), "/internal/v1/nodes/n1/instances/i-1/secrets"},
