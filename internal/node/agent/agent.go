@@ -60,13 +60,18 @@ type Agent struct {
 	logs    *logRing
 	spooled atomic.Int64
 
-	mu             sync.Mutex
-	ident          statedir.Identity
-	disk           probe.DiskUsage // the state dir's filesystem, at the last check
-	lastBeat       time.Time
-	interval       time.Duration
-	wakeSpool      chan struct{}
-	postMu         sync.Mutex // serialises result posts (postResult)
+	mu        sync.Mutex
+	ident     statedir.Identity
+	disk      probe.DiskUsage // the state dir's filesystem, at the last check
+	lastBeat  time.Time
+	interval  time.Duration
+	wakeSpool chan struct{}
+	postMu    sync.Mutex // serialises result posts (postResult)
+	postQueue struct {   // results waiting for postMu (postResult)
+		sync.Mutex
+		items []*queuedResult
+	}
+	noResultsRoute atomic.Bool // the control plane answered POST .../tasks/results with 404 or 405
 	localAddr      net.Addr
 	localReady     chan struct{}
 	total          api.Capacity // host totals from the last inventory

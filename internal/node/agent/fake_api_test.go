@@ -59,19 +59,25 @@ type fakeCP struct {
 	srv    *httptest.Server
 	wake   chan struct{}
 
-	mu          sync.Mutex
-	enrolJWKS   api.JWKS // returned by register
-	jwks        api.JWKS // returned by GET .../jwks
-	queue       []api.TaskDelivery
-	waitMax     []int // the ?max= of each wait, in order (0: none)
-	registers   int
-	jwksGets    int
-	caps        []api.Capabilities
-	heartbeats  []heartbeatPost
-	events      map[string][]api.TaskEvent
-	results     map[string][]resultPost
-	failResults int  // answer this many result posts with 503
-	failAll     bool // answer every result post with 503
+	mu        sync.Mutex
+	enrolJWKS api.JWKS // returned by register
+	jwks      api.JWKS // returned by GET .../jwks
+	queue     []api.TaskDelivery
+	waitMax   []int // the ?max= of each wait, in order (0: none)
+	// resultBatches is the size of each POST .../tasks/results; with
+	// noResultsRoute that route answers 404 as a control plane without it.
+	// holdResult, when set, holds every result post until it is closed.
+	resultBatches  []int
+	noResultsRoute bool
+	holdResult     chan struct{}
+	registers      int
+	jwksGets       int
+	caps           []api.Capabilities
+	heartbeats     []heartbeatPost
+	events         map[string][]api.TaskEvent
+	results        map[string][]resultPost
+	failResults    int  // answer this many result posts with 503
+	failAll        bool // answer every result post with 503
 	// noResultFields answers a result whose error carries fields with 422
 	// invalid_json, as a control plane that predates
 	// api.ResultError.Fields (and decodes strictly) does.
@@ -120,6 +126,7 @@ func newFakeCP(t *testing.T) *fakeCP {
 	mux.HandleFunc(nodeapi.PutCapabilities.MuxPattern(), f.nodeAuth(f.capabilities))
 	mux.HandleFunc(nodeapi.PostEvent.MuxPattern(), f.nodeAuth(f.event))
 	mux.HandleFunc(nodeapi.PostResult.MuxPattern(), f.nodeAuth(f.result))
+	mux.HandleFunc(nodeapi.PostResults.MuxPattern(), f.nodeAuth(f.resultBatch))
 	mux.HandleFunc(nodeapi.Renew.MuxPattern(), f.nodeAuth(f.renew))
 	mux.HandleFunc(nodeapi.DesiredInstances.MuxPattern(), f.nodeAuth(f.instances))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -353,36 +360,93 @@ func (f *fakeCP) result(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "read", err.Error())
 		return
 	}
+	f.hold(r)
+	id := r.PathValue("task_id")
+	status, ack := f.record(id, body)
+	if status != http.StatusOK {
+		writeJSON(w, status, api.ErrorBody{Error: *ack.Error})
+		return
+	}
+	writeJSON(w, http.StatusOK, nodeapi.ResultAck{TaskID: id, State: ack.State})
+}
+
+// resultBatch records each result of POST .../tasks/results as result
+// records a single one.
+func (f *fakeCP) resultBatch(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	missing := f.noResultsRoute
+	f.mu.Unlock()
+	if missing {
+		http.NotFound(w, r)
+		return
+	}
+	var req struct {
+		Results []struct {
+			TaskID string          `json:"task_id"`
+			Result json.RawMessage `json:"result"`
+		} `json:"results"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Results) < 2 {
+		f.t.Errorf("fake control plane: results batch %v with %d results", err, len(req.Results))
+		writeError(w, http.StatusUnprocessableEntity, "invalid_json", fmt.Sprint(err))
+		return
+	}
+	f.hold(r)
+	f.mu.Lock()
+	f.resultBatches = append(f.resultBatches, len(req.Results))
+	f.mu.Unlock()
+	var out nodeapi.ResultsAck
+	for _, item := range req.Results {
+		_, ack := f.record(item.TaskID, item.Result)
+		out.Results = append(out.Results, ack)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// hold waits for holdResult to close, when it is set.
+func (f *fakeCP) hold(r *http.Request) {
+	f.mu.Lock()
+	gate := f.holdResult
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+		}
+	}
+}
+
+// record decodes one result strictly, records it and says what the single
+// route answers (failResults, failAll and noResultFields apply).
+func (f *fakeCP) record(id string, body []byte) (int, nodeapi.ResultItemAck) {
+	refuse := func(status int, code, msg string) (int, nodeapi.ResultItemAck) {
+		return status, nodeapi.ResultItemAck{TaskID: id, Status: status, Error: &api.ErrorDetail{Code: code, Message: msg}}
+	}
 	var res api.TaskResult
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&res); err != nil {
 		f.t.Errorf("fake control plane: result body does not decode strictly: %v: %s", err, body)
-		writeError(w, http.StatusUnprocessableEntity, "invalid_json", err.Error())
-		return
+		return refuse(http.StatusUnprocessableEntity, "invalid_json", err.Error())
 	}
-	id := r.PathValue("task_id")
 	f.mu.Lock()
-	status := http.StatusOK
+	defer f.mu.Unlock()
 	if f.noResultFields && res.Error != nil && len(res.Error.Fields) > 0 {
 		f.results[id] = append(f.results[id], resultPost{Body: body, Result: res, Status: http.StatusUnprocessableEntity, At: time.Now()})
-		f.mu.Unlock()
-		writeError(w, http.StatusUnprocessableEntity, "invalid_json", `request body: json: unknown field "fields"`)
-		return
+		return refuse(http.StatusUnprocessableEntity, "invalid_json", `request body: json: unknown field "fields"`)
 	}
+	status := http.StatusOK
 	if f.failAll || f.failResults > 0 {
 		status = http.StatusServiceUnavailable
 		if f.failResults > 0 {
 			f.failResults--
 		}
 	}
-	f.results[id] = append(f.results[id], resultPost{Body: body, Result: res, Status: status, At: time.Now()})
-	f.mu.Unlock()
+	f.results[id] = append(f.results[id], resultPost{Body: slices.Clone(body), Result: res, Status: status, At: time.Now()})
 	if status != http.StatusOK {
-		writeError(w, status, "unavailable", "try again later")
-		return
+		return refuse(status, "unavailable", "try again later")
 	}
-	writeJSON(w, http.StatusOK, nodeapi.ResultAck{TaskID: id, State: api.TaskState(res.Status)})
+	return status, nodeapi.ResultItemAck{TaskID: id, Status: http.StatusOK, State: api.TaskState(res.Status)}
 }
 
 // instances answers the desired-set long-poll of an agent that runs
@@ -409,6 +473,13 @@ func (f *fakeCP) enqueue(ds ...api.TaskDelivery) {
 	case f.wake <- struct{}{}:
 	default:
 	}
+}
+
+// batches is the size of each POST .../tasks/results so far.
+func (f *fakeCP) batches() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.resultBatches)
 }
 
 // waitMaxes is the ?max= of each wait so far (0: none).

@@ -319,10 +319,73 @@ func (a *Agent) finish(ctx context.Context, taskID string, res api.TaskResult) {
 // finish posts a result it has just spooled, and retrySpooled skips what
 // was posted meanwhile. finish always posts: it also answers a redelivery
 // of an executed task, whose result the control plane lost.
+//
+// Results that end while a post is in flight wait in postQueue; whoever
+// holds postMu next posts every waiting result, several in one POST
+// .../tasks/results, as a group commit takes every waiting write. Each
+// caller still gets its own result's outcome.
 func (a *Agent) postResult(ctx context.Context, taskID string, res api.TaskResult) error {
+	p := &queuedResult{taskID: taskID, res: res, done: make(chan error, 1)}
+	a.postQueue.Lock()
+	a.postQueue.items = append(a.postQueue.items, p)
+	a.postQueue.Unlock()
 	a.postMu.Lock()
-	defer a.postMu.Unlock()
-	return a.postResultLocked(ctx, taskID, res)
+	a.postQueue.Lock()
+	batch := a.postQueue.items
+	a.postQueue.items = nil
+	a.postQueue.Unlock()
+	if len(batch) > 0 { // else an earlier holder posted ours
+		a.postResultsLocked(ctx, batch)
+	}
+	a.postMu.Unlock()
+	return <-p.done
+}
+
+// queuedResult is a result waiting for postMu (postResult).
+type queuedResult struct {
+	taskID string
+	res    api.TaskResult
+	done   chan error // the outcome, buffered
+}
+
+// postResultsLocked posts batch: one result on its own route, several in
+// one POST .../tasks/results. A control plane without that route (404 or
+// 405: it predates it) gets them one by one, now and from then on.
+func (a *Agent) postResultsLocked(ctx context.Context, batch []*queuedResult) {
+	if len(batch) == 1 || a.noResultsRoute.Load() {
+		for _, p := range batch {
+			p.done <- a.postResultLocked(ctx, p.taskID, p.res)
+		}
+		return
+	}
+	items := make([]api.TaskResultFor, len(batch))
+	for i, p := range batch {
+		items[i] = api.TaskResultFor{TaskID: p.taskID, Result: p.res}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	ack, err := a.node.PostResults(pctx, a.node.node(), items)
+	cancel()
+	if IsStatus(err, http.StatusNotFound) || IsStatus(err, http.StatusMethodNotAllowed) {
+		a.log.Info("control plane has no POST .../tasks/results; posting results one by one", "err", err)
+		a.noResultsRoute.Store(true)
+		a.postResultsLocked(ctx, batch)
+		return
+	}
+	for i, p := range batch {
+		perr := err
+		switch {
+		case err != nil:
+		case i >= len(ack.Results) || ack.Results[i].TaskID != p.taskID:
+			perr = fmt.Errorf("control plane did not answer result %d (task %s) of %d", i, p.taskID, len(batch))
+		default:
+			perr = ack.Results[i].Err()
+		}
+		if IsStatus(perr, http.StatusUnprocessableEntity) && p.res.Error != nil && len(p.res.Error.Fields) > 0 {
+			p.done <- a.postResultLocked(ctx, p.taskID, p.res) // the single route's fallback without fields
+			continue
+		}
+		p.done <- a.settleResult(p.taskID, p.res, perr)
+	}
 }
 
 // retrySpooled posts a spooled result unless it was posted since the spool
@@ -336,6 +399,8 @@ func (a *Agent) retrySpooled(ctx context.Context, taskID string, res api.TaskRes
 	return a.postResultLocked(ctx, taskID, res)
 }
 
+// postResultLocked posts one result on POST .../tasks/{id}/result and
+// settles it.
 func (a *Agent) postResultLocked(ctx context.Context, taskID string, res api.TaskResult) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -348,6 +413,14 @@ func (a *Agent) postResultLocked(ctx context.Context, taskID string, res api.Tas
 		res.Error = &plain
 		_, err = a.node.PostResult(ctx, a.node.node(), taskID, res.CorrelationID, res)
 	}
+	return a.settleResult(taskID, res, err)
+}
+
+// settleResult acts on the outcome err of posting a result: a failure the
+// control plane may get over leaves it spooled (returned, reported as
+// task_result_post_failed); a success, or a 404 or 409 (final), marks it
+// posted.
+func (a *Agent) settleResult(taskID string, res api.TaskResult, err error) error {
 	if err != nil && !IsStatus(err, http.StatusNotFound) && !IsStatus(err, http.StatusConflict) {
 		a.metrics.resultFailures.Inc()
 		seen := "error: " + err.Error()

@@ -1,14 +1,19 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/drover-dev/drover/internal/node/agent"
+	"github.com/drover-dev/drover/internal/node/agent/statedir"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -69,5 +74,77 @@ func TestWaitAsksForFreeSlots(t *testing.T) {
 	}
 	if slices.ContainsFunc(maxes, func(m int) bool { return m < 1 || m > slots }) {
 		t.Errorf("waits asked for %v tasks, want 1..%d each", maxes, slots)
+	}
+}
+
+// spooled reports whether the agent's record of taskID holds its result.
+func spooled(stateDir, taskID string) bool {
+	b, err := os.ReadFile(filepath.Join(stateDir, "tasks", taskID+".json"))
+	var rec statedir.TaskRecord
+	return err == nil && json.Unmarshal(b, &rec) == nil && rec.Result != nil
+}
+
+// TestResultsPostedTogether: results that end while a result post is in
+// flight go together in the next post, one POST .../tasks/results; each is
+// accepted once, byte for byte as the single route gets it, and marked
+// posted. A control plane without that route (404) gets them one by one.
+func TestResultsPostedTogether(t *testing.T) {
+	t.Parallel()
+	for _, missing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("route missing %v", missing), func(t *testing.T) {
+			t.Parallel()
+			f := newFakeCP(t)
+			hold := make(chan struct{})
+			f.mu.Lock()
+			f.holdResult, f.noResultsRoute = hold, missing
+			f.mu.Unlock()
+			h := &counter{}
+			dir := t.TempDir()
+			a := startAgent(t, f, dir, h.handlers())
+			var ds []api.TaskDelivery
+			for i := range slots {
+				c := claims(fmt.Sprintf("task-together-%d", i), testTaskType)
+				ds = append(ds, deliveryFor(c, sign(t, f.signer, c)))
+			}
+			f.enqueue(ds...)
+			// The first result post is held; every other result is spooled
+			// and waits for it.
+			eventually(t, "every result spooled", func() bool {
+				return !slices.ContainsFunc(ds, func(d api.TaskDelivery) bool { return !spooled(dir, d.TaskID) })
+			})
+			time.Sleep(50 * time.Millisecond)
+			close(hold)
+			for _, d := range ds {
+				got := f.waitAccepted(t, d.TaskID, 1)
+				waitPosted(t, dir, d.TaskID)
+				var want bytes.Buffer
+				if err := json.NewEncoder(&want).Encode(readTaskRecord(t, dir, d.TaskID).Result); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(append(got[0].Body, '\n'), want.Bytes()) {
+					t.Errorf("task %s: posted %s, spooled %s", d.TaskID, got[0].Body, want.Bytes())
+				}
+			}
+			a.stop(t)
+			for _, d := range ds {
+				if n := len(f.resultsFor(d.TaskID)); n != 1 {
+					t.Errorf("result of %s posted %d times, want once", d.TaskID, n)
+				}
+			}
+			// The held post took what was queued then (one result or more);
+			// the next took all the others.
+			batches := f.batches()
+			inBatches := 0
+			for _, n := range batches {
+				inBatches += n
+			}
+			requests := len(batches) + len(ds) - inBatches
+			switch {
+			case missing && len(batches) != 0:
+				t.Errorf("batches %v accepted by a control plane without the route", batches)
+			case !missing && (len(batches) == 0 || requests > 2):
+				t.Errorf("%d result requests (batches %v) for %d results, want at most 2 with a batch", requests, batches, len(ds))
+			}
+		})
 	}
 }

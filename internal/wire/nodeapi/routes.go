@@ -11,6 +11,7 @@
 package nodeapi
 
 import (
+	"net/http"
 	"net/url"
 	"reflect"
 	"strings"
@@ -67,6 +68,19 @@ type ResultItemAck struct {
 	Status int              `json:"status"`
 	State  api.TaskState    `json:"state,omitempty"`
 	Error  *api.ErrorDetail `json:"error,omitempty"`
+}
+
+// Err is the result's refusal as the single route's *Error would carry
+// it; nil for a 200.
+func (a ResultItemAck) Err() error {
+	if a.Status == http.StatusOK {
+		return nil
+	}
+	e := &Error{Status: a.Status}
+	if a.Error != nil {
+		e.CodedError = api.CodedError{Code: a.Error.Code, Message: a.Error.Message, Fields: a.Error.Fields}
+	}
+	return e
 }
 
 // BootstrapRoute is a route without path parameters that a host calls

@@ -1,10 +1,13 @@
 package nodeapi
 
 import (
+	"errors"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 var wildcard = regexp.MustCompile(`\{[a-z_]+\}`)
@@ -87,6 +90,37 @@ func TestPathBuilders(t *testing.T) {
 	for _, r := range Routes() {
 		if !built[r.Pattern] {
 			t.Errorf("route %s has no path builder case", r.Name)
+		}
+	}
+}
+
+// TestResultItemAckErr: a refused result of a batch is the *Error the
+// single route would have given, so callers branch on it the same way.
+func TestResultItemAckErr(t *testing.T) {
+	fields := []api.FieldError{{Field: "status", Message: "bad"}}
+	for _, tc := range []struct {
+		ack    ResultItemAck
+		status int
+		code   string
+	}{
+		{ResultItemAck{TaskID: "t", Status: http.StatusOK, State: api.TaskSucceeded}, 0, ""},
+		{ResultItemAck{TaskID: "t", Status: http.StatusNotFound, Error: &api.ErrorDetail{Code: "task_not_found", Message: "m"}}, http.StatusNotFound, "task_not_found"},
+		{ResultItemAck{TaskID: "t", Status: http.StatusUnprocessableEntity, Error: &api.ErrorDetail{Code: "invalid_payload", Fields: fields}}, http.StatusUnprocessableEntity, "invalid_payload"},
+		{ResultItemAck{TaskID: "t", Status: http.StatusInternalServerError}, http.StatusInternalServerError, ""},
+	} {
+		err := tc.ack.Err()
+		if tc.status == 0 {
+			if err != nil {
+				t.Errorf("%+v: %v, want nil", tc.ack, err)
+			}
+			continue
+		}
+		var e *Error
+		if !errors.As(err, &e) || !IsStatus(err, tc.status) || e.Code != tc.code {
+			t.Errorf("%+v: %#v, want status %d code %q", tc.ack, err, tc.status, tc.code)
+		}
+		if tc.code == "invalid_payload" && (len(e.Fields) != 1 || e.Fields[0].Field != "status") {
+			t.Errorf("fields %+v lost", e.Fields)
 		}
 	}
 }
