@@ -69,10 +69,11 @@ type Dialect struct {
 	ClaimIndex string
 	// ClaimMany is how a claim of several tasks names the rows its SELECT
 	// picked, with %s the SELECT: "" is "IN (%s)", right on SQLite, whose
-	// uncorrelated IN subquery runs once. PostgreSQL may run such a
-	// subquery again for each row it updates, and with SKIP LOCKED every
-	// run picks other rows, so the claim took more than its LIMIT there:
-	// "= ANY(ARRAY(%s))" runs it once, before the update.
+	// uncorrelated IN subquery runs once. PostgreSQL's planner may run
+	// such a subquery again for each row it updates, and with SKIP LOCKED
+	// every run picks other rows (a first version of the claim took 283
+	// tasks where it asked for 7): "= ANY(ARRAY(%s))" runs it once, before
+	// the update, whatever the plan.
 	ClaimMany string
 	// PeekClaim makes a claim look for a queued task with a read first and
 	// take the write path only when there is one. On SQLite, whose writes

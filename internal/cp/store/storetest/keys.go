@@ -84,17 +84,23 @@ func testReplaceSigningKey(t *testing.T, s store.Store) {
 	diff(t, "keys after replace", list, []store.SigningKey{k})
 }
 
-// testClaimSkipsDisabledHost: a disabled or revoked host's tasks stay
-// queued; enabling the host makes them claimable. Tasks of node ids without
-// a host record are claimable as before.
-func testClaimSkipsDisabledHost(t *testing.T, s store.Store) {
-	ctx := ctxT(t)
+// createOffAndGone creates host "off", disabled, and host "gone", revoked.
+func createOffAndGone(t *testing.T, s store.Store) {
+	t.Helper()
 	off := newHost("off")
 	off.Enabled = false
 	createHost(t, s, off)
 	gone := newHost("gone")
 	gone.Revoked = true
 	createHost(t, s, gone)
+}
+
+// testClaimSkipsDisabledHost: a disabled or revoked host's tasks stay
+// queued; enabling the host makes them claimable. Tasks of node ids without
+// a host record are claimable as before.
+func testClaimSkipsDisabledHost(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	createOffAndGone(t, s)
 	enqueue(t, s, newTask("t-off", "off", 0), newTask("t-gone", "gone", 0), newTask("t-none", "no-record", 0))
 	for _, node := range []string{"off", "gone"} {
 		if task, ok, err := s.ClaimTask(ctx, node, at(time.Second), at(time.Minute)); err != nil || ok {

@@ -176,7 +176,20 @@ func testQueuedTaskNodes(t *testing.T, s store.Store) {
 // exactly once.
 func testClaimConcurrent(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
-	const n, workers = 200, 8
+	drainOnce(t, s, 200, 8, func(int, int) ([]store.Task, error) {
+		task, ok, err := s.ClaimTask(ctx, "n1", at(time.Second), at(time.Minute))
+		if !ok {
+			return nil, err
+		}
+		return []store.Task{task}, err
+	})
+}
+
+// drainOnce queues n tasks of node n1 and has workers claimers call claim
+// (with the worker's number and its call's) until it claims nothing; every
+// task must be claimed exactly once.
+func drainOnce(t *testing.T, s store.Store, n, workers int, claim func(w, i int) ([]store.Task, error)) {
+	t.Helper()
 	tasks := make([]store.Task, 0, n)
 	for i := range n {
 		tasks = append(tasks, newTask(nth("t", i), "n1", time.Duration(i)*time.Millisecond))
@@ -188,19 +201,21 @@ func testClaimConcurrent(t *testing.T, s store.Store) {
 		wg      sync.WaitGroup
 	)
 	errs := make(chan error, workers)
-	for range workers {
+	for w := range workers {
 		wg.Go(func() {
-			for {
-				task, ok, err := s.ClaimTask(ctx, "n1", at(time.Second), at(time.Minute))
+			for i := 0; ; i++ {
+				got, err := claim(w, i)
 				if err != nil {
 					errs <- err
 					return
 				}
-				if !ok {
+				if len(got) == 0 {
 					return
 				}
 				mu.Lock()
-				claimed[task.ID]++
+				for _, task := range got {
+					claimed[task.ID]++
+				}
 				mu.Unlock()
 			}
 		})

@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -74,12 +73,7 @@ func testClaimTasks(t *testing.T, s store.Store) {
 // testClaimTasksDisabledHost: a disabled or revoked host gets none of its
 // tasks, however many it asks for.
 func testClaimTasksDisabledHost(t *testing.T, s store.Store) {
-	off := newHost("off")
-	off.Enabled = false
-	createHost(t, s, off)
-	gone := newHost("gone")
-	gone.Revoked = true
-	createHost(t, s, gone)
+	createOffAndGone(t, s)
 	enqueue(t, s, newTask("off-1", "off", 0), newTask("off-2", "off", 0), newTask("gone-1", "gone", 0))
 	leases := store.ClaimLeases{Default: at(time.Minute)}
 	for _, node := range []string{"off", "gone"} {
@@ -92,57 +86,16 @@ func testClaimTasksDisabledHost(t *testing.T, s store.Store) {
 // is claimed exactly once.
 func testClaimTasksConcurrent(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
-	const n, workers = 300, 8
-	tasks := make([]store.Task, 0, n)
-	for i := range n {
-		tasks = append(tasks, newTask(nth("t", i), "n1", time.Duration(i)*time.Millisecond))
-	}
-	enqueue(t, s, tasks...)
-	var (
-		mu      sync.Mutex
-		claimed = map[string]int{}
-		wg      sync.WaitGroup
-	)
-	errs := make(chan error, workers)
 	leases := store.ClaimLeases{Default: at(time.Minute)}
-	for w := range workers {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				max := 7
-				if (w+i)%2 == 0 {
-					max = 1
-				}
-				got, err := s.ClaimTasks(ctx, "n1", at(time.Second), leases, max)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if len(got) == 0 {
-					return
-				}
-				if len(got) > max {
-					errs <- fmt.Errorf("claimed %d tasks, asked for at most %d", len(got), max)
-					return
-				}
-				mu.Lock()
-				for _, task := range got {
-					claimed[task.ID]++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if len(claimed) != n {
-		t.Fatalf("%d distinct tasks claimed, want %d", len(claimed), n)
-	}
-	for id, c := range claimed {
-		if c != 1 {
-			t.Errorf("task %s claimed %d times", id, c)
+	drainOnce(t, s, 300, 8, func(w, i int) ([]store.Task, error) {
+		max := 7
+		if (w+i)%2 == 0 {
+			max = 1
 		}
-	}
+		got, err := s.ClaimTasks(ctx, "n1", at(time.Second), leases, max)
+		if err == nil && len(got) > max {
+			err = fmt.Errorf("claimed %d tasks, asked for at most %d", len(got), max)
+		}
+		return got, err
+	})
 }
