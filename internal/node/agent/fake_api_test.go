@@ -64,12 +64,14 @@ type fakeCP struct {
 	jwks      api.JWKS // returned by GET .../jwks
 	queue     []api.TaskDelivery
 	waitMax   []int // the ?max= of each wait, in order (0: none)
-	// resultBatches is the size of each POST .../tasks/results; with
-	// noResultsRoute that route answers 404 as a control plane without it.
-	// holdResult, when set, holds every result post until it is closed.
-	resultBatches  []int
-	noResultsRoute bool
-	holdResult     chan struct{}
+	// resultBatches is the size of each POST .../tasks/results accepted.
+	// refuseBatches, when set, is that route's answer to every batch: 404
+	// as from a control plane without it, any other status as a refusal of
+	// the whole batch. holdResult, when set, holds every result post until
+	// it is closed.
+	resultBatches []int
+	refuseBatches int
+	holdResult    chan struct{}
 	registers      int
 	jwksGets       int
 	caps           []api.Capabilities
@@ -374,10 +376,15 @@ func (f *fakeCP) result(w http.ResponseWriter, r *http.Request) {
 // records a single one.
 func (f *fakeCP) resultBatch(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
-	missing := f.noResultsRoute
+	refuse := f.refuseBatches
 	f.mu.Unlock()
-	if missing {
+	switch refuse {
+	case 0:
+	case http.StatusNotFound:
 		http.NotFound(w, r)
+		return
+	default:
+		writeError(w, refuse, "request_too_large", "request body too large")
 		return
 	}
 	var req struct {

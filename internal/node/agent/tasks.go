@@ -12,6 +12,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/agent/statedir"
 	"github.com/drover-dev/drover/internal/node/probe"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/nodeapi"
 	"github.com/drover-dev/drover/internal/wire/signal"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
@@ -350,7 +351,9 @@ type queuedResult struct {
 
 // postResultsLocked posts batch: one result on its own route, several in
 // one POST .../tasks/results. A control plane without that route (404 or
-// 405: it predates it) gets them one by one, now and from then on.
+// 405: it predates it) gets them one by one, now and from then on; a batch
+// refused as a whole for what it is (another 4xx but 429: larger than the
+// control plane reads, say) is posted one by one this time.
 func (a *Agent) postResultsLocked(ctx context.Context, batch []*queuedResult) {
 	if len(batch) == 1 || a.noResultsRoute.Load() {
 		for _, p := range batch {
@@ -369,6 +372,14 @@ func (a *Agent) postResultsLocked(ctx context.Context, batch []*queuedResult) {
 		a.log.Info("control plane has no POST .../tasks/results; posting results one by one", "err", err)
 		a.noResultsRoute.Store(true)
 		a.postResultsLocked(ctx, batch)
+		return
+	}
+	var he *nodeapi.Error
+	if errors.As(err, &he) && he.Status >= 400 && he.Status < 500 && he.Status != http.StatusTooManyRequests {
+		a.log.Warn("control plane refused a batch of results; posting them one by one", "results", len(batch), "err", err)
+		for _, p := range batch {
+			p.done <- a.postResultLocked(ctx, p.taskID, p.res)
+		}
 		return
 	}
 	for i, p := range batch {

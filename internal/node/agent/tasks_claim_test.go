@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -87,16 +88,17 @@ func spooled(stateDir, taskID string) bool {
 // TestResultsPostedTogether: results that end while a result post is in
 // flight go together in the next post, one POST .../tasks/results; each is
 // accepted once, byte for byte as the single route gets it, and marked
-// posted. A control plane without that route (404) gets them one by one.
+// posted. A control plane without that route (404) gets them one by one,
+// and so does one that refuses the batch as a whole (413).
 func TestResultsPostedTogether(t *testing.T) {
 	t.Parallel()
-	for _, missing := range []bool{false, true} {
-		t.Run(fmt.Sprintf("route missing %v", missing), func(t *testing.T) {
+	for _, refuse := range []int{0, http.StatusNotFound, http.StatusRequestEntityTooLarge} {
+		t.Run(fmt.Sprintf("batch answered %d", refuse), func(t *testing.T) {
 			t.Parallel()
 			f := newFakeCP(t)
 			hold := make(chan struct{})
 			f.mu.Lock()
-			f.holdResult, f.noResultsRoute = hold, missing
+			f.holdResult, f.refuseBatches = hold, refuse
 			f.mu.Unlock()
 			h := &counter{}
 			dir := t.TempDir()
@@ -125,6 +127,11 @@ func TestResultsPostedTogether(t *testing.T) {
 					t.Errorf("task %s: posted %s, spooled %s", d.TaskID, got[0].Body, want.Bytes())
 				}
 			}
+			// None went through the spool's retry: a refused batch is posted
+			// one by one at once, not left as a failed post.
+			if n := agentMetric(t, a, "drover_agent_result_post_failures_total"); n != 0 {
+				t.Errorf("%v result posts failed", n)
+			}
 			a.stop(t)
 			for _, d := range ds {
 				if n := len(f.resultsFor(d.TaskID)); n != 1 {
@@ -140,9 +147,9 @@ func TestResultsPostedTogether(t *testing.T) {
 			}
 			requests := len(batches) + len(ds) - inBatches
 			switch {
-			case missing && len(batches) != 0:
-				t.Errorf("batches %v accepted by a control plane without the route", batches)
-			case !missing && (len(batches) == 0 || requests > 2):
+			case refuse != 0 && len(batches) != 0:
+				t.Errorf("batches %v accepted by a control plane that refuses them", batches)
+			case refuse == 0 && (len(batches) == 0 || requests > 2):
 				t.Errorf("%d result requests (batches %v) for %d results, want at most 2 with a batch", requests, batches, len(ds))
 			}
 		})
