@@ -72,14 +72,14 @@ type fakeCP struct {
 	resultBatches []int
 	refuseBatches int
 	holdResult    chan struct{}
-	registers      int
-	jwksGets       int
-	caps           []api.Capabilities
-	heartbeats     []heartbeatPost
-	events         map[string][]api.TaskEvent
-	results        map[string][]resultPost
-	failResults    int  // answer this many result posts with 503
-	failAll        bool // answer every result post with 503
+	registers     int
+	jwksGets      int
+	caps          []api.Capabilities
+	heartbeats    []heartbeatPost
+	events        map[string][]api.TaskEvent
+	results       map[string][]resultPost
+	failResults   int  // answer this many result posts with 503
+	failAll       bool // answer every result post with 503
 	// noResultFields answers a result whose error carries fields with 422
 	// invalid_json, as a control plane that predates
 	// api.ResultError.Fields (and decodes strictly) does.
