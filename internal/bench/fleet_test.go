@@ -7,6 +7,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/drover-dev/drover/internal/wire/api"
 )
 
 // TestFleetSmoke runs the whole harness at toy scale against an in-process
@@ -44,21 +46,26 @@ func TestFleetSmoke(t *testing.T) {
 
 // TestFleetBatchEnqueue runs the throughput phase with POST
 // /api/v1/tasks:batch (batches of 7 over 40 tasks, so the last one is
-// short). It checks that every task completes; no timings.
+// short), with one task per wait and with up to 8 per wait and their
+// results in one POST .../tasks/results. It checks that every task
+// completes; no timings.
 func TestFleetBatchEnqueue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, Config{Agents: 10, Duration: 200 * time.Millisecond, Tasks: 40, DispatchSamples: 2,
-		Enqueue: EnqueueBatch, BatchSize: 7, Store: "sqlite:", Settle: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	tp := rep.Throughput
-	if tp.Enqueue != EnqueueBatch || tp.BatchSize != 7 || tp.Completed != 40 || tp.Errors != 0 || rep.Config.Enqueue != EnqueueBatch {
-		t.Errorf("throughput: %+v", tp)
+	for _, claimMax := range []int{1, 8} {
+		rep, err := Run(ctx, Config{Agents: 10, Duration: 200 * time.Millisecond, Tasks: 40, DispatchSamples: 2,
+			Enqueue: EnqueueBatch, BatchSize: 7, ClaimMax: claimMax, Store: "sqlite:", Settle: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		tp := rep.Throughput
+		if tp.Enqueue != EnqueueBatch || tp.BatchSize != 7 || tp.ClaimMax != claimMax || tp.Completed != 40 || tp.Errors != 0 ||
+			rep.Config.Enqueue != EnqueueBatch {
+			t.Errorf("throughput with %d tasks per wait: %+v", claimMax, tp)
+		}
 	}
 }
 
@@ -71,6 +78,8 @@ func TestConfigRejectsNonLoopback(t *testing.T) {
 		{Agents: MaxAgents + 1},
 		{Enqueue: "bulk"},
 		{Enqueue: EnqueueBatch, BatchSize: 1001},
+		{ClaimMax: -1},
+		{ClaimMax: api.MaxClaim + 1},
 	} {
 		if err := c.defaults(); err == nil {
 			t.Errorf("defaults accepted %+v", c)
