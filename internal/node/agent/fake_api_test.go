@@ -70,6 +70,7 @@ type fakeCP struct {
 	// the whole batch. holdResult, when set, holds every result post until
 	// it is closed.
 	resultBatches []int
+	batchAttempts int // POST .../tasks/results received, refused or not
 	refuseBatches int
 	holdResult    chan struct{}
 	registers     int
@@ -377,6 +378,7 @@ func (f *fakeCP) result(w http.ResponseWriter, r *http.Request) {
 func (f *fakeCP) resultBatch(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	refuse := f.refuseBatches
+	f.batchAttempts++
 	f.mu.Unlock()
 	switch refuse {
 	case 0:

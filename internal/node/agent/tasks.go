@@ -350,10 +350,11 @@ type queuedResult struct {
 }
 
 // postResultsLocked posts batch: one result on its own route, several in
-// one POST .../tasks/results. A control plane without that route (404 or
-// 405: it predates it) gets them one by one, now and from then on; a batch
-// refused as a whole for what it is (another 4xx but 429: larger than the
-// control plane reads, say) is posted one by one this time.
+// one POST .../tasks/results. A control plane without that route (a 404 or
+// 405 without an error envelope: it predates it) gets them one by one, now
+// and from then on; a batch refused as a whole otherwise (another 4xx but
+// 429: larger than the control plane reads, say) is posted one by one this
+// time.
 func (a *Agent) postResultsLocked(ctx context.Context, batch []*queuedResult) {
 	if len(batch) == 1 || a.noResultsRoute.Load() {
 		for _, p := range batch {
@@ -368,15 +369,15 @@ func (a *Agent) postResultsLocked(ctx context.Context, batch []*queuedResult) {
 	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	ack, err := a.node.PostResults(pctx, a.node.node(), items)
 	cancel()
-	if IsStatus(err, http.StatusNotFound) || IsStatus(err, http.StatusMethodNotAllowed) {
-		a.log.Info("control plane has no POST .../tasks/results; posting results one by one", "err", err)
-		a.noResultsRoute.Store(true)
-		a.postResultsLocked(ctx, batch)
-		return
-	}
 	var he *nodeapi.Error
 	if errors.As(err, &he) && he.Status >= 400 && he.Status < 500 && he.Status != http.StatusTooManyRequests {
-		a.log.Warn("control plane refused a batch of results; posting them one by one", "results", len(batch), "err", err)
+		if (he.Status == http.StatusNotFound || he.Status == http.StatusMethodNotAllowed) && he.Code == "" {
+			// The mux's own answer, not a handler's error envelope.
+			a.log.Info("control plane has no POST .../tasks/results; posting results one by one", "err", err)
+			a.noResultsRoute.Store(true)
+		} else {
+			a.log.Warn("control plane refused a batch of results; posting them one by one", "results", len(batch), "err", err)
+		}
 		for _, p := range batch {
 			p.done <- a.postResultLocked(ctx, p.taskID, p.res)
 		}
