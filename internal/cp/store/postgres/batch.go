@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,16 +29,19 @@ type taskReq struct {
 
 	claim  bool
 	nodeID string
-	// A claim's times (Unix ms) and its leases by task type.
+	// A claim's times (Unix ms), its leases by task type and the most
+	// tasks it takes (0 is one).
 	now, lease int64
 	byType     map[string]time.Time
+	max        int
 	// A result.
 	taskID, state, result, hash string
 	at                          int64
 
-	skipped bool       // left out of the group: the caller runs the single path
-	ok      bool       // the task was claimed, or the result applied
-	task    store.Task // the claimed or updated task, when ok
+	skipped bool         // left out of the group: the caller runs the single path
+	ok      bool         // a task was claimed, or the result applied
+	tasks   []store.Task // the claimed tasks (oldest first) or the updated one, when ok
+	task    store.Task   // tasks[0], when ok
 }
 
 // taskBatcher is PostgreSQL's group commit of task claims and results.
@@ -219,7 +223,7 @@ func (b *taskBatcher) flush(batch []*taskReq) {
 		return
 	}
 	var (
-		out [][]reqRow
+		out [][][]store.Task
 		err error
 	)
 	for range maxTxAttempts {
@@ -234,37 +238,44 @@ func (b *taskBatcher) flush(batch []*taskReq) {
 				r.err = fmt.Errorf("group commit: %w", err)
 				continue
 			}
-			r.ok, r.task = out[i][j].ok, out[i][j].task
+			r.tasks = out[i][j]
+			if r.ok = len(r.tasks) > 0; r.ok {
+				r.task = r.tasks[0]
+			}
 		}
 	}
 }
 
 // stmt is one statement of a group: its SQL, arguments and the number of
-// requests it serves (its rows' ordinals run from 1 to n).
+// requests it serves (its rows' ordinals run from 1 to n), with the most
+// rows each may get (nil: one each).
 type stmt struct {
 	sql  string
 	args []any
 	n    int
+	max  []int
 }
 
-// reqRow is what a statement returned for one request.
-type reqRow struct {
-	ok   bool
-	task store.Task
+// rowsOf is the most rows request i may get.
+func (s stmt) rowsOf(i int) int {
+	if s.max == nil {
+		return 1
+	}
+	return s.max[i]
 }
 
 // exec runs stmts in one round trip and one implicit transaction and
-// returns, per statement, each request's row. Nothing is returned unless
+// returns, per statement, each request's rows. Nothing is returned unless
 // every statement and the commit succeeded.
-func (b *taskBatcher) exec(stmts []stmt) ([][]reqRow, error) {
+func (b *taskBatcher) exec(stmts []stmt) ([][][]store.Task, error) {
 	ctx := context.Background()
-	out := make([][]reqRow, len(stmts))
+	out := make([][][]store.Task, len(stmts))
 	if len(stmts) == 1 {
 		rows, err := b.pool.Query(ctx, stmts[0].sql, stmts[0].args...)
 		if err != nil {
 			return nil, err
 		}
-		if out[0], err = collectRows(rows, stmts[0].n); err != nil {
+		if out[0], err = collectRows(rows, stmts[0]); err != nil {
 			return nil, err
 		}
 		return out, nil
@@ -277,7 +288,7 @@ func (b *taskBatcher) exec(stmts []stmt) ([][]reqRow, error) {
 	for i, s := range stmts {
 		rows, err := br.Query()
 		if err == nil {
-			out[i], err = collectRows(rows, s.n)
+			out[i], err = collectRows(rows, s)
 		}
 		if err != nil {
 			_ = br.Close()
@@ -293,24 +304,28 @@ func (b *taskBatcher) exec(stmts []stmt) ([][]reqRow, error) {
 }
 
 // collectRows reads a group statement's rows, (ordinal, task columns), for
-// n requests, and closes rows.
-func collectRows(rows pgx.Rows, n int) ([]reqRow, error) {
+// its s.n requests, at most s.max[i] rows for request i+1 (one where max is
+// nil), the tasks of a request oldest first, and closes rows.
+func collectRows(rows pgx.Rows, s stmt) ([][]store.Task, error) {
 	defer rows.Close()
-	out := make([]reqRow, n)
+	out := make([][]store.Task, s.n)
 	for rows.Next() {
 		var ord int64
 		t, err := sqlstore.ScanTask(ordRow{rows: rows, ord: &ord})
 		if err != nil {
 			return nil, err
 		}
-		if ord < 1 || ord > int64(n) || out[ord-1].ok {
-			return nil, fmt.Errorf("group statement returned row %d of %d twice or out of range", ord, n)
+		if ord < 1 || ord > int64(s.n) || len(out[ord-1]) >= s.rowsOf(int(ord-1)) {
+			return nil, fmt.Errorf("group statement returned too many rows for request %d of %d", ord, s.n)
 		}
-		out[ord-1] = reqRow{ok: true, task: t}
+		out[ord-1] = append(out[ord-1], t)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
+	}
+	for _, ts := range out {
+		slices.SortFunc(ts, sqlstore.OldestFirst)
 	}
 	return out, nil
 }

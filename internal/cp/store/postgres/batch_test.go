@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -106,6 +107,44 @@ func TestGroupClaims(t *testing.T) {
 	got, ok, err := s.ClaimTask(ctx, "n0", now, now.Add(time.Minute))
 	if err != nil || !ok || got.ID != "t0-1" {
 		t.Errorf("claim n0 again: %v %v %v; want t0-1", got.ID, ok, err)
+	}
+}
+
+// TestGroupClaimsMany: in one group each claim takes up to its own max of
+// its node's oldest tasks, oldest first, with the lease of each task's
+// type; a node with fewer tasks gets what it has.
+func TestGroupClaimsMany(t *testing.T) {
+	s, now := groupStore(t, 4, 5)
+	b := &taskBatcher{pool: s.pool}
+	reqs := []*taskReq{claimReq("n0", now), claimReq("n1", now), claimReq("n2", now), claimReq("n3", now)}
+	for i, max := range []int{3, 0, 5, 9} {
+		reqs[i].max = max
+	}
+	reqs[2].byType = map[string]time.Time{"x": now.Add(time.Hour)}
+	b.flush(reqs)
+	for i, want := range [][]string{{"t0-0", "t0-1", "t0-2"}, {"t1-0"}, {"t2-0", "t2-1", "t2-2", "t2-3", "t2-4"},
+		{"t3-0", "t3-1", "t3-2", "t3-3", "t3-4"}} {
+		r := reqs[i]
+		var ids []string
+		for _, task := range r.tasks {
+			ids = append(ids, task.ID)
+			lease := now.Add(time.Minute)
+			if i == 2 {
+				lease = now.Add(time.Hour)
+			}
+			if task.NodeID != r.nodeID || task.State != api.TaskDispatched || !task.LeaseExpiresAt.Equal(lease) {
+				t.Errorf("claim %d: task %+v", i, task)
+			}
+			if got := getTask(t, s, task.ID); got.State != api.TaskDispatched {
+				t.Errorf("task %s stored as %s", task.ID, got.State)
+			}
+		}
+		if r.err != nil || r.skipped || !r.ok || !slices.Equal(ids, want) || r.task.ID != want[0] {
+			t.Errorf("claim %d (max %d): ok=%v skipped=%v err=%v tasks=%v; want %v", i, r.max, r.ok, r.skipped, r.err, ids, want)
+		}
+	}
+	if got := getTask(t, s, "t0-3"); got.State != api.TaskQueued {
+		t.Errorf("t0-3 is %s: claimed past max", got.State)
 	}
 }
 

@@ -235,13 +235,16 @@ func (s *Store) ClaimTasks(ctx context.Context, nodeID string, now time.Time, le
 		return nil, fmt.Errorf("claim tasks for %q: %w", nodeID, err)
 	}
 	// RETURNING's order is the database's; the node gets its oldest first.
-	slices.SortFunc(ts, func(a, b store.Task) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
+	slices.SortFunc(ts, OldestFirst)
 	return ts, nil
+}
+
+// OldestFirst orders tasks as a claim takes them: by creation, then id.
+func OldestFirst(a, b store.Task) int {
+	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
 }
 
 // QueuedTaskNodes implements store.Store (one statement over the
