@@ -299,53 +299,66 @@ func TestGroupCanceled(t *testing.T) {
 	}
 }
 
-// TestGroupConcurrent: many nodes claim and post results at once through
-// the public methods, each result posted twice at the same time and once
-// by another node: every task is claimed once and finished once, the
-// replay gets the same task, the other node gets ErrNotFound.
+// TestGroupConcurrent: many nodes claim (one task at a time, and up to 3)
+// and post results at once through the public methods, each result posted
+// twice at the same time and once by another node: every task is claimed
+// once and finished once, the replay gets the same task, the other node
+// gets ErrNotFound.
 func TestGroupConcurrent(t *testing.T) {
+	for _, max := range []int{1, 3} {
+		t.Run(fmt.Sprintf("max %d", max), func(t *testing.T) { testGroupConcurrent(t, max) })
+	}
+}
+
+func testGroupConcurrent(t *testing.T, max int) {
 	ctx := context.Background()
 	const nodes, perNode = 24, 5
 	s, now := groupStore(t, nodes, perNode)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	done := map[string]int{}
+	leases := store.ClaimLeases{Default: now.Add(time.Minute)}
 	for n := range nodes {
 		node := fmt.Sprintf("n%d", n)
 		wg.Go(func() {
 			for {
-				task, ok, err := s.ClaimTask(ctx, node, now, now.Add(time.Minute))
-				if err != nil || !ok {
+				claimed, err := s.ClaimTasks(ctx, node, now, leases, max)
+				if err != nil || len(claimed) == 0 {
 					if err != nil {
 						t.Error(err)
 					}
 					return
 				}
-				if task.NodeID != node {
-					t.Errorf("%s claimed %s of %s", node, task.ID, task.NodeID)
+				if len(claimed) > max {
+					t.Errorf("%s claimed %d tasks, asked for %d", node, len(claimed), max)
 				}
-				var inner sync.WaitGroup
-				got := make([]store.Task, 2)
-				errs := make([]error, 3)
-				for i := range 2 {
+				for _, task := range claimed {
+					if task.NodeID != node {
+						t.Errorf("%s claimed %s of %s", node, task.ID, task.NodeID)
+					}
+					var inner sync.WaitGroup
+					got := make([]store.Task, 2)
+					errs := make([]error, 3)
+					for i := range 2 {
+						inner.Go(func() {
+							got[i], errs[i] = s.CompleteTask(ctx, node, task.ID, api.TaskSucceeded, testResult, "h", time.Now())
+						})
+					}
 					inner.Go(func() {
-						got[i], errs[i] = s.CompleteTask(ctx, node, task.ID, api.TaskSucceeded, testResult, "h", time.Now())
+						other := fmt.Sprintf("n%d", (n+1)%nodes)
+						_, errs[2] = s.CompleteTask(ctx, other, task.ID, api.TaskFailed, testResult, "x", time.Now())
 					})
+					inner.Wait()
+					if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], store.ErrNotFound) {
+						t.Errorf("results of %s: %v", task.ID, errs)
+					}
+					if got[0].FinishedAt != got[1].FinishedAt || got[0].State != api.TaskSucceeded {
+						t.Errorf("results of %s answered %+v and %+v; want the same finished task", task.ID, got[0], got[1])
+					}
+					mu.Lock()
+					done[task.ID]++
+					mu.Unlock()
 				}
-				inner.Go(func() {
-					other := fmt.Sprintf("n%d", (n+1)%nodes)
-					_, errs[2] = s.CompleteTask(ctx, other, task.ID, api.TaskFailed, testResult, "x", time.Now())
-				})
-				inner.Wait()
-				if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], store.ErrNotFound) {
-					t.Errorf("results of %s: %v", task.ID, errs)
-				}
-				if got[0].FinishedAt != got[1].FinishedAt || got[0].State != api.TaskSucceeded {
-					t.Errorf("results of %s answered %+v and %+v; want the same finished task", task.ID, got[0], got[1])
-				}
-				mu.Lock()
-				done[task.ID]++
-				mu.Unlock()
 			}
 		})
 	}
