@@ -103,14 +103,6 @@ func (c *Client) PutCapabilities(ctx context.Context, nodeID string, caps api.Ca
 	return err
 }
 
-// WaitTask long-polls for the node's next task for at most timeout. ok is
-// false when the wait ended without one (204).
-func (c *Client) WaitTask(ctx context.Context, nodeID string, timeout time.Duration) (d api.TaskDelivery, ok bool, err error) {
-	q := "timeout=" + url.QueryEscape(timeout.String())
-	status, err := call(ctx, c, WaitTask, WaitTask.Path(nodeID), q, "", nil, &d)
-	return d, err == nil && status == http.StatusOK, err
-}
-
 // WaitTasks long-polls for up to max of the node's next tasks (GET
 // .../tasks/wait?max=N, capped at api.MaxClaim by the server): the
 // deliveries oldest first, none when the wait ended without one (204).

@@ -101,10 +101,10 @@ func TestClientRequests(t *testing.T) {
 		t.Errorf("heartbeat request %+v", s)
 	}
 
-	if _, ok, err := c.WaitTask(ctx, "n1", 25*time.Second); err != nil || ok {
-		t.Fatalf("WaitTask on 204: ok=%v err=%v", ok, err)
+	if ds, err := c.WaitTasks(ctx, "n1", 25*time.Second, 1); err != nil || ds != nil {
+		t.Fatalf("WaitTasks on 204: %+v %v", ds, err)
 	}
-	if s := rec.last(t); s.method != "GET" || s.uri != "/internal/v1/nodes/n1/tasks/wait?timeout=25s" || s.ctype != "" || s.body != "" {
+	if s := rec.last(t); s.method != "GET" || s.uri != "/internal/v1/nodes/n1/tasks/wait?timeout=25s&max=1" || s.ctype != "" || s.body != "" {
 		t.Errorf("wait request %+v", s)
 	}
 
@@ -114,9 +114,6 @@ func TestClientRequests(t *testing.T) {
 	}
 	if s := rec.last(t); s.method != "GET" || s.uri != "/internal/v1/nodes/n1/tasks/wait?timeout=25s&max=3" {
 		t.Errorf("wait request %+v", s)
-	}
-	if ds, err := c.WaitTasks(ctx, "n1", time.Second, 2); err != nil || ds != nil {
-		t.Fatalf("WaitTasks on 204: %+v %v", ds, err)
 	}
 
 	ack, err := c.PostResult(ctx, "n1", "t-1", "cid-1", api.TaskResult{Status: api.ResultSucceeded})
@@ -208,8 +205,8 @@ func TestClientErrors(t *testing.T) {
 	if !errors.As(err, &e) || e.Retryable() || !IsStatus(err, http.StatusForbidden) {
 		t.Fatalf("jwks error %#v", err)
 	}
-	_, _, err = c.WaitTask(ctx, "n1", time.Second)
-	if err == nil || errors.As(err, &e) || !strings.Contains(err.Error(), "decode GET /internal/v1/nodes/n1/tasks/wait?timeout=1s response") {
+	_, err = c.WaitTasks(ctx, "n1", time.Second, 1)
+	if err == nil || errors.As(err, &e) || !strings.Contains(err.Error(), "decode GET /internal/v1/nodes/n1/tasks/wait?timeout=1s&max=1 response") {
 		t.Fatalf("undecodable delivery: %v", err)
 	}
 	var ue *url.Error
