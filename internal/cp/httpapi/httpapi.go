@@ -149,12 +149,7 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 // WriteError writes the error envelope; errors that are not *Error are
 // 500s and logged.
 func WriteError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
-	var he *Error
-	if !errors.As(err, &he) {
-		log.ErrorContext(r.Context(), "internal error", "err", err, "path", r.URL.Path,
-			"correlation_id", CorrelationID(r.Context()))
-		he = Errorf(http.StatusInternalServerError, "internal", "internal error")
-	}
+	he := AsError(log, r, err)
 	if he.RetryAfter > 0 {
 		w.Header().Set("Retry-After", fmt.Sprint(he.RetryAfter))
 	}
@@ -162,11 +157,25 @@ func WriteError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err er
 		log.InfoContext(r.Context(), "request refused", "status", he.Status, "code", he.Code,
 			"msg", he.Message, "path", r.URL.Path, "correlation_id", CorrelationID(r.Context()))
 	}
-	WriteJSON(w, he.Status, api.ErrorBody{Error: api.ErrorDetail{
-		Code: he.Code, Message: he.Message, Fields: he.Fields,
-		CorrelationID: CorrelationID(r.Context()),
-		Retryable:     he.Status == http.StatusTooManyRequests || he.Status >= 500,
-	}})
+	WriteJSON(w, he.Status, api.ErrorBody{Error: he.Detail(r.Context())})
+}
+
+// AsError is err as the *Error it is, or, logged, the 500 internal error
+// that stands for any other error.
+func AsError(log *slog.Logger, r *http.Request, err error) *Error {
+	var he *Error
+	if !errors.As(err, &he) {
+		log.ErrorContext(r.Context(), "internal error", "err", err, "path", r.URL.Path,
+			"correlation_id", CorrelationID(r.Context()))
+		he = Errorf(http.StatusInternalServerError, "internal", "internal error")
+	}
+	return he
+}
+
+// Detail is the error envelope's body of e for a request with ctx.
+func (e *Error) Detail(ctx context.Context) api.ErrorDetail {
+	return api.ErrorDetail{Code: e.Code, Message: e.Message, Fields: e.Fields, CorrelationID: CorrelationID(ctx),
+		Retryable: e.Status == http.StatusTooManyRequests || e.Status >= 500}
 }
 
 // DecodeJSON strictly decodes a bounded body into v.

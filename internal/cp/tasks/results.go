@@ -1,7 +1,6 @@
 package tasks
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -65,13 +64,7 @@ func (s *Room) resultAck(r *http.Request, nodeID string, item api.TaskResultFor)
 	if err == nil {
 		return nodeapi.ResultItemAck{TaskID: item.TaskID, Status: http.StatusOK, State: t.State}
 	}
-	var he *httpapi.Error
-	if !errors.As(err, &he) {
-		s.log.ErrorContext(r.Context(), "internal error", "err", err, "task_id", item.TaskID,
-			"correlation_id", httpapi.CorrelationID(r.Context()))
-		he = httpapi.Errorf(http.StatusInternalServerError, "internal", "internal error")
-	}
-	return nodeapi.ResultItemAck{TaskID: item.TaskID, Status: he.Status, Error: &api.ErrorDetail{
-		Code: he.Code, Message: he.Message, Fields: he.Fields, CorrelationID: httpapi.CorrelationID(r.Context()),
-		Retryable: he.Status >= 500}}
+	he := httpapi.AsError(s.log, r, err)
+	d := he.Detail(r.Context())
+	return nodeapi.ResultItemAck{TaskID: item.TaskID, Status: he.Status, Error: &d}
 }
