@@ -231,8 +231,8 @@ func (a *simAgent) pollLoop(ctx context.Context, max int, tr *tracker, errs *ato
 	}
 }
 
-// complete posts a result for each of ds, received at at, retrying the
-// ones refused with a retryable error.
+// complete posts a result for each of ds, received at at, posting the
+// ones that failed again, up to 5 more times.
 func (a *simAgent) complete(ctx context.Context, ds []api.TaskDelivery, at time.Time, tr *tracker, errs *atomic.Int64) {
 	probes := make(map[string]*pending, len(ds))
 	results := make([]api.TaskResultFor, 0, len(ds))
@@ -246,19 +246,20 @@ func (a *simAgent) complete(ctx context.Context, ds []api.TaskDelivery, at time.
 	}
 	for attempt := 0; len(results) > 0; attempt++ {
 		failed := a.post(ctx, results)
+		last := ctx.Err() != nil || attempt >= 5
 		now := time.Now()
 		for _, r := range results {
-			if err, retry := failed[r.TaskID]; !retry || ctx.Err() != nil || attempt >= 5 {
+			if err, ok := failed[r.TaskID]; !ok || last {
 				if p := probes[r.TaskID]; p != nil {
 					p.finish(now, err)
 				}
 			}
 		}
-		if len(failed) == 0 || ctx.Err() != nil || attempt >= 5 {
+		if len(failed) == 0 || last {
 			return
 		}
 		errs.Add(int64(len(failed)))
-		results = slices.DeleteFunc(results, func(r api.TaskResultFor) bool { _, retry := failed[r.TaskID]; return !retry })
+		results = slices.DeleteFunc(results, func(r api.TaskResultFor) bool { _, ok := failed[r.TaskID]; return !ok })
 		sleep(ctx, 100*time.Millisecond)
 	}
 }
@@ -282,8 +283,8 @@ func (a *simAgent) post(ctx context.Context, results []api.TaskResultFor) map[st
 			failed[r.TaskID] = err
 		case i >= len(ack.Results) || ack.Results[i].TaskID != r.TaskID:
 			failed[r.TaskID] = fmt.Errorf("result %d of %s: no answer", i, r.TaskID)
-		case ack.Results[i].Status != http.StatusOK:
-			failed[r.TaskID] = fmt.Errorf("result of %s: %d %+v", r.TaskID, ack.Results[i].Status, ack.Results[i].Error)
+		case ack.Results[i].Err() != nil:
+			failed[r.TaskID] = fmt.Errorf("result of %s: %w", r.TaskID, ack.Results[i].Err())
 		}
 	}
 	return failed
