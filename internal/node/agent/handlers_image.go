@@ -24,7 +24,8 @@ const (
 // runtime.PullerOf finds the container side of a Router) and reports the
 // pull as phases: "resolve" (until the registry's first layer line),
 // "layer <short id> download" (first line of the layer to "Download
-// complete"), "layer <short id> extract" (first "Extracting" to "Pull
+// complete", or to its first "Extracting" when the engine skipped that
+// line), "layer <short id> extract" (first "Extracting" to "Pull
 // complete"), "layer <short id> cached" for a layer the engine already
 // has, "layer <short id>" for one whose lines fit neither (from its first
 // line to its last), and "verify" (the pulled image inspected, its digest
@@ -156,12 +157,12 @@ func (p *pullPhases) observe(layer, status string) {
 		l.done = true
 		p.phase("layer "+layer+" cached", t.Sub(l.first), nil)
 	case "Download complete":
-		if l.dlDone.IsZero() {
-			l.dlDone = t
-			l.out.DownloadMS = t.Sub(l.first).Milliseconds()
-			p.phase("layer "+layer+" download", t.Sub(l.first), nil)
-		}
+		p.downloaded(layer, l, t)
 	case "Extracting":
+		// The engine passes on only a layer's latest progress to a slow
+		// reader, so "Download complete" may never come: the download
+		// was over by the first line of the extraction.
+		p.downloaded(layer, l, t)
 		if l.exStart.IsZero() {
 			l.exStart = t
 		}
@@ -176,6 +177,15 @@ func (p *pullPhases) observe(layer, status string) {
 		l.done = true
 		l.out.ExtractMS = t.Sub(from).Milliseconds()
 		p.phase("layer "+layer+" extract", t.Sub(from), nil)
+	}
+}
+
+// downloaded ends layer l's download phase at t, once.
+func (p *pullPhases) downloaded(layer string, l *pullLayer, t time.Time) {
+	if l.dlDone.IsZero() {
+		l.dlDone = t
+		l.out.DownloadMS = t.Sub(l.first).Milliseconds()
+		p.phase("layer "+layer+" download", t.Sub(l.first), nil)
 	}
 }
 

@@ -107,6 +107,33 @@ func TestImagePullPhasesCoalesced(t *testing.T) {
 	}
 }
 
+// TestImagePullDownloadCompleteSkipped: the engine gives a slow reader
+// only a layer's latest progress, so "Download complete" may not come;
+// the download then ends at the layer's first "Extracting".
+func TestImagePullDownloadCompleteSkipped(t *testing.T) {
+	clock := time.Unix(0, 0)
+	now := func() time.Time { clock = clock.Add(10 * time.Millisecond); return clock }
+	script := [][2]string{{"", "Pulling from drover/app"},
+		{"aaaaaaaaaaaa", "Pulling fs layer"}, {"aaaaaaaaaaaa", "Downloading"},
+		{"aaaaaaaaaaaa", "Extracting"}, {"aaaaaaaaaaaa", "Extracting"}, {"aaaaaaaaaaaa", "Pull complete"}}
+	h := agent.ImagePullHandler(func() runtime.Runtime { return scriptPuller{script: script} }, nil, now)
+	phases, out, err := runPull(t, h, `{"ref":"drover/app:v1"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range phases {
+		names = append(names, fmt.Sprintf("%s=%s", p.name, p.d))
+	}
+	want := []string{"resolve=20ms", "layer aaaaaaaaaaaa download=20ms", "layer aaaaaaaaaaaa extract=20ms", "verify=10ms"}
+	if strings.Join(names, " ") != strings.Join(want, " ") {
+		t.Errorf("phases %q, want %q", names, want)
+	}
+	if o := out.Output.(task.ImagePullOutput); len(o.Layers) != 1 || o.Layers[0].DownloadMS != 20 || o.Layers[0].ExtractMS != 20 {
+		t.Errorf("output %+v", o)
+	}
+}
+
 type scriptPuller struct {
 	runtime.Runtime
 	script [][2]string
