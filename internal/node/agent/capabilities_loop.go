@@ -45,10 +45,11 @@ func (a *Agent) capabilitiesLoop(ctx context.Context) error {
 		// collection per cycle (5 min) costs about a millisecond.
 		debug.FreeOSMemory()
 		// Likewise the executable's pages that start-up (package inits,
-		// enrolment, probes) and the host reading touched: unmapped, they
-		// stay in the page cache and come back on use.
+		// enrolment, probes) and the host reading touched: unmapped and
+		// dropped from the page cache, they come back page by page as the
+		// steady state uses them.
 		if res, err := exepages.Trim(); err == nil {
-			a.log.Debug("unmapped start-up pages of the executable", "bytes", res.Bytes, "mappings", res.Mappings)
+			a.log.Debug("unmapped start-up pages of the executable", "bytes", res.Bytes, "mappings", res.Mappings, "evicted", res.Evicted)
 		} else if !errors.Is(err, exepages.ErrUnsupported) {
 			a.log.Debug("unmap start-up pages of the executable", "err", err)
 		}

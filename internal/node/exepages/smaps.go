@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -17,6 +18,7 @@ type mapping struct {
 	inode        uint64
 	rss          int64 // bytes
 	anonymous    int64 // bytes of private copies (copy-on-write), never dropped
+	randomRead   bool  // VmFlags has "rr" (MADV_RANDOM: no read-around on faults)
 }
 
 // of reports whether m maps the file identified by dev and inode.
@@ -66,6 +68,8 @@ func parseSmaps(r io.Reader) ([]mapping, error) {
 				} else {
 					m.anonymous = kb << 10
 				}
+			case "VmFlags:":
+				m.randomRead = slices.Contains(f[1:], "rr")
 			}
 			continue
 		}

@@ -14,6 +14,7 @@ VmFlags: rd ex mr mw me dw
 Size:              10168 kB
 Rss:                7992 kB
 Anonymous:             0 kB
+VmFlags: rd mr mw me rr
 0171f000-0178f000 rw-p 0131f000 fe:00 10274757                           /usr/bin/drover-agent
 Rss:                 444 kB
 Anonymous:           104 kB
@@ -31,11 +32,11 @@ func TestParseSmaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []mapping{
-		{0x400000, 0xd31000, "r-xp", 0xfe, 0, 10274757, 8260 << 10, 0},
-		{0xd31000, 0x171f000, "r--p", 0xfe, 0, 10274757, 7992 << 10, 0},
-		{0x171f000, 0x178f000, "rw-p", 0xfe, 0, 10274757, 444 << 10, 104 << 10},
-		{0xc000000000, 0xc000400000, "rw-p", 0, 0, 0, 2048 << 10, 2048 << 10},
-		{0x7f0000000000, 0x7f0000001000, "r--p", 0x103, 0x1a, 42, 4 << 10, 0},
+		{0x400000, 0xd31000, "r-xp", 0xfe, 0, 10274757, 8260 << 10, 0, false},
+		{0xd31000, 0x171f000, "r--p", 0xfe, 0, 10274757, 7992 << 10, 0, true},
+		{0x171f000, 0x178f000, "rw-p", 0xfe, 0, 10274757, 444 << 10, 104 << 10, false},
+		{0xc000000000, 0xc000400000, "rw-p", 0, 0, 0, 2048 << 10, 2048 << 10, false},
+		{0x7f0000000000, 0x7f0000001000, "r--p", 0x103, 0x1a, 42, 4 << 10, 0, false},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d mappings, want %d: %+v", len(got), len(want), got)
