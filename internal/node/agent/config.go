@@ -43,6 +43,10 @@ type Config struct {
 	// (percent) at which the agent reports node_observability_disk_pressure
 	// and frees its own buffers (0 means DefaultDiskPressurePercent).
 	DiskPressurePercent int
+	// NODE_AGENT_TASK_SLOTS: how many tasks the agent runs at once, and so
+	// the most one long-poll asks for (0 means DefaultTaskSlots; at most
+	// MaxTaskSlots).
+	TaskSlots int
 
 	// Instances (VMs).
 	Runtime          string // NODE_AGENT_RUNTIME: a name in Runtimes (LoadConfig's default: qemu) | none (also "")
@@ -221,6 +225,7 @@ func newFlagSet(f *Config, configDefault, envFileDefault string, runtimes noderu
 	fs.IntVar(&f.ReservedVCPUs, "reserved-vcpus", 0, "vCPUs reserved for the host OS")
 	fs.IntVar(&f.ReservedMemoryMiB, "reserved-memory-mib", 0, "memory reserved for the host OS, MiB")
 	fs.IntVar(&f.DiskPressurePercent, "disk-pressure-percent", 0, "state dir filesystem usage (percent) reported as disk pressure")
+	fs.IntVar(&f.TaskSlots, "task-slots", 0, "tasks run at once; each long-poll asks for as many as are free (default 4, at most 64)")
 	fs.StringVar(&f.AccelFallback, "accel-fallback", "", `"tcg": run VMs under TCG when the selected accelerator does not work`)
 	fs.StringVar(&f.Runtime, "runtime", "", "instance runtime: one this binary registers, or none")
 	fs.StringVar(&f.ContainerRuntime, "container-runtime", "", "container runtime run beside -runtime (docker), or none")
@@ -268,7 +273,7 @@ func numericKeys() []string {
 		"NODE_AGENT_RESERVED_MEMORY_MIB", "NODE_AGENT_RECONCILE_INTERVAL", "NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS",
 		"NODE_AGENT_DISK_PRESSURE_PERCENT", "NODE_AGENT_OCI_CACHE_MAX_GIB", "NODE_AGENT_RESTART_BACKOFF",
 		"NODE_AGENT_RESTART_BACKOFF_MAX", "NODE_AGENT_CRASH_LOOP_THRESHOLD", "NODE_AGENT_SLICE_INSTALL_DEPENDENCIES",
-		"NODE_AGENT_SLICE_TELEMETRY_INTERVAL"}, presetNumericKeys()...)
+		"NODE_AGENT_SLICE_TELEMETRY_INTERVAL", "NODE_AGENT_TASK_SLOTS"}, presetNumericKeys()...)
 }
 
 // setNumeric sets one of the non-string keys.
@@ -312,6 +317,8 @@ func (c *Config) setNumeric(key, val string) error {
 		c.OCICacheMaxGiB = n
 	case "NODE_AGENT_CRASH_LOOP_THRESHOLD":
 		c.CrashLoopThreshold = n
+	case "NODE_AGENT_TASK_SLOTS":
+		c.TaskSlots = n
 	default:
 		c.ReservedMemoryMiB = n
 	}
@@ -357,6 +364,21 @@ func (c Config) OCICacheMaxBytes() int64 {
 	return int64(c.OCICacheMaxGiB) << 30
 }
 
+// DefaultTaskSlots is NODE_AGENT_TASK_SLOTS's default, and MaxTaskSlots its
+// bound.
+const (
+	DefaultTaskSlots = 4
+	MaxTaskSlots     = 64
+)
+
+// taskSlots is how many tasks run at once, with its default.
+func (c Config) taskSlots() int {
+	if c.TaskSlots <= 0 {
+		return DefaultTaskSlots
+	}
+	return min(c.TaskSlots, MaxTaskSlots)
+}
+
 // DefaultDiskPressurePercent is NODE_AGENT_DISK_PRESSURE_PERCENT's default.
 const DefaultDiskPressurePercent = 90
 
@@ -394,6 +416,9 @@ func (c Config) Validate() error {
 	}
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("NODE_AGENT_STATE_DIR is required"))
+	}
+	if c.TaskSlots < 0 || c.TaskSlots > MaxTaskSlots {
+		errs = append(errs, fmt.Errorf("NODE_AGENT_TASK_SLOTS %d: must be between 1 and %d (0 takes the default, %d)", c.TaskSlots, MaxTaskSlots, DefaultTaskSlots))
 	}
 	if c.AccelFallback != "" && c.AccelFallback != "tcg" {
 		errs = append(errs, fmt.Errorf("NODE_AGENT_ACCEL_FALLBACK %q: must be tcg or empty", c.AccelFallback))

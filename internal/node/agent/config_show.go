@@ -101,6 +101,8 @@ func (c Config) value(key string) string {
 		return durationText(c.RestartBackoffMax.String(), c.RestartBackoffMax == 0)
 	case "NODE_AGENT_CRASH_LOOP_THRESHOLD":
 		return fmt.Sprint(c.CrashLoopThreshold)
+	case "NODE_AGENT_TASK_SLOTS":
+		return fmt.Sprint(c.taskSlots())
 	case "NODE_AGENT_RESERVED_VCPUS":
 		return fmt.Sprint(c.ReservedVCPUs)
 	case "NODE_AGENT_RESERVED_MEMORY_MIB":

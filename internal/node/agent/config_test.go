@@ -155,6 +155,7 @@ NODE_AGENT_RECONCILE_INTERVAL=2s
 NODE_AGENT_RESTART_BACKOFF=500ms
 NODE_AGENT_RESTART_BACKOFF_MAX=1m
 NODE_AGENT_CRASH_LOOP_THRESHOLD=2
+NODE_AGENT_TASK_SLOTS=16
 NODE_AGENT_TERMINAL_URL=https://term.example:9443
 NODE_AGENT_IMAGE_ALLOW_LOCAL_URLS=true
 NODE_AGENT_MICROVM_BRIDGE=brvm0
@@ -174,7 +175,7 @@ NODE_AGENT_SLICE_BRIDGE=brslice0
 		ImageDirs: "/srv/images,/var/lib/libvirt/images", RuntimeSettings: map[string]string{"NODE_AGENT_QEMU_BINARY": "/opt/qemu/bin/qemu-system-x86_64"},
 		SecretsDir: "/etc/drover/secrets", ReconcileInterval: 2 * time.Second, TerminalURL: "https://term.example:9443",
 		RestartBackoff: 500 * time.Millisecond, RestartBackoffMax: time.Minute, CrashLoopThreshold: 2,
-		ImageAllowLocalURLs: true, Local: agent.DefaultLocalWorkloads(),
+		TaskSlots: 16, ImageAllowLocalURLs: true, Local: agent.DefaultLocalWorkloads(),
 		MicroVMBridge: "brvm0", MicroVMCIDR: "172.30.0.0/16", MicroVMDNS: "10.0.0.53, 9.9.9.9",
 		SliceCIDR: "10.77.0.0/24", SliceBridge: "brslice0"}
 	if diff := cmp.Diff(c, want, cmpopts.IgnoreFields(agent.Config{}, "Runtimes")); diff != "" {
@@ -322,6 +323,10 @@ func TestLoadConfigValidation(t *testing.T) {
 			[]string{"NODE_AGENT_RESTART_BACKOFF_MAX 1s", "at least NODE_AGENT_RESTART_BACKOFF"}},
 		{"crash loop threshold not a number", url, nil, "NODE_AGENT_CRASH_LOOP_THRESHOLD=many\n",
 			[]string{"NODE_AGENT_CRASH_LOOP_THRESHOLD", "many"}},
+		{"task slots not a number", url, map[string]string{"NODE_AGENT_TASK_SLOTS": "lots"}, "",
+			[]string{"NODE_AGENT_TASK_SLOTS", `"lots"`}},
+		{"task slots above the bound", append([]string{"-task-slots", "65"}, url...), nil, "",
+			[]string{"NODE_AGENT_TASK_SLOTS 65", "between 1 and 64"}},
 		{"heartbeat env not a duration", url, map[string]string{"NODE_AGENT_HEARTBEAT_INTERVAL": "often"}, "",
 			[]string{"NODE_AGENT_HEARTBEAT_INTERVAL"}},
 		{"state dir emptied by the config file", url, nil, "NODE_AGENT_STATE_DIR=\n",

@@ -79,6 +79,8 @@ func flagDefault(name string, d Config) string {
 		return "5m"
 	case "crash-loop-threshold":
 		return "5"
+	case "task-slots":
+		return "4"
 	case "runtime-dir":
 		return "<state dir>/runtime"
 	case "reserved-vcpus", "reserved-memory-mib":

@@ -18,8 +18,7 @@ import (
 )
 
 const (
-	pollWait      = 30 * time.Second
-	maxConcurrent = 4
+	pollWait = 30 * time.Second
 	// recordKeep is how long executed task ids stay in the replay cache
 	// after their envelope expired (an expired envelope is refused anyway).
 	recordKeep = 24 * time.Hour
@@ -35,13 +34,14 @@ const (
 var errJWKSRefreshThrottled = errors.New("task-signing key refresh throttled")
 
 // taskLoop long-polls for tasks and runs each in its own goroutine, at most
-// maxConcurrent at once. Each long-poll asks for as many tasks as there are
-// free slots (GET .../tasks/wait?max=N), so a burst of queued tasks comes
-// in one answer instead of one round trip each. It returns only after
+// NODE_AGENT_TASK_SLOTS at once. Each long-poll asks for as many tasks as
+// there are free slots (GET .../tasks/wait?max=N, at most api.MaxClaim), so
+// a burst of queued tasks comes in one answer instead of one round trip
+// each. It returns only after
 // every task it started has finished, so that nothing touches the state
 // directory once Run returned.
 func (a *Agent) taskLoop(ctx context.Context) error {
-	sem := make(chan struct{}, maxConcurrent)
+	sem := make(chan struct{}, a.cfg.taskSlots())
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
 	bo := newBackoff(500*time.Millisecond, 30*time.Second)
@@ -51,7 +51,7 @@ func (a *Agent) taskLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		}
-		free := 1 + takeFree(sem)
+		free := 1 + takeFree(sem, api.MaxClaim-1)
 		ds, err := a.waitTasks(ctx, free)
 		for range free - len(ds) {
 			<-sem
@@ -80,11 +80,11 @@ func (a *Agent) taskLoop(ctx context.Context) error {
 	}
 }
 
-// takeFree takes every slot of sem that is free now, without waiting, and
-// says how many.
-func takeFree(sem chan struct{}) int {
+// takeFree takes the slots of sem that are free now, at most max, without
+// waiting, and says how many.
+func takeFree(sem chan struct{}, max int) int {
 	n := 0
-	for {
+	for n < max {
 		select {
 		case sem <- struct{}{}:
 			n++
@@ -92,6 +92,7 @@ func takeFree(sem chan struct{}) int {
 			return n
 		}
 	}
+	return n
 }
 
 // waitTasks long-polls for up to max tasks. A server that answers with

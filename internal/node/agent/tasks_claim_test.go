@@ -18,14 +18,34 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
-// slots is the agent's bound on tasks running at once (maxConcurrent).
-const slots = 4
+// slots is the agent's default bound on tasks running at once
+// (NODE_AGENT_TASK_SLOTS).
+const slots = agent.DefaultTaskSlots
 
 // TestWaitAsksForFreeSlots: each long-poll asks for as many tasks as the
-// agent has free slots (?max=N), runs every task of an answer at once, and
-// never runs more than its bound: with all slots busy it does not poll.
+// agent has free slots (?max=N, at most api.MaxClaim), runs every task of
+// an answer at once, and never runs more than its bound: with all slots
+// busy it does not poll.
 func TestWaitAsksForFreeSlots(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		cfg      int // Config.TaskSlots
+		slots    int // the bound it means
+		firstMax int // what the first wait asks for
+	}{
+		{"default", 0, slots, slots},
+		{"two slots", 2, 2, 2},
+		{"more slots than one wait takes", api.MaxClaim + 8, api.MaxClaim + 8, api.MaxClaim},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			waitAsksForFreeSlots(t, tc.cfg, tc.slots, tc.firstMax)
+		})
+	}
+}
+
+func waitAsksForFreeSlots(t *testing.T, cfgSlots, slots, firstMax int) {
 	f := newFakeCP(t)
 	gate := make(chan struct{})
 	var running, peak, runs atomic.Int64
@@ -42,7 +62,9 @@ func TestWaitAsksForFreeSlots(t *testing.T) {
 		}
 		return agent.Outcome{Output: map[string]any{"task_id": tk.ID}}, nil
 	}}}
-	a := startAgent(t, f, t.TempDir(), h)
+	cfg := testConfig(f, t.TempDir())
+	cfg.TaskSlots = cfgSlots
+	a := startAgentConfig(t, f, cfg, h)
 	eventually(t, "the first wait", func() bool { return len(f.waitMaxes()) > 0 })
 
 	var ds []api.TaskDelivery
@@ -51,7 +73,7 @@ func TestWaitAsksForFreeSlots(t *testing.T) {
 		ds = append(ds, deliveryFor(c, sign(t, f.signer, c)))
 	}
 	f.enqueue(ds...)
-	eventually(t, "every slot running", func() bool { return running.Load() == slots })
+	eventually(t, "every slot running", func() bool { return running.Load() == int64(slots) })
 	// All slots busy: no wait is in flight, the last two stay queued.
 	waits := len(f.waitMaxes())
 	time.Sleep(300 * time.Millisecond)
@@ -66,15 +88,15 @@ func TestWaitAsksForFreeSlots(t *testing.T) {
 	}
 	a.stop(t)
 
-	if runs.Load() != int64(len(ds)) || peak.Load() != slots {
+	if runs.Load() != int64(len(ds)) || peak.Load() != int64(slots) {
 		t.Fatalf("%d runs, at most %d at once; want %d runs, %d at once", runs.Load(), peak.Load(), len(ds), slots)
 	}
 	maxes := f.waitMaxes()
-	if maxes[0] != slots {
-		t.Errorf("first wait asked for %d tasks, want %d (every slot free)", maxes[0], slots)
+	if maxes[0] != firstMax {
+		t.Errorf("first wait asked for %d tasks, want %d (every slot free)", maxes[0], firstMax)
 	}
-	if slices.ContainsFunc(maxes, func(m int) bool { return m < 1 || m > slots }) {
-		t.Errorf("waits asked for %v tasks, want 1..%d each", maxes, slots)
+	if slices.ContainsFunc(maxes, func(m int) bool { return m < 1 || m > min(slots, api.MaxClaim) }) {
+		t.Errorf("waits asked for %v tasks, want 1..%d each", maxes, min(slots, api.MaxClaim))
 	}
 }
 
