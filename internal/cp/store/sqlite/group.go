@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/cp/store/sqlstore"
@@ -39,6 +40,9 @@ type groupWriter struct {
 	quit chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
+	// commits counts the groups committed (the checkpointer runs only
+	// after some).
+	commits atomic.Uint64
 }
 
 // job is one write.
@@ -172,6 +176,7 @@ func (g *groupWriter) commit(batch []*job) {
 		}
 		return
 	}
+	g.commits.Add(1)
 	for _, j := range ok {
 		for _, ev := range j.pending {
 			g.p.hub.Publish(ev)

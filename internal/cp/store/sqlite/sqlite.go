@@ -15,6 +15,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/pressly/goose/v3"
 	"modernc.org/sqlite"
@@ -32,6 +33,7 @@ type Store struct {
 	reader *sql.DB // == writer for an in-memory database
 	db     *poolDB
 	hub    *sqlstore.Broadcaster
+	ckpt   *checkpointer // nil for an in-memory database
 }
 
 var _ store.Store = (*Store)(nil)
@@ -52,8 +54,15 @@ const MemoryPath = ":memory:"
 // busy handler; busy_timeout(5000) covers other processes. Statements are
 // prepared once per connection (stmtCache). Statements that start with SELECT run on a separate pool
 // of query_only connections, which WAL lets proceed while a write is in
-// progress.
+// progress. A file database's WAL is copied into the database file by a
+// checkpointer on a connection of its own, beside the writer rather than
+// inside its commits (see checkpointer).
 func Open(ctx context.Context, path string) (*Store, error) {
+	return open(ctx, path, checkpointInterval)
+}
+
+// open is Open with the checkpointer's interval.
+func open(ctx context.Context, path string, checkpointEvery time.Duration) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("sqlite: empty path")
 	}
@@ -65,7 +74,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: create %s: %w", path, err)
 	}
 	writer, err := sql.Open("sqlite", name+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"+
-		"&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate")
+		"&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate"+
+		fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)&_pragma=journal_size_limit(%d)", writerCheckpointPages, walSizeLimit))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -99,6 +109,15 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	hub := sqlstore.NewBroadcaster()
 	db := newPoolDB(writer, reader, hub)
+	var ckpt *checkpointer
+	if !mem {
+		if ckpt, err = newCheckpointer(ctx, name, checkpointEvery, &db.g.commits); err != nil {
+			db.close()
+			reader.Close()
+			writer.Close()
+			return nil, fmt.Errorf("sqlite: open %s: checkpoint connection: %w", path, err)
+		}
+	}
 	s := &Store{
 		Store: sqlstore.New(db, sqlstore.Dialect{
 			Name:              "sqlite",
@@ -112,6 +131,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		reader: reader,
 		db:     db,
 		hub:    hub,
+		ckpt:   ckpt,
 	}
 	return s, nil
 }
@@ -155,6 +175,9 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error {
 	s.hub.Close()
 	errs := []error{s.db.close()}
+	if s.ckpt != nil {
+		errs = append(errs, s.ckpt.close())
+	}
 	if s.reader != s.writer {
 		errs = append(errs, s.reader.Close())
 	}
