@@ -24,6 +24,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/node/accel"
 	"github.com/drover-dev/drover/internal/node/agent/statedir"
+	"github.com/drover-dev/drover/internal/node/hostinfo"
 	"github.com/drover-dev/drover/internal/node/probe"
 	"github.com/drover-dev/drover/internal/node/runtime"
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -78,6 +79,10 @@ type Agent struct {
 	gpus           []api.GPU    // the GPUs of the last inventory (container GPU requests are checked against them)
 	accel          accel.Result
 	accelErr       string
+	// pciNames keeps the PCI names of the host readings (every 5
+	// minutes), so that pci.ids is parsed again only when it changed or a
+	// new device appeared.
+	pciNames       hostinfo.PCINameCache
 	probe          func(context.Context) (accel.Result, error)
 	runtime        runtime.Runtime // injected (tests); else built from cfg.Runtime
 	vms            *vmSide         // nil until Run built it, or with NODE_AGENT_RUNTIME=none

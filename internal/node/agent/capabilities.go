@@ -28,7 +28,9 @@ func (a *Agent) capabilities(ctx context.Context) api.Capabilities {
 	if c.Hostname == "" {
 		c.Hostname, _ = os.Hostname()
 	}
-	inv, err := hostinfo.Collect(ctx, a.cfg.inventoryConfig())
+	ic := a.cfg.inventoryConfig()
+	ic.PCINames = &a.pciNames
+	inv, err := hostinfo.Collect(ctx, ic)
 	if err != nil {
 		a.log.Warn("collect host inventory", "err", err)
 	}

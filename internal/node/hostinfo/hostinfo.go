@@ -66,6 +66,9 @@ type Config struct {
 	// PCIIDsPath names a pci.ids (or .gz) file; empty means $PCIDB_PATH,
 	// then the well-known locations. None found: names are left empty.
 	PCIIDsPath string
+	// PCINames keeps the names across readings (the agent's, which reads
+	// its host every 5 minutes); nil parses pci.ids at every reading.
+	PCINames *PCINameCache
 	// GOOS selects the Linux sysfs readers; default runtime.GOOS.
 	GOOS string
 	// GOARCH is reported as the architecture; default runtime.GOARCH.
@@ -218,7 +221,17 @@ func (c *collector) linux(ctx context.Context) {
 	}
 	var names *PCINames
 	if len(pci) > 0 {
-		if names, err = LoadPCINames(FindPCIIDs(cfg.PCIIDsPath, cfg.Getenv, cfg.DataRoot)); err != nil {
+		path := FindPCIIDs(cfg.PCIIDsPath, cfg.Getenv, cfg.DataRoot)
+		if cfg.PCINames != nil {
+			ids := make([][2]uint32, len(pci))
+			for i, d := range pci {
+				ids[i] = [2]uint32{d.Vendor, d.Device}
+			}
+			names, err = cfg.PCINames.Names(path, ids)
+		} else {
+			names, err = LoadPCINames(path)
+		}
+		if err != nil {
 			c.warn("pci_ids", err)
 		}
 	}

@@ -189,6 +189,68 @@ func TestPCINames(t *testing.T) {
 	}
 }
 
+// TestPCINameCache: the cache names what LoadPCINames names, and parses
+// pci.ids again only for an id it has not looked up or a changed file.
+func TestPCINameCache(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pci.ids")
+	src, err := os.ReadFile("testdata/pci.ids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h100, virtio, unknown := [2]uint32{VendorNVIDIA, 0x2330}, [2]uint32{0x1af4, 0x1000}, [2]uint32{0xffff, 1}
+	var c PCINameCache
+	steps := []struct {
+		name       string
+		change     func() // before the step
+		ids        [][2]uint32
+		wantParses int
+		want       map[[2]uint32][2]string
+	}{
+		{"first reading parses", nil, [][2]uint32{h100, unknown}, 1,
+			map[[2]uint32][2]string{h100: {"NVIDIA Corporation", "GH100 [H100 SXM5 80GB]"}, unknown: {"", ""}}},
+		{"same ids: cached, the unknown one too", nil, [][2]uint32{unknown, h100}, 1,
+			map[[2]uint32][2]string{h100: {"NVIDIA Corporation", "GH100 [H100 SXM5 80GB]"}}},
+		{"fewer ids: cached", nil, [][2]uint32{h100}, 1,
+			map[[2]uint32][2]string{h100: {"NVIDIA Corporation", "GH100 [H100 SXM5 80GB]"}}},
+		{"a new id parses again", nil, [][2]uint32{h100, virtio}, 2,
+			map[[2]uint32][2]string{virtio: {"Red Hat, Inc.", "Virtio network device"}}},
+		{"a changed file parses again", func() {
+			changed := strings.Replace(string(src), "GH100 [H100 SXM5 80GB]", "GH100 [H100 SXM5 80GB, renamed]", 1)
+			if err := os.WriteFile(path, []byte(changed), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, [][2]uint32{h100, virtio}, 3,
+			map[[2]uint32][2]string{h100: {"NVIDIA Corporation", "GH100 [H100 SXM5 80GB, renamed]"}}},
+	}
+	for _, st := range steps {
+		if st.change != nil {
+			st.change()
+		}
+		n, err := c.Names(path, st.ids)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if c.parses != st.wantParses {
+			t.Errorf("%s: %d parses, want %d", st.name, c.parses, st.wantParses)
+		}
+		for id, want := range st.want {
+			if v, d := n.Lookup(id[0], id[1]); v != want[0] || d != want[1] {
+				t.Errorf("%s: Lookup(%04x, %04x) = %q, %q; want %q, %q", st.name, id[0], id[1], v, d, want[0], want[1])
+			}
+		}
+	}
+	if _, err := c.Names("", nil); !errors.Is(err, ErrNoPCIIDs) {
+		t.Errorf("Names(\"\") err = %v, want ErrNoPCIIDs", err)
+	}
+	if _, err := c.Names(filepath.Join(dir, "nope"), [][2]uint32{h100}); err == nil {
+		t.Error("Names of a missing file: no error")
+	}
+}
+
 func TestFindPCIIDs(t *testing.T) {
 	root := t.TempDir()
 	misc := filepath.Join(root, "usr", "share", "misc")
