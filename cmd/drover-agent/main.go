@@ -76,7 +76,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	a, err := agent.New(cfg, agent.WithLogger(log))
+	a, err := agent.New(cfg, agent.WithLogger(log), agent.WithMemoryRelease(agent.ReleaseMemory))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "drover-agent:", err)
 		os.Exit(1)

@@ -82,7 +82,9 @@ type Agent struct {
 	// pciNames keeps the PCI names of the host readings (every 5
 	// minutes), so that pci.ids is parsed again only when it changed or a
 	// new device appeared.
-	pciNames       hostinfo.PCINameCache
+	pciNames hostinfo.PCINameCache
+	// releaseMemory runs after each host reading (WithMemoryRelease).
+	releaseMemory  func(*slog.Logger)
 	probe          func(context.Context) (accel.Result, error)
 	runtime        runtime.Runtime // injected (tests); else built from cfg.Runtime
 	vms            *vmSide         // nil until Run built it, or with NODE_AGENT_RUNTIME=none
@@ -112,6 +114,14 @@ func WithLogger(l *slog.Logger) Option { return func(a *Agent) { a.log = l } }
 
 // WithClock sets the clock (tests).
 func WithClock(now func() time.Time) Option { return func(a *Agent) { a.now = now } }
+
+// WithMemoryRelease has the agent call release after each host reading (at
+// start and every 5 minutes). drover-agent passes ReleaseMemory; an agent
+// embedded in another process (`drover dev`, tests) leaves that process's
+// memory alone.
+func WithMemoryRelease(release func(*slog.Logger)) Option {
+	return func(a *Agent) { a.releaseMemory = release }
+}
 
 // WithAccelProbe replaces the accelerator probe (tests use a fixed result;
 // the real probe boots a KVM guest in a child process).

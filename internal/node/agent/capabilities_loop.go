@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"runtime/debug"
 	"slices"
 	"time"
@@ -37,21 +38,11 @@ func (a *Agent) capabilitiesLoop(ctx context.Context) error {
 				bo.reset()
 			}
 		}
-		// Reading the host (the sysfs walk, pci.ids) is the idle agent's
-		// largest allocation burst, and the first one comes right after
-		// enrolment and the accelerator probe: hand that heap back to the
-		// OS now rather than keep it as headroom until the scavenger gets
-		// to it (docs/performance.md, "Agent idle RSS and CPU"). One
-		// collection per cycle (5 min) costs about a millisecond.
-		debug.FreeOSMemory()
-		// Likewise the executable's pages that start-up (package inits,
-		// enrolment, probes) and the host reading touched: unmapped and
-		// dropped from the page cache, they come back page by page as the
-		// steady state uses them.
-		if res, err := exepages.Trim(); err == nil {
-			a.log.Debug("unmapped start-up pages of the executable", "bytes", res.Bytes, "mappings", res.Mappings, "evicted", res.Evicted)
-		} else if !errors.Is(err, exepages.ErrUnsupported) {
-			a.log.Debug("unmap start-up pages of the executable", "err", err)
+		// Reading the host is the idle agent's largest allocation burst,
+		// and the first one comes right after enrolment and the
+		// accelerator probe (WithMemoryRelease).
+		if a.releaseMemory != nil {
+			a.releaseMemory(a.log)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -60,6 +51,24 @@ func (a *Agent) capabilitiesLoop(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
+	}
+}
+
+// ReleaseMemory hands back to the OS what an idle drover-agent process does
+// not use (docs/performance.md, "Agent idle RSS and CPU"): the Go heap's
+// free pages, now rather than as headroom until the scavenger gets to
+// them (one collection, about a millisecond), and the pages of the
+// executable that start-up (package inits, enrolment, probes) and the host
+// reading touched: unmapped and dropped from the page cache, they come
+// back page by page as the steady state uses them (exepages.Trim). It
+// acts on the whole process, so only the agent's own binary passes it
+// (WithMemoryRelease).
+func ReleaseMemory(log *slog.Logger) {
+	debug.FreeOSMemory()
+	if res, err := exepages.Trim(); err == nil {
+		log.Debug("unmapped start-up pages of the executable", "bytes", res.Bytes, "mappings", res.Mappings, "evicted", res.Evicted)
+	} else if !errors.Is(err, exepages.ErrUnsupported) {
+		log.Debug("unmap start-up pages of the executable", "err", err)
 	}
 }
 

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -605,10 +607,13 @@ func TestHeartbeatRateLimited(t *testing.T) {
 }
 
 // TestCapabilitiesReported: after enrolment the agent reports its
-// capabilities (total system memory, the accelerators that work).
+// capabilities (total system memory, the accelerators that work), and
+// then calls its memory release (WithMemoryRelease) after the reading.
 func TestCapabilitiesReported(t *testing.T) {
 	f := newFakeCP(t)
-	startAgent(t, f, t.TempDir(), agent.Handlers{})
+	var released atomic.Int64
+	startAgent(t, f, t.TempDir(), agent.Handlers{}, agent.WithMemoryRelease(func(*slog.Logger) { released.Add(1) }))
+	eventually(t, "the memory release after the first host reading", func() bool { return released.Load() == 1 })
 	var got api.Capabilities
 	eventually(t, "a capabilities report", func() bool {
 		f.mu.Lock()

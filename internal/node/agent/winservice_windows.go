@@ -165,7 +165,7 @@ func RunAsWindowsService(args []string, getenv func(string) string, runtimes nod
 		if err != nil {
 			return fmt.Errorf("configuration: %w", err)
 		}
-		a, err := New(cfg, WithLogger(log), WithReadyHook(ready))
+		a, err := New(cfg, WithLogger(log), WithReadyHook(ready), WithMemoryRelease(ReleaseMemory))
 		if err != nil {
 			return err
 		}
