@@ -46,6 +46,30 @@ func New(st Store, now func() time.Time, log *slog.Logger) *Log {
 // token's id and role; entries by others ("system", "node:...") in the same
 // request do not.
 func (l *Log) Record(ctx context.Context, e Entry) {
+	err := l.st.AppendAudit(context.WithoutCancel(ctx), l.event(ctx, e))
+	if err != nil {
+		l.log.Error("append audit", "err", err, "action", e.Action, "target", e.Target, "correlation_id", e.CID)
+	}
+}
+
+// RecordAll appends entries in one write, as Record would one by one (a
+// long-poll's claim of several tasks).
+func (l *Log) RecordAll(ctx context.Context, es []Entry) {
+	if len(es) == 0 {
+		return
+	}
+	evs := make([]store.AuditEvent, len(es))
+	for i, e := range es {
+		evs[i] = l.event(ctx, e)
+	}
+	if err := l.st.AppendAudits(context.WithoutCancel(ctx), evs); err != nil {
+		l.log.Error("append audit", "err", err, "records", len(es), "action", es[0].Action,
+			"target", es[0].Target, "correlation_id", es[0].CID)
+	}
+}
+
+// event is e as stored, stamped now.
+func (l *Log) event(ctx context.Context, e Entry) store.AuditEvent {
 	ev := store.AuditEvent{
 		At: l.now().UTC(), Actor: e.Actor, Action: e.Action, Target: e.Target,
 		Result: e.Result, CorrelationID: e.CID, Detail: e.Detail,
@@ -53,10 +77,7 @@ func (l *Log) Record(ctx context.Context, e Entry) {
 	if p, ok := httpapi.PrincipalFrom(ctx); ok && e.Actor == p.Actor() {
 		ev.ActorTokenID, ev.ActorRole = p.TokenID, p.Role
 	}
-	err := l.st.AppendAudit(context.WithoutCancel(ctx), ev)
-	if err != nil {
-		l.log.Error("append audit", "err", err, "action", e.Action, "target", e.Target, "correlation_id", e.CID)
-	}
+	return ev
 }
 
 // maxExport bounds one JSON lines export.

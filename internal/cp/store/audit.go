@@ -37,6 +37,8 @@ type AuditFilter struct {
 type AuditStore interface {
 	// AppendAudit appends an audit record.
 	AppendAudit(ctx context.Context, e AuditEvent) error
+	// AppendAudits appends records in one write, in their order.
+	AppendAudits(ctx context.Context, es []AuditEvent) error
 	// ListAudit returns audit records newest first.
 	ListAudit(ctx context.Context, f AuditFilter) ([]AuditEvent, error)
 }

@@ -150,13 +150,20 @@ func (s *Room) claimLeases(now time.Time) store.ClaimLeases {
 // lease ends, as when a delivery is lost on the way.
 func (s *Room) deliver(w http.ResponseWriter, r *http.Request, nodeID string, ts []store.Task) error {
 	ds := make([]api.TaskDelivery, 0, len(ts))
+	claims := make([]audit.Entry, 0, len(ts))
 	for _, t := range ts {
 		d, err := s.delivery(r, nodeID, t)
 		if err != nil {
+			s.audit.RecordAll(r.Context(), claims)
 			return err
 		}
 		ds = append(ds, d)
+		claims = append(claims, audit.Entry{Actor: "node:" + nodeID, Action: "task.claim", Target: t.ID, Result: "dispatched",
+			CID: t.CorrelationID, Detail: fmt.Sprintf("type=%s attempt=%d", t.Type, t.Attempts)})
 	}
+	// One audit write for the whole claim, not one group commit per task
+	// before the answer.
+	s.audit.RecordAll(r.Context(), claims)
 	out := ds[0]
 	if len(ds) > 1 {
 		out.More = ds[1:]
@@ -165,7 +172,8 @@ func (s *Room) deliver(w http.ResponseWriter, r *http.Request, nodeID string, ts
 	return nil
 }
 
-// delivery signs one claimed task and records its dispatch.
+// delivery signs one claimed task and counts its dispatch (deliver audits
+// it).
 func (s *Room) delivery(r *http.Request, nodeID string, t store.Task) (api.TaskDelivery, error) {
 	ctx := r.Context()
 	// iat and exp are whole seconds and exp must be after iat: the expiry
@@ -180,8 +188,6 @@ func (s *Room) delivery(r *http.Request, nodeID string, t store.Task) (api.TaskD
 	}
 	s.metrics.Claimed.Inc()
 	s.taskDispatched(ctx, t)
-	s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.claim", Target: t.ID, Result: "dispatched",
-		CID: t.CorrelationID, Detail: fmt.Sprintf("type=%s attempt=%d", t.Type, t.Attempts)})
 	return api.TaskDelivery{TaskID: t.ID, TaskType: t.Type, Envelope: env,
 		ExpiresAt: time.Unix(claims.ExpiresAt, 0).UTC(), CorrelationID: t.CorrelationID, Attempt: t.Attempts}, nil
 }

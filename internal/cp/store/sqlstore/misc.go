@@ -97,15 +97,46 @@ func (s *Store) RevokeOperatorToken(ctx context.Context, id string) error {
 // AppendAudit implements store.Store. The record's ID is assigned here (see
 // nextAuditID); e.ID is ignored. A zero At is now.
 func (s *Store) AppendAudit(ctx context.Context, e store.AuditEvent) error {
-	if e.At.IsZero() {
-		e.At = s.now()
+	return s.AppendAudits(ctx, []store.AuditEvent{e})
+}
+
+// auditCols is the number of columns AppendAudits writes per record.
+const auditCols = 10
+
+// AppendAudits implements store.Store: the records in one statement, their
+// ids increasing in es's order. A zero At is now; each ID is ignored.
+func (s *Store) AppendAudits(ctx context.Context, es []store.AuditEvent) error {
+	if len(es) == 0 {
+		return nil
 	}
+	var q strings.Builder
+	q.WriteString(`INSERT INTO audit (id, at, actor, actor_token_id, actor_role, action, target, result, correlation_id, detail) VALUES `)
+	for i := range es {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteByte('(')
+		for c := range auditCols {
+			if c > 0 {
+				q.WriteString(", ")
+			}
+			fmt.Fprintf(&q, "$%d", i*auditCols+c+1)
+		}
+		q.WriteByte(')')
+	}
+	now := s.now()
+	args := make([]any, 0, auditCols*len(es))
 	var err error
-	for range 5 {
-		_, err = s.db.Exec(ctx, `INSERT INTO audit (id, at, actor, actor_token_id, actor_role, action, target,
-			result, correlation_id, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-			nextAuditID(), ms(e.At), e.Actor, e.ActorTokenID, string(e.ActorRole), e.Action, e.Target, e.Result,
-			e.CorrelationID, e.Detail)
+	for range 5 { // ids from another replica's clock may collide: new ones
+		args = args[:0]
+		for _, e := range es {
+			if e.At.IsZero() {
+				e.At = now
+			}
+			args = append(args, nextAuditID(), ms(e.At), e.Actor, e.ActorTokenID, string(e.ActorRole), e.Action,
+				e.Target, e.Result, e.CorrelationID, e.Detail)
+		}
+		_, err = s.db.Exec(ctx, q.String(), args...)
 		if err == nil || !s.d.IsUniqueViolation(err) {
 			break
 		}

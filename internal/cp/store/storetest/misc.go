@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -112,10 +113,18 @@ func testAudit(t *testing.T, s store.Store) {
 		ev(3*time.Second, "d", "host/h2", "c1"), // same At as c, appended later
 	}
 	in[2].Actor, in[2].ActorRole = "system", ""
-	for _, e := range in {
+	for _, e := range in[:2] {
 		e.ID = 12345 // ignored: the store assigns ids
 		must(t, s.AppendAudit(ctx, e))
 	}
+	// The last two in one write: ids in their order ("d" after "c", both
+	// at 3 s).
+	batch := slices.Clone(in[2:])
+	for i := range batch {
+		batch[i].ID = 12345
+	}
+	must(t, s.AppendAudits(ctx, batch))
+	must(t, s.AppendAudits(ctx, nil))
 	check := func(f store.AuditFilter, want ...string) {
 		t.Helper()
 		got, err := s.ListAudit(ctx, f)
@@ -156,6 +165,14 @@ func testAudit(t *testing.T, s store.Store) {
 	want := in[3]
 	want.ID = got[0].ID
 	diff(t, "audit record", got[0], want)
+
+	// A zero At in a batch is the store's now.
+	must(t, s.AppendAudits(ctx, []store.AuditEvent{{Actor: "op", Action: "z"}, {Actor: "op", Action: "z", At: at(time.Second)}}))
+	got, err = s.ListAudit(ctx, store.AuditFilter{Action: "z"})
+	must(t, err)
+	if len(got) != 2 || got[0].At.IsZero() || !got[1].At.Equal(at(time.Second)) {
+		t.Fatalf("batch with a zero At: %+v", got)
+	}
 }
 
 func testSecrets(t *testing.T, s store.Store) {
