@@ -3,6 +3,7 @@ package hostinfo
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -48,5 +49,32 @@ func TestCollectRealHost(t *testing.T) {
 	}
 	if len(inv.GPUs) != wantGPUs {
 		t.Errorf("GPUs = %d, want %d (set DROVER_TEST_GPU_COUNT on GPU hosts): %+v", len(inv.GPUs), wantGPUs, inv.GPUs)
+	}
+}
+
+// BenchmarkCollectRealHost reads this machine as the agent does every 5
+// minutes, with and without a warm PCINameCache (allocs and B/op: the
+// pci.ids parse is most of a reading's allocation).
+func BenchmarkCollectRealHost(b *testing.B) {
+	if FindPCIIDs("", os.Getenv, "/") == "" {
+		b.Skip("no pci.ids on this machine")
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		cache *PCINameCache
+	}{{"parse every reading", nil}, {"names cached", &PCINameCache{}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg := Config{PCINames: tc.cache}
+			if _, err := Collect(ctx, cfg); err != nil { // warms the cache
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Collect(ctx, cfg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
