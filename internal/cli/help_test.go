@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,6 +66,26 @@ func snapshot(t *testing.T, dir string) map[string][32]byte {
 	return out
 }
 
+// settled is snapshot once the files have stopped changing: the setup's
+// writes are in the WAL at once, and the store's checkpointer copies them
+// into the database file within a second (sqlite.checkpointInterval), so
+// the files must hold still for longer than that.
+func settled(t *testing.T, dir string) map[string][32]byte {
+	t.Helper()
+	const still = 1500 * time.Millisecond
+	last, since := snapshot(t, dir), time.Now()
+	for deadline := time.Now().Add(30 * time.Second); time.Since(since) < still; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the store files in %s kept changing for 30s", dir)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if cur := snapshot(t, dir); !maps.Equal(cur, last) {
+			last, since = cur, time.Now()
+		}
+	}
+	return last
+}
+
 // TestHelpHasNoSideEffects walks the whole command tree and runs every
 // command with --help and -h, pointed at a live control plane: each prints
 // its usage and exits 0, the store stays byte-for-byte the same, and
@@ -82,8 +103,7 @@ func TestHelpHasNoSideEffects(t *testing.T) {
 	t.Setenv("DROVER_TOKEN", token)
 	cwd := t.TempDir()
 	t.Chdir(cwd)
-	time.Sleep(200 * time.Millisecond) // let the setup's writes settle into the files
-	before := snapshot(t, dbDir)
+	before := settled(t, dbDir)
 
 	// Real names where a command acts on something that exists, so that an
 	// ignored --help would change the store.
