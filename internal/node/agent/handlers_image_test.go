@@ -32,6 +32,15 @@ func runPull(t *testing.T, h agent.Handler, params string) ([]phaseRec, agent.Ou
 	return phases, out, err
 }
 
+// phaseNames lists phases as "name=duration".
+func phaseNames(phases []phaseRec) []string {
+	var names []string
+	for _, p := range phases {
+		names = append(names, fmt.Sprintf("%s=%s", p.name, p.d))
+	}
+	return names
+}
+
 func handlerCode(err error) string {
 	var he *agent.HandlerError
 	if errors.As(err, &he) {
@@ -88,10 +97,7 @@ func TestImagePullPhasesCoalesced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, p := range phases {
-		names = append(names, fmt.Sprintf("%s=%s", p.name, p.d))
-	}
+	names := phaseNames(phases)
 	want := []string{"resolve=20ms", "layer bbbbbbbbbbbb cached=0s", "layer aaaaaaaaaaaa download=50ms",
 		"layer aaaaaaaaaaaa extract=10ms", "verify=10ms"}
 	if strings.Join(names, " ") != strings.Join(want, " ") {
@@ -121,10 +127,7 @@ func TestImagePullDownloadCompleteSkipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, p := range phases {
-		names = append(names, fmt.Sprintf("%s=%s", p.name, p.d))
-	}
+	names := phaseNames(phases)
 	want := []string{"resolve=20ms", "layer aaaaaaaaaaaa download=20ms", "layer aaaaaaaaaaaa extract=20ms", "verify=10ms"}
 	if strings.Join(names, " ") != strings.Join(want, " ") {
 		t.Errorf("phases %q, want %q", names, want)
