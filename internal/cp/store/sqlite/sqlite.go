@@ -1,8 +1,8 @@
 // Package sqlite owns the SQLite adapter of store.Store (modernc.org/sqlite,
 // no cgo): opening the database file in WAL mode, running the embedded
 // migrations, routing statements to one writer connection or a pool of
-// read-only connections, and in-process change notifications published
-// after each commit. It is meant for a single control-plane process
+// read-only connections, checkpointing the WAL beside the writer, and
+// in-process change notifications published after each commit. It is meant for a single control-plane process
 // (`drover dev`, small installs); events do not cross processes.
 package sqlite
 
