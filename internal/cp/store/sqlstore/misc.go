@@ -100,8 +100,32 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEvent) error {
 	return s.AppendAudits(ctx, []store.AuditEvent{e})
 }
 
-// auditCols is the number of columns AppendAudits writes per record.
-const auditCols = 10
+// auditCols is the number of columns AppendAudits writes per record, and
+// auditInsert its statement for one record (every single AppendAudit).
+const (
+	auditCols   = 10
+	auditInsert = `INSERT INTO audit (id, at, actor, actor_token_id, actor_role, action, target, result, correlation_id, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+)
+
+// auditInsertRows is the statement for n records.
+func auditInsertRows(n int) string {
+	q := []byte(auditInsert[:strings.Index(auditInsert, "VALUES ")+len("VALUES ")])
+	for i := range n {
+		if i > 0 {
+			q = append(q, ", "...)
+		}
+		q = append(q, '(')
+		for c := range auditCols {
+			if c > 0 {
+				q = append(q, ", "...)
+			}
+			q = append(q, '$')
+			q = strconv.AppendInt(q, int64(i*auditCols+c+1), 10)
+		}
+		q = append(q, ')')
+	}
+	return string(q)
+}
 
 // AppendAudits implements store.Store: the records in one statement, their
 // ids increasing in es's order. A zero At is now; each ID is ignored.
@@ -109,20 +133,9 @@ func (s *Store) AppendAudits(ctx context.Context, es []store.AuditEvent) error {
 	if len(es) == 0 {
 		return nil
 	}
-	var q strings.Builder
-	q.WriteString(`INSERT INTO audit (id, at, actor, actor_token_id, actor_role, action, target, result, correlation_id, detail) VALUES `)
-	for i := range es {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteByte('(')
-		for c := range auditCols {
-			if c > 0 {
-				q.WriteString(", ")
-			}
-			fmt.Fprintf(&q, "$%d", i*auditCols+c+1)
-		}
-		q.WriteByte(')')
+	q := auditInsert
+	if len(es) > 1 {
+		q = auditInsertRows(len(es))
 	}
 	now := s.now()
 	args := make([]any, 0, auditCols*len(es))
@@ -136,7 +149,7 @@ func (s *Store) AppendAudits(ctx context.Context, es []store.AuditEvent) error {
 			args = append(args, nextAuditID(), ms(e.At), e.Actor, e.ActorTokenID, string(e.ActorRole), e.Action,
 				e.Target, e.Result, e.CorrelationID, e.Detail)
 		}
-		_, err = s.db.Exec(ctx, q.String(), args...)
+		_, err = s.db.Exec(ctx, q, args...)
 		if err == nil || !s.d.IsUniqueViolation(err) {
 			break
 		}
