@@ -46,7 +46,7 @@ func New(st Store, now func() time.Time, log *slog.Logger) *Log {
 // token's id and role; entries by others ("system", "node:...") in the same
 // request do not.
 func (l *Log) Record(ctx context.Context, e Entry) {
-	err := l.st.AppendAudit(context.WithoutCancel(ctx), l.event(ctx, e))
+	err := l.st.AppendAudit(context.WithoutCancel(ctx), l.Event(ctx, e))
 	if err != nil {
 		l.log.Error("append audit", "err", err, "action", e.Action, "target", e.Target, "correlation_id", e.CID)
 	}
@@ -60,7 +60,7 @@ func (l *Log) RecordAll(ctx context.Context, es []Entry) {
 	}
 	evs := make([]store.AuditEvent, len(es))
 	for i, e := range es {
-		evs[i] = l.event(ctx, e)
+		evs[i] = l.Event(ctx, e)
 	}
 	if err := l.st.AppendAudits(context.WithoutCancel(ctx), evs); err != nil {
 		l.log.Error("append audit", "err", err, "records", len(es), "action", es[0].Action,
@@ -68,8 +68,10 @@ func (l *Log) RecordAll(ctx context.Context, es []Entry) {
 	}
 }
 
-// event is e as stored, stamped now.
-func (l *Log) event(ctx context.Context, e Entry) store.AuditEvent {
+// Event is e as Record would store it, stamped now: for a store write
+// that appends the record in the transaction of the change it describes
+// (a host status transition).
+func (l *Log) Event(ctx context.Context, e Entry) store.AuditEvent {
 	ev := store.AuditEvent{
 		At: l.now().UTC(), Actor: e.Actor, Action: e.Action, Target: e.Target,
 		Result: e.Result, CorrelationID: e.CID, Detail: e.Detail,

@@ -89,7 +89,8 @@ func (l *liveness) entry(id string) *beatEntry {
 func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Time, o observation) error {
 	if hs.status != o.status || o.newFailure(hs) {
 		var prev api.HostStatus
-		h, err := l.s.store.UpdateHost(ctx, id, func(h *store.Host) error {
+		reason := orDefault(o.reason, "heartbeat")
+		h, err := l.s.store.UpdateHostAudited(ctx, id, func(h *store.Host) error {
 			prev = h.Status
 			h.Status, h.StatusReason = o.status, o.reason
 			if o.differs(h.LastFailure) {
@@ -99,7 +100,7 @@ func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Ti
 				h.LastSeenAt = at
 			}
 			return nil
-		})
+		}, l.s.auditStatus(ctx, reason, o.cid))
 		if err != nil {
 			return err
 		}
@@ -110,7 +111,7 @@ func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Ti
 		}
 		l.mu.Unlock()
 		if prev != o.status {
-			l.s.statusChanged(ctx, id, prev, o.status, orDefault(o.reason, "heartbeat"), o.cid)
+			l.s.statusChanged(id, prev, o.status, reason, o.cid)
 		}
 		return nil
 	}
@@ -147,7 +148,11 @@ func (l *liveness) flush(ctx context.Context) {
 		return
 	}
 
-	revived, err := l.s.store.TouchHosts(ctx, batch)
+	cids := make(map[string]string) // of the revived hosts, for the log
+	revived, err := l.s.store.TouchHosts(ctx, batch, func(id string) store.AuditEvent {
+		cids[id] = httpapi.NewID("cid_")
+		return l.s.statusRecord(ctx, id, api.HostStale, api.HostHealthy, "heartbeat", cids[id])
+	})
 	if err != nil {
 		l.s.log.Warn("flush heartbeats", "err", err, "hosts", len(batch))
 		l.mu.Lock() // keep them for the next flush; never lower a newer value
@@ -163,7 +168,7 @@ func (l *liveness) flush(ctx context.Context) {
 	}
 	for _, id := range revived {
 		l.s.cache.invalidate(id)
-		l.s.statusChanged(ctx, id, api.HostStale, api.HostHealthy, "heartbeat", httpapi.NewID("cid_"))
+		l.s.statusChanged(id, api.HostStale, api.HostHealthy, "heartbeat", cids[id])
 	}
 }
 
@@ -182,75 +187,73 @@ func (l *liveness) sweep(ctx context.Context) {
 		return
 	}
 	cutoff := now.Add(-staleAfter * l.s.cfg.HeartbeatInterval)
-	ids, err := l.s.store.MarkStale(ctx, cutoff)
+	cids := make(map[string]string) // of the hosts marked, for the log
+	ids, err := l.s.store.MarkStale(ctx, cutoff, func(id string, lastSeen time.Time) store.StaleMark {
+		if heard := l.heardAfter(id, cutoff); !heard.IsZero() {
+			return store.StaleMark{HeardAt: heard}
+		}
+		// The stale host's last failure, under a correlation id of its own
+		// that the audit record carries too.
+		cid := httpapi.NewID("cid_")
+		cids[id] = cid
+		return store.StaleMark{
+			Failure: store.Failure{Signal: string(signal.HeartbeatStale), CorrelationID: cid, At: l.s.cfg.Now().UTC(),
+				Detail: "no heartbeat since " + lastSeen.Format(time.RFC3339)},
+			Audit: l.s.statusRecord(ctx, id, "heartbeating", api.HostStale, string(signal.HeartbeatStale), cid),
+		}
+	})
 	if err != nil {
 		if ctx.Err() == nil {
 			l.s.log.Warn("mark stale hosts", "err", err)
 		}
 		return
 	}
-	ids = l.heardMeanwhile(ctx, ids, cutoff)
-	for _, id := range ids { // before the writes below: a heartbeat now sees stale and revives the host at once
+	for _, id := range ids {
 		l.s.cache.invalidate(id)
-	}
-	for _, id := range ids {
-		// The stale host's last failure, under a correlation id of its own
-		// that the audit record carries too.
-		cid, now := httpapi.NewID("cid_"), l.s.cfg.Now().UTC()
-		if _, err := l.s.store.UpdateHost(ctx, id, func(h *store.Host) error {
-			h.LastFailure = store.Failure{Signal: string(signal.HeartbeatStale), CorrelationID: cid, At: now,
-				Detail: "no heartbeat since " + h.LastSeenAt.Format(time.RFC3339)}
-			return nil
-		}); err != nil && ctx.Err() == nil {
-			l.s.log.Warn("record stale host failure", "host_id", id, "err", err)
-		}
-		l.s.statusChanged(ctx, id, "heartbeating", api.HostStale, string(signal.HeartbeatStale), cid)
+		l.s.statusChanged(id, "heartbeating", api.HostStale, string(signal.HeartbeatStale), cids[id])
 	}
 }
 
-// heardMeanwhile puts back the hosts of ids (just marked stale) that this
-// replica heard from after cutoff, and returns the others. A heartbeat
-// that came while the flush was writing is in memory but not yet in the
-// store, whose last-seen time MarkStale reads: with thousands of hosts the
-// flush takes long enough for many to arrive so. Such a host is made
-// healthy again at once, with no failure, audit record or status change
-// of its own; its next heartbeat restores any problem its agent reports.
-func (l *liveness) heardMeanwhile(ctx context.Context, ids []string, cutoff time.Time) []string {
-	var back []store.Seen
+// heardAfter is when this replica last heard from id, if that is after
+// cutoff; otherwise zero. A heartbeat that came while the sweep's flush
+// was writing is in memory but not yet in the store, whose last-seen time
+// MarkStale reads: with thousands of hosts the flush takes long enough
+// for many to arrive so. MarkStale then leaves such a host as it is, with
+// no failure, audit record or status change, and stores the newer time.
+func (l *liveness) heardAfter(id string, cutoff time.Time) time.Time {
 	l.mu.Lock()
-	stale := ids[:0]
-	for _, id := range ids {
-		if e := l.hosts[id]; e != nil && e.seen.After(cutoff) {
-			back = append(back, store.Seen{HostID: id, At: e.seen})
-			continue
-		}
-		stale = append(stale, id)
+	defer l.mu.Unlock()
+	if e := l.hosts[id]; e != nil && e.seen.After(cutoff) {
+		return e.seen
 	}
-	l.mu.Unlock()
-	if len(back) == 0 {
-		return stale
-	}
-	if _, err := l.s.store.TouchHosts(ctx, back); err != nil {
-		l.s.log.Warn("put back hosts heard during the heartbeat flush", "err", err, "hosts", len(back))
-		l.mu.Lock() // the next flush writes them
-		for _, b := range back {
-			l.entry(b.HostID).dirty = true
-		}
-		l.mu.Unlock()
-	}
-	for _, b := range back {
-		l.s.cache.invalidate(b.HostID)
-	}
-	return stale
+	return time.Time{}
 }
 
-// statusChanged logs, counts and audits a host status transition under
-// the correlation id of what caused it.
-func (s *Room) statusChanged(ctx context.Context, id string, from, to api.HostStatus, reason, cid string) {
+// statusRecord is the audit record of a host status transition, under the
+// correlation id of what caused it, for the store to write with the
+// transition itself: a crash cannot keep one without the other, and a
+// later transition's record cannot come before it.
+func (s *Room) statusRecord(ctx context.Context, id string, from, to api.HostStatus, reason, cid string) store.AuditEvent {
+	return s.audit.Event(ctx, audit.Entry{Actor: "system", Action: "host.status", Target: id, CID: cid,
+		Result: string(to), Detail: "from=" + string(from) + " reason=" + reason})
+}
+
+// auditStatus is UpdateHostAudited's audit for a change made for reason
+// under cid: the status transition's record, if the status changed.
+func (s *Room) auditStatus(ctx context.Context, reason, cid string) func(before, after store.Host) []store.AuditEvent {
+	return func(before, after store.Host) []store.AuditEvent {
+		if before.Status == after.Status {
+			return nil
+		}
+		return []store.AuditEvent{s.statusRecord(ctx, after.ID, before.Status, after.Status, reason, cid)}
+	}
+}
+
+// statusChanged logs and counts a host status transition the store has
+// written, with its audit record.
+func (s *Room) statusChanged(id string, from, to api.HostStatus, reason, cid string) {
 	s.metrics.StatusChanges.WithLabelValues(string(to)).Inc()
 	s.log.Info("host status changed", "host_id", id, "from", from, "to", to, "reason", reason, "correlation_id", cid)
-	s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "host.status", Target: id, CID: cid,
-		Result: string(to), Detail: "from=" + string(from) + " reason=" + reason})
 }
 
 func orDefault(s, def string) string {

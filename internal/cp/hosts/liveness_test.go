@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -277,12 +278,12 @@ type touchHook struct {
 	during func()
 }
 
-func (h *touchHook) TouchHosts(ctx context.Context, seen []store.Seen) ([]string, error) {
+func (h *touchHook) TouchHosts(ctx context.Context, seen []store.Seen, audit func(string) store.AuditEvent) ([]string, error) {
 	if f := h.during; f != nil {
 		h.during = nil
 		f()
 	}
-	return h.Store.TouchHosts(ctx, seen)
+	return h.Store.TouchHosts(ctx, seen, audit)
 }
 
 // TestHeartbeatDuringFlushNotStale: a host whose heartbeat arrives while
@@ -352,5 +353,87 @@ func TestHeartbeatReplicaCrashLosesAtMostOneInterval(t *testing.T) {
 		if got := rs.host(t, "n1").Status == api.HostStale; got == moves {
 			t.Fatalf("moves=%v: stale %v just after two intervals", moves, got)
 		}
+	}
+}
+
+// auditProbe is a store that, as each status write returns, counts the
+// host.status records already stored for the hosts it changed: the
+// records a crash at that moment would keep.
+type auditProbe struct {
+	store.Store
+	t      *testing.T
+	stored map[string]int // "id result" -> records found at return
+}
+
+func (p *auditProbe) look(ids []string, result string) {
+	for _, id := range ids {
+		evs, err := p.Store.ListAudit(p.t.Context(), store.AuditFilter{Action: "host.status", Target: id})
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		n := 0
+		for _, e := range evs {
+			if e.Result == result {
+				n++
+			}
+		}
+		p.stored[id+" "+result] = n
+	}
+}
+
+func (p *auditProbe) MarkStale(ctx context.Context, cutoff time.Time, mark func(string, time.Time) store.StaleMark) ([]string, error) {
+	ids, err := p.Store.MarkStale(ctx, cutoff, mark)
+	p.look(ids, "stale")
+	return ids, err
+}
+
+func (p *auditProbe) TouchHosts(ctx context.Context, seen []store.Seen, audit func(string) store.AuditEvent) ([]string, error) {
+	ids, err := p.Store.TouchHosts(ctx, seen, audit)
+	p.look(ids, "healthy")
+	return ids, err
+}
+
+// TestStatusAuditedWithTransition: a host's stale status and its revival
+// by a heartbeat flush are stored with their audit records, not after
+// them: when the store write returns, the record is there (a crash or a
+// racing reader never sees the status without it, and the stale record
+// can never land after the healthy one that followed it).
+func TestStatusAuditedWithTransition(t *testing.T) {
+	rs := newReplicas(t, "n1")
+	probe := &auditProbe{Store: rs.st, t: t, stored: map[string]int{}}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a := New(Config{HeartbeatInterval: testInterval, Log: log, Now: rs.clock.Now}, probe, nil, nil, nil,
+		audit.New(rs.st, rs.clock.Now, log), NewMetrics(prometheus.NewRegistry()))
+	b := rs.room()
+	hb := api.Heartbeat{AgentVersion: "1"}
+	beat(t, a, "n1", hb) // unknown -> healthy, cached on A
+	rs.clock.advance(3*testInterval + time.Second)
+	a.live.sweep(t.Context()) // stale, by the probed store
+	beat(t, a, "n1", hb)      // A revives it at once, and caches it healthy
+	rs.clock.advance(3*testInterval + time.Second)
+	b.live.sweep(t.Context()) // stale again, by B, of which A has not heard yet:
+	cached := rs.host(t, "n1")
+	cached.Status = api.HostHealthy
+	a.cache.put(cached)
+	beat(t, a, "n1", hb) // A's cache says healthy,
+	a.Flush(t.Context()) // and its flush revives the host
+	for _, k := range []string{"n1 stale", "n1 healthy"} {
+		if got := probe.stored[k]; got == 0 {
+			t.Errorf("%s: no record stored when the write returned (%v)", k, probe.stored)
+		}
+	}
+	if h := rs.host(t, "n1"); h.Status != api.HostHealthy || h.LastFailure.Signal != string(signal.HeartbeatStale) {
+		t.Errorf("n1: %s, last failure %+v", h.Status, h.LastFailure)
+	}
+	evs, err := rs.st.ListAudit(t.Context(), store.AuditFilter{Action: "host.status", Target: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for i := len(evs) - 1; i >= 0; i-- {
+		order = append(order, evs[i].Result)
+	}
+	if want := "healthy stale healthy stale healthy"; strings.Join(order, " ") != want {
+		t.Errorf("records oldest first: %q, want %q", strings.Join(order, " "), want)
 	}
 }

@@ -129,15 +129,19 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 func (s *Room) mutateHost(w http.ResponseWriter, r *http.Request, action string, fn func(*store.Host) error) error {
 	ctx := r.Context()
 	id := r.PathValue("id")
-	h, err := s.store.UpdateHost(ctx, id, func(h *store.Host) error {
+	cid := httpapi.CorrelationID(ctx)
+	h, err := s.store.UpdateHostAudited(ctx, id, func(h *store.Host) error {
 		h.UpdatedAt = s.cfg.Now().UTC()
 		return fn(h)
+	}, func(before, after store.Host) []store.AuditEvent {
+		// The operator's action, and the status transition it made.
+		return append([]store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: action,
+			Target: id, Result: "ok", CID: cid})}, s.auditStatus(ctx, after.StatusReason, cid)(before, after)...)
 	})
 	if err != nil {
 		return httpapi.StoreError(err, "host", id)
 	}
 	s.cache.invalidate(id)
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: action, Target: id, Result: "ok", CID: httpapi.CorrelationID(ctx)})
 	httpapi.WriteJSON(w, http.StatusOK, s.hostView(h))
 	return nil
 }
@@ -174,7 +178,7 @@ func (s *Room) Revoke(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	})
 	if err == nil && prev != api.HostAuthFailed {
-		s.statusChanged(ctx, r.PathValue("id"), prev, api.HostAuthFailed, "node_identity_revoked", cid)
+		s.statusChanged(r.PathValue("id"), prev, api.HostAuthFailed, "node_identity_revoked", cid)
 	}
 	return err
 }

@@ -99,16 +99,16 @@ func (s *Room) markAuthFailed(ctx context.Context, id, reason string) {
 	var prev api.HostStatus
 	cid := httpapi.CorrelationID(ctx)
 	now := s.cfg.Now().UTC()
-	h, err := s.store.UpdateHost(ctx, id, func(h *store.Host) error {
+	h, err := s.store.UpdateHostAudited(ctx, id, func(h *store.Host) error {
 		prev = h.Status
 		h.Status, h.StatusReason = api.HostAuthFailed, reason
 		h.LastFailure = store.Failure{Signal: string(signal.AuthFailed), Detail: reason, CorrelationID: cid, At: now}
 		return nil
-	})
+	}, s.auditStatus(ctx, reason, cid))
 	if err == nil {
 		s.cache.put(h)
 		if prev != api.HostAuthFailed {
-			s.statusChanged(ctx, id, prev, api.HostAuthFailed, reason, cid)
+			s.statusChanged(id, prev, api.HostAuthFailed, reason, cid)
 		}
 	}
 }
@@ -212,7 +212,8 @@ type PreflightOutcome struct {
 func (s *Room) RecordPreflight(ctx context.Context, o PreflightOutcome) error {
 	now := s.cfg.Now().UTC()
 	var prev, to api.HostStatus
-	h, err := s.store.UpdateHost(ctx, o.HostID, func(h *store.Host) error {
+	reason := "preflight " + o.RunID + ": " + o.Signal
+	h, err := s.store.UpdateHostAudited(ctx, o.HostID, func(h *store.Host) error {
 		prev, to = h.Status, h.Status
 		switch {
 		case o.OK:
@@ -227,7 +228,7 @@ func (s *Room) RecordPreflight(ctx context.Context, o PreflightOutcome) error {
 			return errNoChange
 		}
 		return nil
-	})
+	}, s.auditStatus(ctx, reason, o.CorrelationID))
 	switch {
 	case errors.Is(err, errNoChange) || errors.Is(err, store.ErrNotFound):
 		return nil
@@ -236,7 +237,7 @@ func (s *Room) RecordPreflight(ctx context.Context, o PreflightOutcome) error {
 	}
 	s.cache.put(h)
 	if prev != to {
-		s.statusChanged(ctx, o.HostID, prev, to, "preflight "+o.RunID+": "+o.Signal, o.CorrelationID)
+		s.statusChanged(o.HostID, prev, to, reason, o.CorrelationID)
 	}
 	return nil
 }

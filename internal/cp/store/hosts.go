@@ -103,6 +103,20 @@ type Seen struct {
 	At     time.Time
 }
 
+// StaleMark is what MarkStale writes with one host's stale status, so
+// that the status, its failure and its audit record are stored together
+// or not at all (and a later transition's record never precedes it).
+type StaleMark struct {
+	// HeardAt, when after the cutoff, says the caller heard from the host
+	// after all, by a heartbeat not yet in the store: the host keeps its
+	// status and its last-seen time is raised to HeardAt.
+	HeardAt time.Time
+	// Failure becomes the host's last failure, when its Signal is set.
+	Failure Failure
+	// Audit is appended, when its Action is set.
+	Audit AuditEvent
+}
+
 // HostStore is the host records: the hosts room (cp/hosts: enrolment,
 // liveness, the operator host routes) embeds it whole; the tasks,
 // instances, allocations and termgw rooms read hosts through narrower
@@ -124,16 +138,28 @@ type HostStore interface {
 	// transaction that locks the row; if fn returns an error nothing is
 	// written and that error is returned. Publishes EventHost.
 	UpdateHost(ctx context.Context, id string, fn func(*Host) error) (Host, error)
+	// UpdateHostAudited is UpdateHost that also appends, in the same
+	// transaction, the records audit returns for the host as it was read
+	// and as fn left it (a status transition's record). audit runs while
+	// the row is locked and must not call the store; nil records nothing.
+	UpdateHostAudited(ctx context.Context, id string, fn func(*Host) error,
+		audit func(before, after Host) []AuditEvent) (Host, error)
 	// TouchHosts records coalesced heartbeats: LastSeenAt is raised (never
 	// lowered) and a host whose status is stale or unknown becomes healthy.
-	// It returns the ids whose status changed.
-	TouchHosts(ctx context.Context, seen []Seen) (revived []string, err error)
+	// It returns the ids whose status changed. For each of them, revived
+	// (when not nil) gives the audit record of the transition, appended in
+	// the same transaction (none when its Action is empty); it runs inside
+	// that transaction and must not call the store.
+	TouchHosts(ctx context.Context, seen []Seen, revived func(id string) AuditEvent) ([]string, error)
 	// MarkStale sets status stale on heartbeating hosts (healthy,
 	// task_result_failed, api_unreachable) last seen before cutoff and returns
 	// their ids. A revoked host, and an api_unreachable host whose status
 	// reason starts with PreflightStatusReasonPrefix (a preflight run named
-	// why it is not heartbeating), are left alone.
-	MarkStale(ctx context.Context, cutoff time.Time) ([]string, error)
+	// why it is not heartbeating), are left alone. For each host about to
+	// turn stale, mark (when not nil) says what else to write with it, in
+	// the same transaction (see StaleMark); it runs inside that transaction
+	// and must not call the store. Publishes EventHost for each host marked.
+	MarkStale(ctx context.Context, cutoff time.Time, mark func(id string, lastSeen time.Time) StaleMark) ([]string, error)
 	// ClaimHealthProbe claims the health probe scheduling slot starting at
 	// slot for host id: it records slot as the host's last claimed slot
 	// when the one recorded is earlier, and reports whether it did. Of

@@ -46,7 +46,7 @@ func BenchmarkTouchHosts(b *testing.B) {
 				for j := range seen {
 					seen[j] = store.Seen{HostID: fmt.Sprintf("host-%05d", j), At: at}
 				}
-				if _, err := st.TouchHosts(context.Background(), seen); err != nil {
+				if _, err := st.TouchHosts(context.Background(), seen, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -137,19 +138,9 @@ func (s *Store) AppendAudits(ctx context.Context, es []store.AuditEvent) error {
 	if len(es) > 1 {
 		q = auditInsertRows(len(es))
 	}
-	now := s.now()
-	args := make([]any, 0, auditCols*len(es))
 	var err error
 	for range 5 { // ids from another replica's clock may collide: new ones
-		args = args[:0]
-		for _, e := range es {
-			if e.At.IsZero() {
-				e.At = now
-			}
-			args = append(args, nextAuditID(), ms(e.At), e.Actor, e.ActorTokenID, string(e.ActorRole), e.Action,
-				e.Target, e.Result, e.CorrelationID, e.Detail)
-		}
-		_, err = s.db.Exec(ctx, q, args...)
+		_, err = s.db.Exec(ctx, q, s.auditArgs(es, nil)...)
 		if err == nil || !s.d.IsUniqueViolation(err) {
 			break
 		}
@@ -158,6 +149,58 @@ func (s *Store) AppendAudits(ctx context.Context, es []store.AuditEvent) error {
 		return fmt.Errorf("append audit: %w", err)
 	}
 	return nil
+}
+
+// auditArgs is the insert's arguments for es, each under a new id (also
+// put in ids, when not nil). A zero At is now.
+func (s *Store) auditArgs(es []store.AuditEvent, ids []int64) []any {
+	now := s.now()
+	args := make([]any, 0, auditCols*len(es))
+	for i, e := range es {
+		if e.At.IsZero() {
+			e.At = now
+		}
+		id := nextAuditID()
+		if ids != nil {
+			ids[i] = id
+		}
+		args = append(args, id, ms(e.At), e.Actor, e.ActorTokenID, string(e.ActorRole), e.Action,
+			e.Target, e.Result, e.CorrelationID, e.Detail)
+	}
+	return args
+}
+
+// appendAuditsTx inserts es in tx, the transaction of the change they
+// describe. A refused statement would end a PostgreSQL transaction, so an
+// id another replica's clock already gave a record is skipped by the
+// insert instead, and the records it skipped are inserted again under new
+// ids.
+func (s *Store) appendAuditsTx(ctx context.Context, tx DB, es []store.AuditEvent) error {
+	for range 5 {
+		if len(es) == 0 {
+			return nil
+		}
+		q := auditInsert
+		if len(es) > 1 {
+			q = auditInsertRows(len(es))
+		}
+		ids := make([]int64, len(es))
+		inserted, err := collectInts(tx.Query(ctx, q+` ON CONFLICT (id) DO NOTHING RETURNING id`, s.auditArgs(es, ids)...))
+		if err != nil {
+			return err
+		}
+		if len(inserted) == len(es) {
+			return nil
+		}
+		var skipped []store.AuditEvent
+		for i, e := range es {
+			if !slices.Contains(inserted, ids[i]) {
+				skipped = append(skipped, e)
+			}
+		}
+		es = skipped
+	}
+	return fmt.Errorf("%d record(s) kept colliding with existing ids", len(es))
 }
 
 // ListAudit implements store.Store: newest At first, ties by id descending

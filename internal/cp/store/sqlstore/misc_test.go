@@ -1,6 +1,13 @@
 package sqlstore
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+)
 
 // TestAuditInsertRows: the statement for one record is auditInsert, and
 // each further record takes the next ten placeholders.
@@ -12,5 +19,69 @@ func TestAuditInsertRows(t *testing.T) {
 		`($1, $2, $3, $4, $5, $6, $7, $8, $9, $10), ($11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
 	if got := auditInsertRows(2); got != want {
 		t.Errorf("two records:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// collidingDB answers each audit insert as a database would whose table
+// already holds the ids listed in taken: those rows are skipped, the
+// others returned.
+type collidingDB struct {
+	DB
+	taken   func(id int64) bool
+	inserts [][]any // each statement's args
+}
+
+func (c *collidingDB) Query(_ context.Context, q string, args ...any) (Rows, error) {
+	if !strings.HasPrefix(q, "INSERT INTO audit") || !strings.HasSuffix(q, "ON CONFLICT (id) DO NOTHING RETURNING id") {
+		return nil, errors.New("unexpected statement: " + q)
+	}
+	c.inserts = append(c.inserts, args)
+	var ids []int64
+	for i := 0; i < len(args); i += auditCols {
+		if id := args[i].(int64); !c.taken(id) {
+			ids = append(ids, id)
+		}
+	}
+	return &idRows{ids: ids, at: -1}, nil
+}
+
+type idRows struct {
+	ids []int64
+	at  int
+}
+
+func (r *idRows) Next() bool             { r.at++; return r.at < len(r.ids) }
+func (r *idRows) Scan(dest ...any) error { *dest[0].(*int64) = r.ids[r.at]; return nil }
+func (r *idRows) Err() error             { return nil }
+func (r *idRows) Close()                 {}
+
+// TestAppendAuditsCollision: in a transaction, a record whose id another
+// replica's clock already gave is skipped by the insert (which must not
+// fail there) and inserted again under a new id; the others are not
+// repeated.
+// Ids that keep colliding end in an error naming how many records.
+func TestAppendAuditsCollision(t *testing.T) {
+	var asked []int64
+	db := &collidingDB{}
+	db.taken = func(id int64) bool {
+		asked = append(asked, id)
+		return len(asked) == 2 // the second record's first id
+	}
+	s := New(db, Dialect{})
+	es := []store.AuditEvent{{Action: "a"}, {Action: "b"}, {Action: "c"}}
+	if err := s.appendAuditsTx(t.Context(), db, es); err != nil {
+		t.Fatal(err)
+	}
+	if len(db.inserts) != 2 || len(db.inserts[0]) != 3*auditCols || len(db.inserts[1]) != auditCols {
+		t.Fatalf("inserts: %d statements (%v)", len(db.inserts), db.inserts)
+	}
+	if again := db.inserts[1]; again[5] != "b" || again[0].(int64) <= asked[2] {
+		t.Errorf("retried record %v, want action b under a new id", again)
+	}
+
+	db = &collidingDB{taken: func(int64) bool { return true }}
+	err := s.appendAuditsTx(t.Context(), db, es)
+	if err == nil || !strings.Contains(err.Error(), "3 record(s)") || len(db.inserts) != 5 {
+		t.Fatalf("ids always taken: %v after %d statements", err, len(db.inserts))
 	}
 }

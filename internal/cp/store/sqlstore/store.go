@@ -183,19 +183,31 @@ func (s *Store) ListHostStates(ctx context.Context) ([]store.HostState, error) {
 // not call the store. fn cannot change the id. When fn leaves UpdatedAt as it
 // was, UpdatedAt is set to now.
 func (s *Store) UpdateHost(ctx context.Context, id string, fn func(*store.Host) error) (store.Host, error) {
+	return s.UpdateHostAudited(ctx, id, fn, nil)
+}
+
+// UpdateHostAudited implements store.Store; audit sees the host as read
+// and as fn left it, before it is written.
+func (s *Store) UpdateHostAudited(ctx context.Context, id string, fn func(*store.Host) error,
+	audit func(before, after store.Host) []store.AuditEvent) (store.Host, error) {
 	var out store.Host
 	err := s.db.InTx(ctx, func(tx DB) error {
 		h, err := scanHost(tx.QueryRow(ctx, `SELECT `+hostCols+` FROM hosts WHERE id = $1`+s.d.ForUpdate, id))
 		if err != nil {
 			return notFound(err, "update host %q", id)
 		}
-		before := h.UpdatedAt
+		read := h // its maps are fn's too; audit reads the status fields
 		if err := fn(&h); err != nil {
 			return err
 		}
 		h.ID = id
-		if h.UpdatedAt.Equal(before) {
+		if h.UpdatedAt.Equal(read.UpdatedAt) {
 			h.UpdatedAt = s.now()
+		}
+		if audit != nil {
+			if err := s.appendAuditsTx(ctx, tx, audit(read, h)); err != nil {
+				return fmt.Errorf("update host %q: audit: %w", id, err)
+			}
 		}
 		args, err := hostArgs(h)
 		if err != nil {
@@ -231,7 +243,7 @@ func (s *Store) UpdateHost(ctx context.Context, id string, fn func(*store.Host) 
 // TouchHosts implements store.Store. Observations of the same host are
 // merged (newest wins); unknown ids are ignored. Revived hosts get
 // UpdatedAt = now. No event is published: liveness is not a record change.
-func (s *Store) TouchHosts(ctx context.Context, seen []store.Seen) ([]string, error) {
+func (s *Store) TouchHosts(ctx context.Context, seen []store.Seen, audit func(id string) store.AuditEvent) ([]string, error) {
 	if len(seen) == 0 {
 		return nil, nil
 	}
@@ -253,15 +265,26 @@ func (s *Store) TouchHosts(ctx context.Context, seen []store.Seen) ([]string, er
 		ats[i] = newest[id]
 	}
 	now := ms(s.now())
-	var (
-		revived []string
-		err     error
-	)
-	if s.d.TouchHosts != nil {
-		revived, err = s.d.TouchHosts(ctx, s.db, ids, ats, now)
-	} else {
-		revived, err = s.touchHostsLoop(ctx, ids, ats, now)
-	}
+	var revived []string
+	err := s.db.InTx(ctx, func(tx DB) error {
+		var err error
+		if s.d.TouchHosts != nil {
+			revived, err = s.d.TouchHosts(ctx, tx, ids, ats, now)
+		} else {
+			revived, err = s.touchHostsLoop(ctx, tx, ids, ats, now)
+		}
+		if err != nil || audit == nil || len(revived) == 0 {
+			return err
+		}
+		slices.Sort(revived)
+		var es []store.AuditEvent
+		for _, id := range revived {
+			if e := audit(id); e.Action != "" {
+				es = append(es, e)
+			}
+		}
+		return s.appendAuditsTx(ctx, tx, es)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("touch hosts: %w", err)
 	}
@@ -269,11 +292,11 @@ func (s *Store) TouchHosts(ctx context.Context, seen []store.Seen) ([]string, er
 	return revived, nil
 }
 
-// touchHostsLoop is the portable TouchHosts: one transaction, one read and
-// at most one write per host.
-func (s *Store) touchHostsLoop(ctx context.Context, ids []string, ats []int64, now int64) ([]string, error) {
+// touchHostsLoop is the portable TouchHosts: one read and at most one
+// write per host, in db's transaction.
+func (s *Store) touchHostsLoop(ctx context.Context, db DB, ids []string, ats []int64, now int64) ([]string, error) {
 	var revived []string
-	err := s.db.InTx(ctx, func(tx DB) error {
+	err := db.InTx(ctx, func(tx DB) error {
 		revived = revived[:0]
 		for i, id := range ids {
 			var status string
@@ -305,26 +328,69 @@ func (s *Store) touchHostsLoop(ctx context.Context, ids []string, ats []int64, n
 	return revived, err
 }
 
-// MarkStale implements store.Store. The conditional update lets replicas
-// race harmlessly: a host is reported by exactly one of them.
-func (s *Store) MarkStale(ctx context.Context, cutoff time.Time) ([]string, error) {
+// MarkStale implements store.Store. The hosts are read and locked first,
+// then written one by one with what mark says, all in one transaction: a
+// replica that races this one waits for the locks and then finds the hosts
+// stale, so a host is reported by exactly one of them.
+func (s *Store) MarkStale(ctx context.Context, cutoff time.Time,
+	mark func(id string, lastSeen time.Time) store.StaleMark) ([]string, error) {
 	// Every status a heartbeating host can have goes stale when heartbeats stop.
 	// A revoked host is never heartbeating: it stays auth_failed.
 	// An api_unreachable host a preflight run named stays so.
-	const cond = `(status IN ('healthy', 'task_result_failed') OR (status = 'api_unreachable' AND status_reason NOT LIKE $3))
+	const cond = `(status IN ('healthy', 'task_result_failed') OR (status = 'api_unreachable' AND status_reason NOT LIKE $2))
 		AND revoked = 0 AND last_seen_at > 0 AND last_seen_at < $1`
-	rows, err := s.db.Query(ctx, `UPDATE hosts SET status = 'stale', updated_at = $2
-		WHERE id IN (SELECT id FROM hosts WHERE `+cond+` ORDER BY id`+s.d.ForUpdate+`) AND `+cond+`
-		RETURNING id`, ms(cutoff), ms(s.now()), store.PreflightStatusReasonPrefix+"%")
+	var stale []string
+	err := s.db.InTx(ctx, func(tx DB) error {
+		stale = stale[:0]
+		type seen struct {
+			id   string
+			last int64
+		}
+		found, err := collect(func(r Row) (seen, error) {
+			var v seen
+			return v, r.Scan(&v.id, &v.last)
+		})(tx.Query(ctx, `SELECT id, last_seen_at FROM hosts WHERE `+cond+` ORDER BY id`+s.d.ForUpdate,
+			ms(cutoff), store.PreflightStatusReasonPrefix+"%"))
+		if err != nil {
+			return err
+		}
+		now := ms(s.now())
+		var audits []store.AuditEvent
+		for _, h := range found {
+			var m store.StaleMark
+			if mark != nil {
+				m = mark(h.id, tm(h.last))
+			}
+			if m.HeardAt.After(cutoff) {
+				if _, err := tx.Exec(ctx, `UPDATE hosts SET last_seen_at = $2 WHERE id = $1 AND last_seen_at < $2`,
+					h.id, ms(m.HeardAt)); err != nil {
+					return err
+				}
+				continue
+			}
+			q, args := `UPDATE hosts SET status = 'stale', updated_at = $2 WHERE id = $1`, []any{h.id, now}
+			if f := m.Failure; f.Signal != "" {
+				q = `UPDATE hosts SET status = 'stale', updated_at = $2, last_failure_signal = $3, last_failure_detail = $4,
+					last_failure_correlation_id = $5, last_failure_at = $6 WHERE id = $1`
+				args = append(args, f.Signal, f.Detail, f.CorrelationID, ms(f.At))
+			}
+			if _, err := tx.Exec(ctx, q, args...); err != nil {
+				return err
+			}
+			if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventHost, ID: h.id}); err != nil {
+				return fmt.Errorf("notify: %w", err)
+			}
+			if m.Audit.Action != "" {
+				audits = append(audits, m.Audit)
+			}
+			stale = append(stale, h.id)
+		}
+		return s.appendAuditsTx(ctx, tx, audits)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("mark stale: %w", err)
 	}
-	ids, err := collectStrings(rows)
-	if err != nil {
-		return nil, fmt.Errorf("mark stale: %w", err)
-	}
-	slices.Sort(ids)
-	return ids, nil
+	return stale, nil
 }
 
 // collect returns a function that reads every row of a query with scan and
@@ -348,11 +414,22 @@ func collect[T any](scan func(Row) (T, error)) func(Rows, error) ([]T, error) {
 	}
 }
 
-func collectStrings(rows Rows) ([]string, error) {
+// collectStrings reads a one-column result of strings and closes rows.
+func collectStrings(rows Rows) ([]string, error) { return collectColumn[string](rows) }
+
+// collectInts reads a one-column result of integers and closes rows.
+func collectInts(rows Rows, err error) ([]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	return collectColumn[int64](rows)
+}
+
+func collectColumn[T any](rows Rows) ([]T, error) {
 	defer rows.Close()
-	var out []string
+	var out []T
 	for rows.Next() {
-		var v string
+		var v T
 		if err := rows.Scan(&v); err != nil {
 			return nil, err
 		}

@@ -292,7 +292,7 @@ func testTouchHosts(t *testing.T, s store.Store) {
 	createHost(t, s, hostWith("healthy", api.HostHealthy, at(time.Minute)))
 	createHost(t, s, hostWith("authfail", api.HostAuthFailed, at(time.Minute)))
 
-	revived, err := s.TouchHosts(ctx, nil)
+	revived, err := s.TouchHosts(ctx, nil, nil)
 	must(t, err)
 	if len(revived) != 0 {
 		t.Fatalf("TouchHosts(nil) = %v", revived)
@@ -305,7 +305,7 @@ func testTouchHosts(t *testing.T, s store.Store) {
 		{HostID: "authfail", At: at(5 * time.Minute)},
 		{HostID: "missing", At: at(5 * time.Minute)},
 	}
-	revived, err = s.TouchHosts(ctx, seen)
+	revived, err = s.TouchHosts(ctx, seen, nil)
 	must(t, err)
 	diff(t, "revived", revived, []string{"stale", "unknown"})
 
@@ -326,7 +326,7 @@ func testTouchHosts(t *testing.T, s store.Store) {
 		}
 	}
 	// Already healthy: nothing revived.
-	revived, err = s.TouchHosts(ctx, []store.Seen{{HostID: "stale", At: at(7 * time.Minute)}})
+	revived, err = s.TouchHosts(ctx, []store.Seen{{HostID: "stale", At: at(7 * time.Minute)}}, nil)
 	must(t, err)
 	if len(revived) != 0 {
 		t.Fatalf("second touch revived %v", revived)
@@ -339,7 +339,7 @@ func testTouchHosts(t *testing.T, s store.Store) {
 		createHost(t, s, hostWith(id, api.HostStale, at(time.Minute)))
 		many = append(many, store.Seen{HostID: id, At: at(8 * time.Minute)})
 	}
-	revived, err = s.TouchHosts(ctx, many)
+	revived, err = s.TouchHosts(ctx, many, nil)
 	must(t, err)
 	if len(revived) != 300 {
 		t.Fatalf("bulk touch revived %d hosts, want 300", len(revived))
@@ -349,7 +349,7 @@ func testTouchHosts(t *testing.T, s store.Store) {
 func testTouchHostsNeverLowers(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	createHost(t, s, hostWith("h1", api.HostStale, at(10*time.Minute)))
-	revived, err := s.TouchHosts(ctx, []store.Seen{{HostID: "h1", At: at(time.Minute)}})
+	revived, err := s.TouchHosts(ctx, []store.Seen{{HostID: "h1", At: at(time.Minute)}}, nil)
 	must(t, err)
 	// An old observation still proves the agent is alive: the host revives,
 	// but last_seen stays at its newer value.
@@ -372,7 +372,7 @@ func testMarkStale(t *testing.T, s store.Store) {
 	createHost(t, s, hostWith("authfail", api.HostAuthFailed, at(time.Minute)))
 	createHost(t, s, hostWith("stale", api.HostStale, at(time.Minute)))
 
-	got, err := s.MarkStale(ctx, cutoff)
+	got, err := s.MarkStale(ctx, cutoff, nil)
 	must(t, err)
 	diff(t, "marked", got, []string{"old", "old2"})
 	for id, want := range map[string]api.HostStatus{"old": api.HostStale, "old2": api.HostStale, "fresh": api.HostHealthy,
@@ -383,7 +383,7 @@ func testMarkStale(t *testing.T, s store.Store) {
 			t.Errorf("%s: status %s, want %s", id, h.Status, want)
 		}
 	}
-	got, err = s.MarkStale(ctx, cutoff)
+	got, err = s.MarkStale(ctx, cutoff, nil)
 	must(t, err)
 	if len(got) != 0 {
 		t.Fatalf("second MarkStale = %v, want none", got)
@@ -412,7 +412,7 @@ func testLivenessConcurrent(t *testing.T, s store.Store) {
 					}
 					seen = append(seen, store.Seen{HostID: nth("h", j), At: at(time.Duration(2+r) * time.Minute)})
 				}
-				if _, err := s.TouchHosts(ctx, seen); err != nil {
+				if _, err := s.TouchHosts(ctx, seen, nil); err != nil {
 					errs <- err
 					return
 				}
@@ -420,7 +420,7 @@ func testLivenessConcurrent(t *testing.T, s store.Store) {
 		})
 		wg.Go(func() {
 			for r := range rounds {
-				if _, err := s.MarkStale(ctx, at(time.Duration(2+r)*time.Minute)); err != nil {
+				if _, err := s.MarkStale(ctx, at(time.Duration(2+r)*time.Minute), nil); err != nil {
 					errs <- err
 					return
 				}

@@ -81,7 +81,7 @@ func testMarkStaleNeverRevoked(t *testing.T, s store.Store) {
 	agent := hostWith("agent", api.HostAPIUnreachable, at(time.Minute))
 	agent.StatusReason = "edge_rate_limited"
 	createHost(t, s, agent)
-	got, err := s.MarkStale(ctx, at(10*time.Minute))
+	got, err := s.MarkStale(ctx, at(10*time.Minute), nil)
 	must(t, err)
 	diff(t, "marked", got, []string{"agent"})
 	h2, err := s.GetHost(ctx, "revoked")

@@ -35,6 +35,7 @@ type testCase struct {
 func Run(t *testing.T, open Opener) {
 	var cases []testCase
 	cases = append(cases, hostCases...)
+	cases = append(cases, hostStatusCases...)
 	cases = append(cases, taskCases...)
 	cases = append(cases, miscCases...)
 	cases = append(cases, slotCases...)

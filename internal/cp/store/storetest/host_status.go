@@ -1,0 +1,151 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// hostStatusCases: a host status transition is stored with its failure
+// and its audit record in one transaction, by each of the three writes
+// that change a status.
+var hostStatusCases = []testCase{
+	{"HostStatus/MarkStaleWritesMark", testMarkStaleWritesMark},
+	{"HostStatus/TouchHostsAuditsRevived", testTouchHostsAuditsRevived},
+	{"HostStatus/UpdateHostAudited", testUpdateHostAudited},
+}
+
+// statusAudit is the record the tests ask the store to write for id.
+func statusAudit(id, result string) store.AuditEvent {
+	return store.AuditEvent{At: at(time.Hour), Actor: "system", Action: "host.status", Target: id,
+		Result: result, CorrelationID: "cid_" + id}
+}
+
+// auditsOf returns the results of id's host.status records, oldest first.
+func auditsOf(t *testing.T, s store.Store, id string) []string {
+	t.Helper()
+	evs, err := s.ListAudit(ctxT(t), store.AuditFilter{Target: id, Action: "host.status"})
+	must(t, err)
+	var out []string
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].CorrelationID != "cid_"+id {
+			t.Errorf("%s: record %+v", id, evs[i])
+		}
+		out = append(out, evs[i].Result)
+	}
+	return out
+}
+
+// testMarkStaleWritesMark: each host about to turn stale gets what mark
+// says, with the stale status: its failure, its audit record, or (heard
+// from after all) its newer last-seen time and its old status. Each host
+// marked publishes EventHost.
+func testMarkStaleWritesMark(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	cutoff := at(10 * time.Minute)
+	for _, id := range []string{"failed", "plain", "heard"} {
+		createHost(t, s, hostWith(id, api.HostHealthy, at(time.Minute)))
+	}
+	createHost(t, s, hostWith("fresh", api.HostHealthy, at(11*time.Minute)))
+	ch := subscribe(t, s)
+	fail := store.Failure{Signal: "heartbeat_stale", Detail: "no heartbeat", CorrelationID: "cid_failed", At: at(20 * time.Minute)}
+	var asked []string
+	got, err := s.MarkStale(ctx, cutoff, func(id string, lastSeen time.Time) store.StaleMark {
+		asked = append(asked, id)
+		if !lastSeen.Equal(at(time.Minute)) {
+			t.Errorf("%s: lastSeen %v, want %v", id, lastSeen, at(time.Minute))
+		}
+		switch id {
+		case "failed":
+			return store.StaleMark{Failure: fail, Audit: statusAudit(id, "stale")}
+		case "heard":
+			return store.StaleMark{HeardAt: at(12 * time.Minute), Audit: statusAudit(id, "stale")}
+		}
+		return store.StaleMark{}
+	})
+	must(t, err)
+	diff(t, "asked", asked, []string{"failed", "heard", "plain"})
+	diff(t, "marked", got, []string{"failed", "plain"})
+	waitEvent(t, ch, store.Event{Kind: store.EventHost, ID: "failed"})
+	waitEvent(t, ch, store.Event{Kind: store.EventHost, ID: "plain"})
+
+	h, err := s.GetHost(ctx, "failed")
+	must(t, err)
+	if h.Status != api.HostStale || h.LastFailure != fail {
+		t.Errorf("failed: %s %+v, want stale with %+v", h.Status, h.LastFailure, fail)
+	}
+	diff(t, "failed's records", auditsOf(t, s, "failed"), []string{"stale"})
+	h, err = s.GetHost(ctx, "plain")
+	must(t, err)
+	if h.Status != api.HostStale || h.LastFailure != (store.Failure{}) {
+		t.Errorf("plain: %s %+v, want stale with no failure", h.Status, h.LastFailure)
+	}
+	diff(t, "plain's records", auditsOf(t, s, "plain"), []string(nil))
+	h, err = s.GetHost(ctx, "heard")
+	must(t, err)
+	if h.Status != api.HostHealthy || !h.LastSeenAt.Equal(at(12*time.Minute)) {
+		t.Errorf("heard: %s last seen %v, want healthy %v", h.Status, h.LastSeenAt, at(12*time.Minute))
+	}
+	diff(t, "heard's records", auditsOf(t, s, "heard"), []string(nil))
+}
+
+// testTouchHostsAuditsRevived: a revived host's record is written with
+// its revival, a host that was already healthy gets none.
+func testTouchHostsAuditsRevived(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	createHost(t, s, hostWith("stale", api.HostStale, at(time.Minute)))
+	createHost(t, s, hostWith("unknown", api.HostUnknown, time.Time{}))
+	createHost(t, s, hostWith("healthy", api.HostHealthy, at(time.Minute)))
+	var asked []string
+	revived, err := s.TouchHosts(ctx, []store.Seen{
+		{HostID: "unknown", At: at(5 * time.Minute)}, {HostID: "stale", At: at(5 * time.Minute)},
+		{HostID: "healthy", At: at(5 * time.Minute)},
+	}, func(id string) store.AuditEvent {
+		asked = append(asked, id)
+		if id == "unknown" {
+			return store.AuditEvent{} // none
+		}
+		return statusAudit(id, "healthy")
+	})
+	must(t, err)
+	diff(t, "revived", revived, []string{"stale", "unknown"})
+	diff(t, "asked", asked, []string{"stale", "unknown"})
+	diff(t, "stale's records", auditsOf(t, s, "stale"), []string{"healthy"})
+	diff(t, "unknown's records", auditsOf(t, s, "unknown"), []string(nil))
+	diff(t, "healthy's records", auditsOf(t, s, "healthy"), []string(nil))
+}
+
+// testUpdateHostAudited: audit sees the host as read and as fn left it,
+// and its records are written with the change; an fn error writes
+// neither.
+func testUpdateHostAudited(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	createHost(t, s, hostWith("h1", api.HostStale, at(time.Minute)))
+	toHealthy := func(h *store.Host) error { h.Status = api.HostHealthy; return nil }
+	audit := func(before, after store.Host) []store.AuditEvent {
+		if before.Status == after.Status {
+			return nil
+		}
+		return []store.AuditEvent{statusAudit("h1", string(before.Status)+">"+string(after.Status))}
+	}
+	h, err := s.UpdateHostAudited(ctx, "h1", toHealthy, audit)
+	must(t, err)
+	if h.Status != api.HostHealthy {
+		t.Fatalf("status %s", h.Status)
+	}
+	if _, err := s.UpdateHostAudited(ctx, "h1", toHealthy, audit); err != nil { // no transition, no record
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	_, err = s.UpdateHostAudited(ctx, "h1", func(h *store.Host) error { h.Status = api.HostStale; return boom }, audit)
+	if !errors.Is(err, boom) {
+		t.Fatalf("fn error: %v", err)
+	}
+	diff(t, "records", auditsOf(t, s, "h1"), []string{"stale>healthy"})
+	if _, err := s.UpdateHostAudited(ctx, "missing", toHealthy, audit); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing host: %v, want ErrNotFound", err)
+	}
+}
