@@ -26,14 +26,15 @@ type HealthOutcome struct {
 // one recorded changes nothing). Unhealthy makes node_health_probe_unhealthy
 // the host's last failure, keeping the first occurrence's time while the
 // host stays unhealthy. A change of health is logged and audited
-// (host.health, under the probe's correlation id); the record's update is a
-// host change event (store.EventHost) for dashboards and caches. Unknown
-// hosts are ignored.
+// (host.health, under the probe's correlation id, written with the
+// change); the update writes only the health and failure columns and is
+// a host change event (store.EventHost) for dashboards and caches.
+// Unknown hosts are ignored.
 func (s *Room) RecordHealth(ctx context.Context, o HealthOutcome) error {
 	var prev api.HostHealth
-	h, err := s.store.UpdateHost(ctx, o.HostID, func(h *store.Host) error {
+	err := s.store.UpdateHostHealth(ctx, o.HostID, func(h *store.HealthState) ([]store.AuditEvent, error) {
 		if o.At.Before(h.Health.CheckedAt) {
-			return errNoChange
+			return nil, errNoChange
 		}
 		prev = h.Health.State
 		if o.Health == api.HealthUnhealthy {
@@ -46,7 +47,13 @@ func (s *Room) RecordHealth(ctx context.Context, o HealthOutcome) error {
 			h.LastFailure = f
 		}
 		h.Health = store.Health{State: o.Health, Summary: bounded(o.Summary), CheckedAt: o.At.UTC(), TaskID: o.TaskID}
-		return nil
+		if prev == o.Health {
+			return nil, nil
+		}
+		return []store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: "system", Action: "host.health",
+			Target: o.HostID, CID: o.CorrelationID, Result: string(o.Health),
+			Detail: "from=" + orDefault(string(prev), "none") + " to=" + string(o.Health) + " task=" + o.TaskID +
+				" summary=" + o.Summary})}, nil
 	})
 	switch {
 	case errors.Is(err, errNoChange) || errors.Is(err, store.ErrNotFound):
@@ -54,18 +61,10 @@ func (s *Room) RecordHealth(ctx context.Context, o HealthOutcome) error {
 	case err != nil:
 		return err
 	}
-	s.cache.put(h)
+	s.cache.invalidate(o.HostID) // its last failure may have changed
 	if prev != o.Health {
-		s.healthChanged(ctx, o, prev)
+		s.log.Info("host health changed", "host_id", o.HostID, "from", orDefault(string(prev), "none"), "to", o.Health,
+			"summary", o.Summary, "task_id", o.TaskID, "correlation_id", o.CorrelationID)
 	}
 	return nil
-}
-
-// healthChanged logs and audits a change of a host's health.
-func (s *Room) healthChanged(ctx context.Context, o HealthOutcome, from api.HostHealth) {
-	s.log.Info("host health changed", "host_id", o.HostID, "from", orDefault(string(from), "none"), "to", o.Health,
-		"summary", o.Summary, "task_id", o.TaskID, "correlation_id", o.CorrelationID)
-	s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "host.health", Target: o.HostID, CID: o.CorrelationID,
-		Result: string(o.Health), Detail: "from=" + orDefault(string(from), "none") + " to=" + string(o.Health) +
-			" task=" + o.TaskID + " summary=" + o.Summary})
 }

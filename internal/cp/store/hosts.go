@@ -77,6 +77,12 @@ type Health struct {
 	TaskID    string
 }
 
+// HealthState is the part of a host a health probe's result changes.
+type HealthState struct {
+	Health      Health
+	LastFailure Failure
+}
+
 // Failure is a host's last failure.
 type Failure struct {
 	Signal        string // an internal/wire/signal name
@@ -160,6 +166,14 @@ type HostStore interface {
 	// the same transaction (see StaleMark); it runs inside that transaction
 	// and must not call the store. Publishes EventHost for each host marked.
 	MarkStale(ctx context.Context, cutoff time.Time, mark func(id string, lastSeen time.Time) StaleMark) ([]string, error)
+	// UpdateHostHealth reads a host's health and last failure with its row
+	// locked, applies fn, and writes back only those two (and UpdatedAt),
+	// with the audit records fn returns, in one transaction: a health
+	// probe's result, which need not rewrite the rest of the row. fn must
+	// not call the store; if it returns an error nothing is written and
+	// that error is returned. ErrNotFound for an unknown id. Publishes
+	// EventHost.
+	UpdateHostHealth(ctx context.Context, id string, fn func(*HealthState) ([]AuditEvent, error)) error
 	// ClaimHealthProbe claims the health probe scheduling slot starting at
 	// slot for host id: it records slot as the host's last claimed slot
 	// when the one recorded is earlier, and reports whether it did. Of

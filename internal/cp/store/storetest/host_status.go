@@ -9,13 +9,14 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
-// hostStatusCases: a host status transition is stored with its failure
-// and its audit record in one transaction, by each of the three writes
-// that change a status.
+// hostStatusCases: a host status transition (or health change) is stored
+// with its failure and its audit record in one transaction, by each of the
+// writes that change one.
 var hostStatusCases = []testCase{
 	{"HostStatus/MarkStaleWritesMark", testMarkStaleWritesMark},
 	{"HostStatus/TouchHostsAuditsRevived", testTouchHostsAuditsRevived},
 	{"HostStatus/UpdateHostAudited", testUpdateHostAudited},
+	{"HostStatus/UpdateHostHealth", testUpdateHostHealth},
 }
 
 // statusAudit is the record the tests ask the store to write for id.
@@ -146,6 +147,56 @@ func testUpdateHostAudited(t *testing.T, s store.Store) {
 	}
 	diff(t, "records", auditsOf(t, s, "h1"), []string{"stale>healthy"})
 	if _, err := s.UpdateHostAudited(ctx, "missing", toHealthy, audit); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing host: %v, want ErrNotFound", err)
+	}
+}
+
+// testUpdateHostHealth: fn sees the stored health and failure, and what it
+// leaves is written with its audit records and an EventHost, the rest of
+// the row untouched; an fn error writes nothing.
+func testUpdateHostHealth(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	full := fullHost("h1")
+	createHost(t, s, full)
+	before, err := s.GetHost(ctx, "h1")
+	must(t, err)
+	ch := subscribe(t, s)
+	want := store.HealthState{
+		Health:      store.Health{State: api.HealthUnhealthy, Summary: "disk full", CheckedAt: at(30 * time.Minute), TaskID: "t_2"},
+		LastFailure: store.Failure{Signal: "node_health_probe_unhealthy", Detail: "disk full", CorrelationID: "cid_h1", At: at(30 * time.Minute)},
+	}
+	err = s.UpdateHostHealth(ctx, "h1", func(h *store.HealthState) ([]store.AuditEvent, error) {
+		if h.Health != before.Health || h.LastFailure != before.LastFailure {
+			t.Errorf("fn saw %+v, want %+v and %+v", *h, before.Health, before.LastFailure)
+		}
+		*h = want
+		return []store.AuditEvent{statusAudit("h1", "unhealthy")}, nil
+	})
+	must(t, err)
+	waitEvent(t, ch, store.Event{Kind: store.EventHost, ID: "h1"})
+	after, err := s.GetHost(ctx, "h1")
+	must(t, err)
+	if after.Health != want.Health || after.LastFailure != want.LastFailure {
+		t.Errorf("stored %+v %+v, want %+v", after.Health, after.LastFailure, want)
+	}
+	after.Health, after.LastFailure, after.UpdatedAt = before.Health, before.LastFailure, before.UpdatedAt
+	diff(t, "the rest of the row", after, before)
+	diff(t, "records", auditsOf(t, s, "h1"), []string{"unhealthy"})
+
+	boom := errors.New("boom")
+	err = s.UpdateHostHealth(ctx, "h1", func(h *store.HealthState) ([]store.AuditEvent, error) {
+		h.Health.State = api.HealthHealthy
+		return []store.AuditEvent{statusAudit("h1", "healthy")}, boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("fn error: %v", err)
+	}
+	if h, _ := s.GetHost(ctx, "h1"); h.Health != want.Health {
+		t.Errorf("after an fn error: %+v", h.Health)
+	}
+	diff(t, "records after an fn error", auditsOf(t, s, "h1"), []string{"unhealthy"})
+	err = s.UpdateHostHealth(ctx, "missing", func(*store.HealthState) ([]store.AuditEvent, error) { return nil, nil })
+	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("missing host: %v, want ErrNotFound", err)
 	}
 }
