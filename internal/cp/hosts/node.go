@@ -109,7 +109,9 @@ func (s *Room) Renew(w http.ResponseWriter, r *http.Request, c Caller) error {
 	}
 	now := s.cfg.Now().UTC()
 	var ident api.Identity
-	h, err := s.store.UpdateHost(ctx, c.ID, func(h *store.Host) error {
+	renewed := audit.Entry{Actor: "node:" + c.ID, Action: "host.renew", Target: c.ID, Result: "ok",
+		CID: httpapi.CorrelationID(ctx)}
+	h, err := s.store.UpdateHostAudited(ctx, c.ID, func(h *store.Host) error {
 		if h.Revoked {
 			return httpapi.Errorf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
 		}
@@ -120,14 +122,10 @@ func (s *Room) Renew(w http.ResponseWriter, r *http.Request, c Caller) error {
 		h.CertSerial, h.CertNotAfter = serial, notAfter
 		ident = s.identity(h.ID, certPEM, notAfter)
 		return nil
-	})
-	result := "ok"
+	}, func(_, _ store.Host) []store.AuditEvent { return []store.AuditEvent{s.audit.Event(ctx, renewed)} })
 	if err != nil {
-		result = "refused"
-	}
-	s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.ID, Action: "host.renew", Target: c.ID, Result: result,
-		CID: httpapi.CorrelationID(ctx)})
-	if err != nil {
+		renewed.Result = "refused"
+		s.audit.Record(ctx, renewed)
 		return err
 	}
 	s.cache.put(h)
@@ -204,7 +202,7 @@ func (s *Room) PutCapabilities(w http.ResponseWriter, r *http.Request, c Caller)
 	}
 	b, _ := json.Marshal(caps)
 	var drift string
-	h, err := s.store.UpdateHost(ctx, c.ID, func(h *store.Host) error {
+	h, err := s.store.UpdateHostAudited(ctx, c.ID, func(h *store.Host) error {
 		if h.OSFamily != caps.OSFamily {
 			return httpapi.Invalid([]api.FieldError{{Field: "capabilities.os_family",
 				Message: fmt.Sprintf("os_family %q does not match the host record (%q)", caps.OSFamily, h.OSFamily)}})
@@ -212,14 +210,14 @@ func (s *Room) PutCapabilities(w http.ResponseWriter, r *http.Request, c Caller)
 		h.Capabilities, h.Hostname, h.SelectedAccel, h.AgentVersion = b, caps.Hostname, caps.SelectedAccel, caps.AgentVersion
 		drift = checkProfile(h, caps.ControlPlaneURL, caps.TerminalURL, httpapi.CorrelationID(ctx), s.cfg.Now().UTC())
 		return nil
+	}, func(_, after store.Host) []store.AuditEvent {
+		return append(s.driftRecords(ctx, "node:"+c.ID, c.ID, drift, after), s.audit.Event(ctx, audit.Entry{
+			Actor: "node:" + c.ID, Action: "host.capabilities", Target: c.ID, Result: "ok", CID: httpapi.CorrelationID(ctx)}))
 	})
 	if err != nil {
 		return err
 	}
 	s.cache.put(h)
-	s.auditDrift(ctx, "node:"+c.ID, c.ID, drift, h)
-	s.audit.Record(ctx, audit.Entry{Actor: "node:" + c.ID, Action: "host.capabilities", Target: c.ID, Result: "ok",
-		CID: httpapi.CorrelationID(ctx)})
 	if lw, ok := s.instances.(LocalWorkloads); ok {
 		lw.SyncLocalWorkloads(ctx, c.ID, caps.LocalWorkloads)
 	}

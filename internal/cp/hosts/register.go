@@ -78,7 +78,7 @@ func (s *Room) Register(w http.ResponseWriter, r *http.Request) error {
 	var ident api.Identity
 	presented := httpapi.HashToken(req.BootstrapToken)
 	var drift string // a profile drift found or cleared
-	h, err := s.store.UpdateHost(ctx, req.HostID, func(h *store.Host) error {
+	h, err := s.store.UpdateHostAudited(ctx, req.HostID, func(h *store.Host) error {
 		// Only after the token is proven may the answer say anything about
 		// the host: its token's expiry, revocation, disablement.
 		if h.TokenHash == "" || h.TokenUsed || subtle.ConstantTimeCompare([]byte(presented), []byte(h.TokenHash)) != 1 {
@@ -107,6 +107,11 @@ func (s *Room) Register(w http.ResponseWriter, r *http.Request) error {
 		drift = checkProfile(h, req.Capabilities.ControlPlaneURL, req.Capabilities.TerminalURL, httpapi.CorrelationID(ctx), now)
 		ident = s.identity(h.ID, certPEM, notAfter)
 		return nil
+	}, func(_, after store.Host) []store.AuditEvent {
+		return append([]store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: "node:" + after.ID, Action: "host.register",
+			Target: after.ID, Result: "ok", CID: httpapi.CorrelationID(ctx),
+			Detail: "cert_serial=" + after.CertSerial + " source=" + src})},
+			s.driftRecords(ctx, "node:"+after.ID, after.ID, drift, after)...)
 	})
 	if err != nil {
 		var he *httpapi.Error
@@ -125,9 +130,6 @@ func (s *Room) Register(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.cache.put(h)
 	s.metrics.Registrations.WithLabelValues("ok").Inc()
-	s.audit.Record(ctx, audit.Entry{Actor: "node:" + h.ID, Action: "host.register", Target: h.ID, Result: "ok",
-		CID: httpapi.CorrelationID(ctx), Detail: "cert_serial=" + h.CertSerial + " source=" + src})
-	s.auditDrift(ctx, "node:"+h.ID, h.ID, drift, h)
 	httpapi.Logger(ctx, s.log).Info("host enrolled", "host_id", h.ID, "cert_not_after", h.CertNotAfter, "source", src)
 	httpapi.WriteJSON(w, http.StatusOK, ident)
 	return nil

@@ -151,13 +151,14 @@ func checkProfile(h *store.Host, reportedAPI, reportedTerm, cid string, now time
 	return ""
 }
 
-// auditDrift records a profile drift found or cleared.
-func (s *Room) auditDrift(ctx context.Context, actor, id, change string, h store.Host) {
+// driftRecords is the audit record of a profile drift found or cleared
+// (none for no change), for the store to write with the change.
+func (s *Room) driftRecords(ctx context.Context, actor, id, change string, h store.Host) []store.AuditEvent {
 	if change == "" {
-		return
+		return nil
 	}
-	s.audit.Record(ctx, audit.Entry{Actor: actor, Action: "host.profile_drift", Target: id, Result: change,
-		CID: httpapi.CorrelationID(ctx), Detail: h.LastFailure.Detail})
+	return []store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: actor, Action: "host.profile_drift", Target: id,
+		Result: change, CID: httpapi.CorrelationID(ctx), Detail: h.LastFailure.Detail})}
 }
 
 // SetProfile is POST /api/v1/hosts/{id}/profile: it replaces the host's
@@ -175,20 +176,22 @@ func (s *Room) SetProfile(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := s.cfg.Now().UTC()
 	var change string
-	h, err := s.store.UpdateHost(ctx, id, func(h *store.Host) error {
+	h, err := s.store.UpdateHostAudited(ctx, id, func(h *store.Host) error {
 		h.Profile = store.Profile{APIURL: req.APIURL, TerminalURL: req.TerminalURL}
 		h.UpdatedAt = now
 		capsAPI, capsTerm := reportedURLs(*h)
 		change = checkProfile(h, capsAPI, capsTerm, httpapi.CorrelationID(ctx), now)
 		return nil
+	}, func(_, after store.Host) []store.AuditEvent {
+		return append([]store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "host.profile",
+			Target: id, Result: "ok", CID: httpapi.CorrelationID(ctx),
+			Detail: "api_url=" + req.APIURL + " terminal_url=" + req.TerminalURL})},
+			s.driftRecords(ctx, httpapi.Actor(ctx), id, change, after)...)
 	})
 	if err != nil {
 		return httpapi.StoreError(err, "host", id)
 	}
 	s.cache.put(h)
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "host.profile", Target: id, Result: "ok",
-		CID: httpapi.CorrelationID(ctx), Detail: "api_url=" + req.APIURL + " terminal_url=" + req.TerminalURL})
-	s.auditDrift(ctx, httpapi.Actor(ctx), id, change, h)
 	httpapi.WriteJSON(w, http.StatusOK, s.hostView(h))
 	return nil
 }

@@ -267,7 +267,7 @@ func TestCompensation(t *testing.T) {
 			h.answer(id, false, map[string]any{"failed_phase": "vfio_bind_check"}, true)
 		}, StepAwaitProvision},
 		{"await_provision expired", func(h *harness, id string) {
-			_, expired, err := h.st.ReapTasks(h.ctx, h.clk.now().Add(taskTTL+time.Hour))
+			_, expired, err := h.st.ReapTasks(h.ctx, h.clk.now().Add(taskTTL+time.Hour), nil)
 			if err != nil || len(expired) != 1 {
 				h.t.Fatalf("reap: %v %v", expired, err)
 			}

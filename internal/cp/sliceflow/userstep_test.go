@@ -43,7 +43,7 @@ func TestProvisionUserCompensation(t *testing.T) {
 		{"failed, deprovision fails too", func(h *harness, u store.Task) { h.answer(u.ID, false, map[string]any{}, true) },
 			signal.SliceGuestUserFailed, false},
 		{"expired", func(h *harness, _ store.Task) {
-			_, expired, err := h.st.ReapTasks(h.ctx, h.clk.now().Add(taskTTL+time.Hour))
+			_, expired, err := h.st.ReapTasks(h.ctx, h.clk.now().Add(taskTTL+time.Hour), nil)
 			if err != nil || len(expired) != 1 {
 				h.t.Fatalf("reap: %v %v", expired, err)
 			}

@@ -97,8 +97,10 @@ type TaskStore interface {
 	CancelTask(ctx context.Context, id string, at time.Time) (Task, error)
 	// ReapTasks requeues dispatched or running tasks whose lease ended before
 	// now (publishing EventTask) and expires unfinished tasks whose
-	// ExpiresAt is before now.
-	ReapTasks(ctx context.Context, now time.Time) (requeued, expired []Task, err error)
+	// ExpiresAt is before now. The records audit (when not nil) returns for
+	// them are appended in the same transaction, so that none is missing
+	// when the requeued task is claimed again; it must not call the store.
+	ReapTasks(ctx context.Context, now time.Time, audit func(requeued, expired []Task) []AuditEvent) (requeued, expired []Task, err error)
 	// AddTaskEvent appends a progress event; Seq is assigned by the store.
 	AddTaskEvent(ctx context.Context, e TaskEvent) error
 	// ListTaskEvents returns a task's events in order.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/store"
 )
 
 // Reap requeues tasks whose lease ended and expires overdue ones.
@@ -18,23 +19,34 @@ func (s *Room) Reap(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		requeued, expired, err := s.store.ReapTasks(ctx, s.cfg.Now())
+		requeued, expired, err := s.store.ReapTasks(ctx, s.cfg.Now(), func(requeued, expired []store.Task) []store.AuditEvent {
+			return s.reapRecords(ctx, requeued, expired)
+		})
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("reap tasks", "err", err)
 			}
 			continue
 		}
-		for _, t := range requeued {
-			s.metrics.Requeued.Inc()
-			s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "task.requeue", Target: t.ID,
-				Result: "lease_expired", CID: t.CorrelationID, Detail: fmt.Sprintf("node=%s attempts=%d", t.NodeID, t.Attempts)})
-		}
+		s.metrics.Requeued.Add(float64(len(requeued)))
 		for _, t := range expired {
 			s.taskFinished(ctx, t)
 			s.metrics.Expired.Inc()
-			s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "task.expire", Target: t.ID,
-				Result: "expired", CID: t.CorrelationID, Detail: "node=" + t.NodeID})
 		}
 	}
+}
+
+// reapRecords is the audit records of the tasks a reap requeued and
+// expired, for the store to write with the reap.
+func (s *Room) reapRecords(ctx context.Context, requeued, expired []store.Task) []store.AuditEvent {
+	evs := make([]store.AuditEvent, 0, len(requeued)+len(expired))
+	for _, t := range requeued {
+		evs = append(evs, s.audit.Event(ctx, audit.Entry{Actor: "system", Action: "task.requeue", Target: t.ID,
+			Result: "lease_expired", CID: t.CorrelationID, Detail: fmt.Sprintf("node=%s attempts=%d", t.NodeID, t.Attempts)}))
+	}
+	for _, t := range expired {
+		evs = append(evs, s.audit.Event(ctx, audit.Entry{Actor: "system", Action: "task.expire", Target: t.ID,
+			Result: "expired", CID: t.CorrelationID, Detail: "node=" + t.NodeID}))
+	}
+	return evs
 }

@@ -68,7 +68,7 @@ func TestEventsCrossStores(t *testing.T) {
 	if _, ok, err := b.ClaimTask(ctx, "node:1", time.Now(), time.Now().Add(-time.Second)); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
-	if _, _, err := b.ReapTasks(ctx, time.Now()); err != nil {
+	if _, _, err := b.ReapTasks(ctx, time.Now(), nil); err != nil {
 		t.Fatal(err)
 	}
 	wait(t, ch, store.Event{Kind: store.EventTask, ID: "node:1"})

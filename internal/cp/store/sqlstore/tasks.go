@@ -389,7 +389,8 @@ func (s *Store) CancelTask(ctx context.Context, id string, at time.Time) (store.
 // published once per affected node. Rows are locked in id order so that
 // concurrent reapers on several replicas cannot deadlock. Both slices are
 // ordered by CreatedAt, then id.
-func (s *Store) ReapTasks(ctx context.Context, now time.Time) (requeued, expired []store.Task, err error) {
+func (s *Store) ReapTasks(ctx context.Context, now time.Time,
+	audit func(requeued, expired []store.Task) []store.AuditEvent) (requeued, expired []store.Task, err error) {
 	n := ms(now)
 	err = s.db.InTx(ctx, func(tx DB) error {
 		const expCond = `state IN ('queued', 'dispatched', 'running') AND expires_at <= $1`
@@ -417,13 +418,19 @@ func (s *Store) ReapTasks(ctx context.Context, now time.Time) (requeued, expired
 				return fmt.Errorf("reap tasks: notify: %w", err)
 			}
 		}
+		sortTasks(requeued)
+		sortTasks(expired)
+		if audit == nil {
+			return nil
+		}
+		if err := s.appendAuditsTx(ctx, tx, audit(requeued, expired)); err != nil {
+			return fmt.Errorf("reap tasks: audit: %w", err)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	sortTasks(requeued)
-	sortTasks(expired)
 	return requeued, expired, nil
 }
 

@@ -17,6 +17,7 @@ var hostStatusCases = []testCase{
 	{"HostStatus/TouchHostsAuditsRevived", testTouchHostsAuditsRevived},
 	{"HostStatus/UpdateHostAudited", testUpdateHostAudited},
 	{"HostStatus/UpdateHostHealth", testUpdateHostHealth},
+	{"HostStatus/ReapTasksAudited", testReapTasksAudited},
 }
 
 // statusAudit is the record the tests ask the store to write for id.
@@ -198,5 +199,50 @@ func testUpdateHostHealth(t *testing.T, s store.Store) {
 	err = s.UpdateHostHealth(ctx, "missing", func(*store.HealthState) ([]store.AuditEvent, error) { return nil, nil })
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("missing host: %v, want ErrNotFound", err)
+	}
+}
+
+// testReapTasksAudited: the records audit returns for the tasks a reap
+// requeued and expired are written with the reap, so a requeued task
+// claimed again already has its record; a reap of nothing asks for none.
+func testReapTasksAudited(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	expiring := newTask("t-exp", "n1", time.Second)
+	expiring.ExpiresAt = at(time.Minute)
+	enqueue(t, s, newTask("t-lease", "n1", 0), expiring)
+	claim(t, s, "n1", time.Second, 30*time.Second) // the older: t-lease
+	record := func(ts []store.Task, result string) []store.AuditEvent {
+		var out []store.AuditEvent
+		for _, task := range ts {
+			out = append(out, store.AuditEvent{Actor: "system", Action: "task.reap", Target: task.ID, Result: result})
+		}
+		return out
+	}
+	var calls int
+	requeued, expired, err := s.ReapTasks(ctx, at(time.Minute), func(requeued, expired []store.Task) []store.AuditEvent {
+		calls++
+		return append(record(requeued, "requeued"), record(expired, "expired")...)
+	})
+	must(t, err)
+	diff(t, "requeued", ids(requeued, taskID), []string{"t-lease"})
+	diff(t, "expired", ids(expired, taskID), []string{"t-exp"})
+	if _, ok, err := s.ClaimTask(ctx, "n1", at(2*time.Minute), at(3*time.Minute)); err != nil || !ok {
+		t.Fatalf("requeued task not claimable: %v %v", ok, err)
+	}
+	for id, want := range map[string]string{"t-lease": "requeued", "t-exp": "expired"} {
+		evs, err := s.ListAudit(ctx, store.AuditFilter{Action: "task.reap", Target: id})
+		must(t, err)
+		if len(evs) != 1 || evs[0].Result != want {
+			t.Errorf("%s: records %+v, want one %s", id, evs, want)
+		}
+	}
+	if _, _, err := s.ReapTasks(ctx, at(2*time.Minute), func(requeued, expired []store.Task) []store.AuditEvent {
+		calls++
+		return append(record(requeued, "requeued"), record(expired, "expired")...)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if evs, _ := s.ListAudit(ctx, store.AuditFilter{Action: "task.reap"}); len(evs) != 2 || calls != 2 {
+		t.Errorf("after a reap of nothing: %d records, %d calls", len(evs), calls)
 	}
 }

@@ -303,7 +303,7 @@ func testCompleteAfterRequeue(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	enqueue(t, s, newTask("t1", "n1", 0))
 	claim(t, s, "n1", time.Second, time.Minute)
-	requeued, _, err := s.ReapTasks(ctx, at(2*time.Minute))
+	requeued, _, err := s.ReapTasks(ctx, at(2*time.Minute), nil)
 	must(t, err)
 	diff(t, "requeued", ids(requeued, taskID), []string{"t1"})
 	got, err := s.CompleteTask(ctx, "n1", "t1", api.TaskFailed, json.RawMessage(`{"status":"failed"}`), "h", at(3*time.Minute))
@@ -324,7 +324,7 @@ func testCompleteRejects(t *testing.T, s store.Store) {
 	enqueue(t, s, newTask("canceled", "n1", 0), expiring, newTask("queued", "n1", time.Second))
 	_, err := s.CancelTask(ctx, "canceled", at(time.Second))
 	must(t, err)
-	_, expired, err := s.ReapTasks(ctx, at(time.Minute))
+	_, expired, err := s.ReapTasks(ctx, at(time.Minute), nil)
 	must(t, err)
 	diff(t, "expired", ids(expired, taskID), []string{"expired"})
 
@@ -389,7 +389,7 @@ func testReapTasks(t *testing.T, s store.Store) {
 	must(t, err)
 
 	ch := subscribe(t, s)
-	requeued, expired, err := s.ReapTasks(ctx, at(now))
+	requeued, expired, err := s.ReapTasks(ctx, at(now), nil)
 	must(t, err)
 	diff(t, "requeued", ids(requeued, taskID), []string{"lease-gone", "running-gone"})
 	diff(t, "expired", ids(expired, taskID), []string{"dispatched-exp", "queued-exp"})
@@ -414,7 +414,7 @@ func testReapTasks(t *testing.T, s store.Store) {
 	waitEvent(t, ch, store.Event{Kind: store.EventTask, ID: "n2"})
 
 	// Nothing left to reap at the same instant.
-	requeued, expired, err = s.ReapTasks(ctx, at(now))
+	requeued, expired, err = s.ReapTasks(ctx, at(now), nil)
 	must(t, err)
 	if len(requeued)+len(expired) != 0 {
 		t.Fatalf("second reap: %v %v", ids(requeued, taskID), ids(expired, taskID))
