@@ -170,16 +170,28 @@ func (s *Store) auditArgs(es []store.AuditEvent, ids []int64) []any {
 	return args
 }
 
+// maxAuditRows bounds the records of one insert: a whole fleet can go
+// stale in one sweep, and PostgreSQL takes at most 65,535 parameters in a
+// statement (SQLite 32,766).
+const maxAuditRows = 500
+
 // appendAuditsTx inserts es in tx, the transaction of the change they
-// describe. A refused statement would end a PostgreSQL transaction, so an
-// id another replica's clock already gave a record is skipped by the
-// insert instead, and the records it skipped are inserted again under new
-// ids.
+// describe, maxAuditRows at a time.
 func (s *Store) appendAuditsTx(ctx context.Context, tx DB, es []store.AuditEvent) error {
-	for range 5 {
-		if len(es) == 0 {
-			return nil
+	for chunk := range slices.Chunk(es, maxAuditRows) {
+		if err := s.insertAuditsTx(ctx, tx, chunk); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// insertAuditsTx inserts es in one statement. A refused statement would
+// end a PostgreSQL transaction, so an id another replica's clock already
+// gave a record is skipped by the insert instead, and the records it
+// skipped are inserted again under new ids.
+func (s *Store) insertAuditsTx(ctx context.Context, tx DB, es []store.AuditEvent) error {
+	for range 5 {
 		q := auditInsert
 		if len(es) > 1 {
 			q = auditInsertRows(len(es))

@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -83,5 +85,36 @@ func TestAppendAuditsCollision(t *testing.T) {
 	err := s.appendAuditsTx(t.Context(), db, es)
 	if err == nil || !strings.Contains(err.Error(), "3 record(s)") || len(db.inserts) != 5 {
 		t.Fatalf("ids always taken: %v after %d statements", err, len(db.inserts))
+	}
+}
+
+// TestAppendAuditsChunked: in a transaction, records go maxAuditRows to a
+// statement (a whole fleet's stale records would pass PostgreSQL's
+// 65,535 parameters in one), none lost or repeated.
+func TestAppendAuditsChunked(t *testing.T) {
+	db := &collidingDB{taken: func(int64) bool { return false }}
+	es := make([]store.AuditEvent, 2*maxAuditRows+1)
+	for i := range es {
+		es[i].Action = strconv.Itoa(i)
+	}
+	if err := New(db, Dialect{}).appendAuditsTx(t.Context(), db, es); err != nil {
+		t.Fatal(err)
+	}
+	var rows []int
+	next := 0
+	for _, args := range db.inserts {
+		rows = append(rows, len(args)/auditCols)
+		for i := 0; i < len(args); i += auditCols {
+			if args[i+5] != strconv.Itoa(next) {
+				t.Fatalf("record %d is %v", next, args[i+5])
+			}
+			next++
+		}
+	}
+	if want := []int{maxAuditRows, maxAuditRows, 1}; !slices.Equal(rows, want) {
+		t.Errorf("rows per statement %v, want %v", rows, want)
+	}
+	if err := New(db, Dialect{}).appendAuditsTx(t.Context(), db, nil); err != nil || len(db.inserts) != 3 {
+		t.Errorf("no records: %v, %d statements in all, want 3", err, len(db.inserts))
 	}
 }
