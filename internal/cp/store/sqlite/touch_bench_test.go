@@ -13,15 +13,17 @@ import (
 
 // BenchmarkTouchHosts is one heartbeat flush of 20,000 hosts: the batched
 // statements (touchHosts, what the store uses) against sqlstore's portable
-// per-host loop (a store opened without the hook). ns/host is per host.
+// per-host loop (a store opened without the hook), and the batch when every
+// host was stale (a fleet back after a restart or a partition: each one
+// revived). ns/host is per host.
 //
 //	go test ./internal/cp/store/sqlite -run '^$' -bench BenchmarkTouchHosts -benchtime 5x
 func BenchmarkTouchHosts(b *testing.B) {
 	const n = 20000
 	for _, tc := range []struct {
-		name  string
-		batch bool
-	}{{"batch", true}, {"per-host-loop", false}} {
+		name         string
+		batch, stale bool
+	}{{"batch", true, false}, {"batch-all-stale", true, true}, {"per-host-loop", false, false}} {
 		b.Run(tc.name, func(b *testing.B) {
 			s, err := Open(b.Context(), b.TempDir()+"/d.db")
 			if err != nil {
@@ -46,8 +48,19 @@ func BenchmarkTouchHosts(b *testing.B) {
 				for j := range seen {
 					seen[j] = store.Seen{HostID: fmt.Sprintf("host-%05d", j), At: at}
 				}
-				if _, err := st.TouchHosts(context.Background(), seen, nil); err != nil {
+				if tc.stale {
+					b.StopTimer()
+					if _, err := s.db.Exec(b.Context(), `UPDATE hosts SET status = 'stale'`); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+				revived, err := st.TouchHosts(context.Background(), seen, nil)
+				if err != nil {
 					b.Fatal(err)
+				}
+				if tc.stale && len(revived) != n {
+					b.Fatalf("revived %d hosts, want %d", len(revived), n)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/host")
