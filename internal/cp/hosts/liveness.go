@@ -202,11 +202,8 @@ func (l *liveness) sweep(ctx context.Context) {
 			Audit: l.s.statusRecord(ctx, id, "heartbeating", api.HostStale, string(signal.HeartbeatStale), cid),
 		}
 	})
-	if err != nil {
-		if ctx.Err() == nil {
-			l.s.log.Warn("mark stale hosts", "err", err)
-		}
-		return
+	if err != nil && ctx.Err() == nil {
+		l.s.log.Warn("mark stale hosts", "err", err, "marked", len(ids)) // the next sweep marks the rest
 	}
 	for _, id := range ids {
 		l.s.cache.invalidate(id)

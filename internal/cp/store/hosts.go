@@ -165,6 +165,8 @@ type HostStore interface {
 	// turn stale, mark (when not nil) says what else to write with it, in
 	// the same transaction (see StaleMark); it runs inside that transaction
 	// and must not call the store. Publishes EventHost for each host marked.
+	// A sweep of many hosts may take several transactions: on an error the
+	// hosts already marked are returned with it.
 	MarkStale(ctx context.Context, cutoff time.Time, mark func(id string, lastSeen time.Time) StaleMark) ([]string, error)
 	// UpdateHostHealth reads a host's health and last failure with its row
 	// locked, applies fn, and writes back only those two (and UpdatedAt),

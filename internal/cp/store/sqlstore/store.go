@@ -328,35 +328,60 @@ func (s *Store) touchHostsLoop(ctx context.Context, db DB, ids []string, ats []i
 	return revived, err
 }
 
-// MarkStale implements store.Store. The hosts are read and locked first,
-// then written one by one with what mark says, all in one transaction: a
-// replica that races this one waits for the locks and then finds the hosts
-// stale, so a host is reported by exactly one of them.
+// staleBatch is the most hosts one MarkStale transaction marks: a sweep
+// that finds a whole fleet silent (20,000 hosts: 1.7 s of SQLite's single
+// writer) lets other writes in between its batches.
+const staleBatch = 500
+
+// MarkStale implements store.Store, staleBatch hosts to a transaction;
+// on an error it returns the hosts the committed batches marked. In each,
+// the hosts are read and locked first, then written one by one with what
+// mark says: a replica that races this one waits for the locks and then
+// finds the hosts stale, so a host is reported by exactly one of them.
+// Every host a batch reads leaves the condition (marked, or last seen
+// after cutoff), so the next batch reads others.
 func (s *Store) MarkStale(ctx context.Context, cutoff time.Time,
 	mark func(id string, lastSeen time.Time) store.StaleMark) ([]string, error) {
+	var stale []string
+	for {
+		marked, found, err := s.markStaleBatch(ctx, cutoff, mark)
+		stale = append(stale, marked...)
+		if err != nil {
+			return stale, fmt.Errorf("mark stale: %w", err)
+		}
+		if found < staleBatch {
+			return stale, nil
+		}
+	}
+}
+
+// markStaleBatch is one MarkStale transaction: the hosts it marked, and
+// how many it read.
+func (s *Store) markStaleBatch(ctx context.Context, cutoff time.Time,
+	mark func(id string, lastSeen time.Time) store.StaleMark) (stale []string, found int, err error) {
 	// Every status a heartbeating host can have goes stale when heartbeats stop.
 	// A revoked host is never heartbeating: it stays auth_failed.
 	// An api_unreachable host a preflight run named stays so.
 	const cond = `(status IN ('healthy', 'task_result_failed') OR (status = 'api_unreachable' AND status_reason NOT LIKE $2))
 		AND revoked = 0 AND last_seen_at > 0 AND last_seen_at < $1`
-	var stale []string
-	err := s.db.InTx(ctx, func(tx DB) error {
+	err = s.db.InTx(ctx, func(tx DB) error {
 		stale = stale[:0]
 		type seen struct {
 			id   string
 			last int64
 		}
-		found, err := collect(func(r Row) (seen, error) {
+		rows, err := collect(func(r Row) (seen, error) {
 			var v seen
 			return v, r.Scan(&v.id, &v.last)
-		})(tx.Query(ctx, `SELECT id, last_seen_at FROM hosts WHERE `+cond+` ORDER BY id`+s.d.ForUpdate,
-			ms(cutoff), store.PreflightStatusReasonPrefix+"%"))
+		})(tx.Query(ctx, `SELECT id, last_seen_at FROM hosts WHERE `+cond+` ORDER BY id LIMIT $3`+s.d.ForUpdate,
+			ms(cutoff), store.PreflightStatusReasonPrefix+"%", staleBatch))
 		if err != nil {
 			return err
 		}
+		found = len(rows)
 		now := ms(s.now())
 		var audits []store.AuditEvent
-		for _, h := range found {
+		for _, h := range rows {
 			var m store.StaleMark
 			if mark != nil {
 				m = mark(h.id, tm(h.last))
@@ -388,9 +413,9 @@ func (s *Store) MarkStale(ctx context.Context, cutoff time.Time,
 		return s.appendAuditsTx(ctx, tx, audits)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("mark stale: %w", err)
+		return nil, 0, err
 	}
-	return stale, nil
+	return stale, found, nil
 }
 
 // collect returns a function that reads every row of a query with scan and

@@ -18,6 +18,7 @@ var hostStatusCases = []testCase{
 	{"HostStatus/UpdateHostAudited", testUpdateHostAudited},
 	{"HostStatus/UpdateHostHealth", testUpdateHostHealth},
 	{"HostStatus/ReapTasksAudited", testReapTasksAudited},
+	{"HostStatus/MarkStaleMany", testMarkStaleMany},
 }
 
 // statusAudit is the record the tests ask the store to write for id.
@@ -244,5 +245,52 @@ func testReapTasksAudited(t *testing.T, s store.Store) {
 	}
 	if evs, _ := s.ListAudit(ctx, store.AuditFilter{Action: "task.reap"}); len(evs) != 2 || calls != 2 {
 		t.Errorf("after a reap of nothing: %d records, %d calls", len(evs), calls)
+	}
+}
+
+// testMarkStaleMany: a sweep that finds more hosts than one transaction
+// takes asks mark once for each host, marks every one it does not hear
+// from, and writes each one's record.
+func testMarkStaleMany(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	const n = 1100
+	for i := range n {
+		createHost(t, s, hostWith(nth("many", i), api.HostHealthy, at(time.Minute)))
+	}
+	asked := make(map[string]int)
+	got, err := s.MarkStale(ctx, at(10*time.Minute), func(id string, _ time.Time) store.StaleMark {
+		asked[id]++
+		if id[len(id)-2:] == "00" { // every hundredth heard from meanwhile
+			return store.StaleMark{HeardAt: at(11 * time.Minute)}
+		}
+		return store.StaleMark{Audit: statusAudit(id, "stale")}
+	})
+	must(t, err)
+	if len(asked) != n {
+		t.Fatalf("mark asked for %d hosts, want %d", len(asked), n)
+	}
+	for id, k := range asked {
+		if k != 1 {
+			t.Fatalf("mark asked %d times for %s", k, id)
+		}
+	}
+	if len(got) != n-11 {
+		t.Fatalf("marked %d hosts, want %d", len(got), n-11)
+	}
+	evs, err := s.ListAudit(ctx, store.AuditFilter{Action: "host.status", Limit: 2 * n})
+	must(t, err)
+	if len(evs) != n-11 {
+		t.Fatalf("%d records, want %d", len(evs), n-11)
+	}
+	for _, id := range []string{nth("many", 0), nth("many", 1), nth("many", 1099)} {
+		h, err := s.GetHost(ctx, id)
+		must(t, err)
+		want := api.HostStale
+		if id == nth("many", 0) {
+			want = api.HostHealthy
+		}
+		if h.Status != want {
+			t.Errorf("%s: %s, want %s", id, h.Status, want)
+		}
 	}
 }
