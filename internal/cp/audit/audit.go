@@ -70,7 +70,7 @@ func (l *Log) RecordAll(ctx context.Context, es []Entry) {
 
 // Event is e as Record would store it, stamped now: for a store write
 // that appends the record in the transaction of the change it describes
-// (a host status transition).
+// (ADR 0016).
 func (l *Log) Event(ctx context.Context, e Entry) store.AuditEvent {
 	ev := store.AuditEvent{
 		At: l.now().UTC(), Actor: e.Actor, Action: e.Action, Target: e.Target,

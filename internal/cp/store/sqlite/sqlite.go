@@ -2,8 +2,9 @@
 // no cgo): opening the database file in WAL mode, running the embedded
 // migrations, routing statements to one writer connection or a pool of
 // read-only connections, checkpointing the WAL beside the writer, and
-// in-process change notifications published after each commit. It is meant for a single control-plane process
-// (`drover dev`, small installs); events do not cross processes.
+// in-process change notifications published after each commit. It is
+// meant for a single control-plane process (`drover dev`, small
+// installs); events do not cross processes.
 package sqlite
 
 import (

@@ -108,8 +108,11 @@ const (
 	auditInsert = `INSERT INTO audit (id, at, actor, actor_token_id, actor_role, action, target, result, correlation_id, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 )
 
-// auditInsertRows is the statement for n records.
+// auditInsertRows is the statement for n records (auditInsert for one).
 func auditInsertRows(n int) string {
+	if n == 1 {
+		return auditInsert
+	}
 	q := []byte(auditInsert[:strings.Index(auditInsert, "VALUES ")+len("VALUES ")])
 	for i := range n {
 		if i > 0 {
@@ -134,10 +137,7 @@ func (s *Store) AppendAudits(ctx context.Context, es []store.AuditEvent) error {
 	if len(es) == 0 {
 		return nil
 	}
-	q := auditInsert
-	if len(es) > 1 {
-		q = auditInsertRows(len(es))
-	}
+	q := auditInsertRows(len(es))
 	var err error
 	for range 5 { // ids from another replica's clock may collide: new ones
 		_, err = s.db.Exec(ctx, q, s.auditArgs(es, nil)...)
@@ -192,12 +192,9 @@ func (s *Store) appendAuditsTx(ctx context.Context, tx DB, es []store.AuditEvent
 // skipped are inserted again under new ids.
 func (s *Store) insertAuditsTx(ctx context.Context, tx DB, es []store.AuditEvent) error {
 	for range 5 {
-		q := auditInsert
-		if len(es) > 1 {
-			q = auditInsertRows(len(es))
-		}
 		ids := make([]int64, len(es))
-		inserted, err := collectInts(tx.Query(ctx, q+` ON CONFLICT (id) DO NOTHING RETURNING id`, s.auditArgs(es, ids)...))
+		inserted, err := collectInts(tx.Query(ctx, auditInsertRows(len(es))+` ON CONFLICT (id) DO NOTHING RETURNING id`,
+			s.auditArgs(es, ids)...))
 		if err != nil {
 			return err
 		}
