@@ -98,9 +98,11 @@ type Room struct {
 	// authFails limits failed enrolments per source and per host id.
 	authFails *failLimiter
 	// heartbeatReply is the constant heartbeat answer, encoded once, and
-	// jsonContentType its Content-Type header value.
+	// jsonContentType its Content-Type header value; intervalHeader is the
+	// minimal answer's Drover-Heartbeat-Interval value.
 	heartbeatReply  []byte
 	jsonContentType []string
+	intervalHeader  []string
 	// bodies are reused heartbeat body buffers (*[]byte).
 	bodies sync.Pool
 }
@@ -114,6 +116,7 @@ func New(cfg Config, st Store, ca CA, keys Keys, instances Instances, auditLog *
 	s.live = newLiveness(s)
 	s.heartbeatReply, _ = json.Marshal(api.HeartbeatResponse{HeartbeatInterval: api.Duration(cfg.HeartbeatInterval)})
 	s.jsonContentType = []string{"application/json"}
+	s.intervalHeader = []string{cfg.HeartbeatInterval.String()}
 	s.bodies.New = func() any { b := make([]byte, 0, 1024); return &b }
 	return s
 }

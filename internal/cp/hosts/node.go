@@ -135,7 +135,9 @@ func (s *Room) Renew(w http.ResponseWriter, r *http.Request, c Caller) error {
 
 // Heartbeat records liveness; the store is written only on transitions
 // (status, a new failure, capacity). A heartbeat whose body is byte for
-// byte the host's previous one is not decoded again (liveness.decoded).
+// byte the host's previous one is not decoded again (liveness.decoded). The
+// answer is the interval: a HeartbeatResponse, or with Prefer:
+// return=minimal a 204 with Drover-Heartbeat-Interval.
 func (s *Room) Heartbeat(w http.ResponseWriter, r *http.Request, c Caller) error {
 	buf := s.bodies.Get().(*[]byte)
 	defer s.putBody(buf)
@@ -175,7 +177,15 @@ func (s *Room) Heartbeat(w http.ResponseWriter, r *http.Request, c Caller) error
 			s.cache.put(h)
 		}
 	}
-	w.Header()["Content-Type"] = s.jsonContentType // shared, never modified: no allocation per beat
+	// The header values are shared and never modified: no allocation per beat.
+	if httpapi.PrefersMinimal(r) {
+		// One HEADERS frame: net/http flushes a response's headers and its
+		// body separately, so a body costs a second TLS record and write.
+		w.Header()[api.HeaderHeartbeatInterval] = s.intervalHeader
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	w.Header()["Content-Type"] = s.jsonContentType
 	_, _ = w.Write(s.heartbeatReply)
 	return nil
 }

@@ -14,6 +14,14 @@ const (
 	// HeaderCorrelationID carries the correlation id from the API through
 	// tasks, agent logs, results and audit records.
 	HeaderCorrelationID = "X-Correlation-ID"
+	// HeaderPrefer is RFC 7240's request header; PreferMinimal asks for a
+	// body-less answer where the route has one (the heartbeat: 204 with
+	// HeaderHeartbeatInterval instead of a HeartbeatResponse body).
+	HeaderPrefer  = "Prefer"
+	PreferMinimal = "return=minimal"
+	// HeaderHeartbeatInterval is the heartbeat interval of a minimal
+	// heartbeat answer, as a Go duration ("5s").
+	HeaderHeartbeatInterval = "Drover-Heartbeat-Interval"
 )
 
 // OS families a host may declare.

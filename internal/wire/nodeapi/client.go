@@ -83,11 +83,25 @@ func (c *Client) Renew(ctx context.Context, nodeID string, req api.RenewRequest)
 	return ident, err
 }
 
-// Heartbeat reports liveness and capacity.
+// Heartbeat reports liveness and capacity. It asks for the minimal answer
+// (Prefer: return=minimal: a 204 with the interval in a header, one HTTP/2
+// frame instead of two) and reads a HeartbeatResponse body from a control
+// plane that does not honour it.
 func (c *Client) Heartbeat(ctx context.Context, nodeID string, hb api.Heartbeat) (api.HeartbeatResponse, error) {
 	var resp api.HeartbeatResponse
-	_, err := call(ctx, c, Heartbeat, Heartbeat.Path(nodeID), "", "", &hb, &resp)
-	return resp, err
+	status, h, err := exchange(ctx, c, Heartbeat, Heartbeat.Path(nodeID), "", "",
+		http.Header{api.HeaderPrefer: {api.PreferMinimal}}, &hb, &resp)
+	if err != nil || status != http.StatusNoContent {
+		return resp, err
+	}
+	if v := h.Get(api.HeaderHeartbeatInterval); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return resp, fmt.Errorf("heartbeat answer: %s %q is not a positive duration", api.HeaderHeartbeatInterval, v)
+		}
+		resp.HeartbeatInterval = api.Duration(d)
+	}
+	return resp, nil
 }
 
 // JWKS fetches the task-signing public keys.
@@ -193,23 +207,34 @@ type typed[Req, Resp any] interface {
 // other than 204 into out (if non-nil). It returns the HTTP status, and an
 // *Error for a status of 300 or more.
 func call[Req, Resp any](ctx context.Context, c *Client, r typed[Req, Resp], path, query, cid string, in *Req, out *Resp) (int, error) {
+	status, _, err := exchange(ctx, c, r, path, query, cid, nil, in, out)
+	return status, err
+}
+
+// exchange is call with extra request headers hdr (may be nil), and the
+// answer's headers returned as well.
+func exchange[Req, Resp any](ctx context.Context, c *Client, r typed[Req, Resp], path, query, cid string, hdr http.Header,
+	in *Req, out *Resp) (int, http.Header, error) {
 	method := r.Method()
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		body = bytes.NewReader(b)
 	}
 	ref, err := url.Parse(path)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	ref.RawQuery = query
 	req, err := http.NewRequestWithContext(ctx, method, c.base.ResolveReference(ref).String(), body)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -219,12 +244,12 @@ func call[Req, Resp any](ctx context.Context, c *Client, r typed[Req, Resp], pat
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	if err != nil {
-		return resp.StatusCode, fmt.Errorf("read response: %w", err)
+		return resp.StatusCode, resp.Header, fmt.Errorf("read response: %w", err)
 	}
 	if resp.StatusCode >= 300 {
 		e := &Error{Status: resp.StatusCode, Body: string(raw)}
@@ -235,12 +260,12 @@ func call[Req, Resp any](ctx context.Context, c *Client, r typed[Req, Resp], pat
 		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 			e.RetryAfter = time.Duration(s) * time.Second
 		}
-		return resp.StatusCode, e
+		return resp.StatusCode, resp.Header, e
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
 		if err := json.Unmarshal(raw, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decode %s %s response: %w", method, req.URL.RequestURI(), err)
+			return resp.StatusCode, resp.Header, fmt.Errorf("decode %s %s response: %w", method, req.URL.RequestURI(), err)
 		}
 	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, resp.Header, nil
 }

@@ -229,3 +229,53 @@ func TestTerminalURL(t *testing.T) {
 		}
 	}
 }
+
+// TestHeartbeatMinimal: Heartbeat asks for the minimal answer and reads
+// the interval from its header; a JSON answer (a control plane that does
+// not honour Prefer) still works, and a malformed header is an error.
+func TestHeartbeatMinimal(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer func(w http.ResponseWriter)
+		want   time.Duration
+		err    string
+	}{
+		{"minimal", func(w http.ResponseWriter) {
+			w.Header().Set(api.HeaderHeartbeatInterval, "7s")
+			w.WriteHeader(http.StatusNoContent)
+		}, 7 * time.Second, ""},
+		{"json", func(w http.ResponseWriter) {
+			writeJSON(w, http.StatusOK, api.HeartbeatResponse{HeartbeatInterval: api.Duration(3 * time.Second)})
+		}, 3 * time.Second, ""},
+		{"204 without interval", func(w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }, 0, ""},
+		{"bad interval", func(w http.ResponseWriter) {
+			w.Header().Set(api.HeaderHeartbeatInterval, "soon")
+			w.WriteHeader(http.StatusNoContent)
+		}, 0, `Drover-Heartbeat-Interval "soon"`},
+		{"negative interval", func(w http.ResponseWriter) {
+			w.Header().Set(api.HeaderHeartbeatInterval, "-1s")
+			w.WriteHeader(http.StatusNoContent)
+		}, 0, "not a positive duration"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var prefer string
+			c, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				prefer = r.Header.Get(api.HeaderPrefer)
+				tc.answer(w)
+			})
+			hb, err := c.Heartbeat(t.Context(), "n1", api.Heartbeat{AgentVersion: "v"})
+			if prefer != api.PreferMinimal {
+				t.Fatalf("Prefer %q, want %q", prefer, api.PreferMinimal)
+			}
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || time.Duration(hb.HeartbeatInterval) != tc.want {
+				t.Fatalf("Heartbeat: %+v %v, want interval %s", hb, err, tc.want)
+			}
+		})
+	}
+}
