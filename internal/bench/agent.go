@@ -73,6 +73,7 @@ func transport(tlsCfg *tls.Config, local *net.TCPAddr, gate chan struct{}) *http
 		TLSClientConfig:     tlsCfg,
 		TLSHandshakeTimeout: 10 * time.Second,
 		ForceAttemptHTTP2:   true,
+		DisableCompression:  true, // as the real agent (agent.newClient)
 		// The real agent lets one request dial while it has no connection
 		// (agent.oneDial); against this HTTP/2 server the limit does the same.
 		MaxConnsPerHost: 1,

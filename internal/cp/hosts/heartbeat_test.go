@@ -3,10 +3,13 @@ package hosts
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -40,6 +43,9 @@ func TestHeartbeatAnswer(t *testing.T) {
 			if err := s.Heartbeat(w, r, Caller{ID: "n1", state: hs}); err != nil {
 				t.Fatal(err)
 			}
+			if got := w.Header().Get("ETag"); got != sumOf(body).etag() || len(got) != 34 {
+				t.Fatalf("ETag %q, want the body's digest %q", got, sumOf(body).etag())
+			}
 			if tc.minimal {
 				if w.Code != http.StatusNoContent || w.Body.Len() != 0 || w.Header().Get(api.HeaderHeartbeatInterval) != testInterval.String() {
 					t.Fatalf("minimal answer: %d %q, %s %q", w.Code, w.Body, api.HeaderHeartbeatInterval, w.Header().Get(api.HeaderHeartbeatInterval))
@@ -56,4 +62,102 @@ func TestHeartbeatAnswer(t *testing.T) {
 	if h := rs.host(t, "n1"); h.Status != api.HostHealthy {
 		t.Fatalf("status %s after the heartbeats", h.Status)
 	}
+}
+
+// beatIfMatch sends a body-less heartbeat with If-Match values; it returns
+// the status (the error's, if the handler failed) and the answer's ETag.
+func beatIfMatch(t *testing.T, s *Room, id string, match ...string) (int, string) {
+	t.Helper()
+	hs, err := s.cache.get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/internal/v1/nodes/"+id+"/heartbeat", nil)
+	for _, m := range match {
+		r.Header.Add("If-Match", m)
+	}
+	w := httptest.NewRecorder()
+	if err := s.Heartbeat(w, r, Caller{ID: id, state: hs}); err != nil {
+		var he *httpapi.Error
+		if !errors.As(err, &he) {
+			t.Fatalf("heartbeat: %v", err)
+		}
+		if he.Status == http.StatusPreconditionFailed && he.Code != "heartbeat_state_unknown" {
+			t.Fatalf("412 with code %q", he.Code)
+		}
+		return he.Status, ""
+	}
+	return w.Code, w.Header().Get("ETag")
+}
+
+// TestHeartbeatIfMatch: a body-less heartbeat whose If-Match is the ETag
+// of the host's last heartbeat on this replica repeats it (liveness
+// recorded, nothing decoded); any other tag, another host's, a replica
+// that does not hold it, or a tag from before a change is refused with 412
+// heartbeat_state_unknown, and a body-less heartbeat without If-Match is
+// invalid.
+func TestHeartbeatIfMatch(t *testing.T) {
+	rs := newReplicas(t, "n1", "n2")
+	a, b := rs.room(), rs.room()
+	hb1 := api.Heartbeat{AgentVersion: "1", Capacity: capacity(8192)}
+	body1, _ := json.Marshal(hb1)
+	tag1 := sumOf(body1).etag()
+	beat(t, a, "n1", hb1)
+	beat(t, a, "n2", api.Heartbeat{AgentVersion: "2", Capacity: capacity(4096)})
+	tag2 := sumOf(mustJSON(t, api.Heartbeat{AgentVersion: "2", Capacity: capacity(4096)})).etag()
+
+	rs.clock.advance(time.Second)
+	if status, tag := beatIfMatch(t, a, "n1", tag1); status != http.StatusOK || tag != tag1 {
+		t.Fatalf("If-Match of the last heartbeat: %d, ETag %q", status, tag)
+	}
+	a.Flush(t.Context())
+	if h := rs.host(t, "n1"); !h.LastSeenAt.Equal(rs.clock.Now()) || h.Status != api.HostHealthy {
+		t.Fatalf("body-less heartbeat not recorded: last seen %s, want %s; %s", h.LastSeenAt, rs.clock.Now(), h.Status)
+	}
+	for _, tc := range []struct {
+		name  string
+		room  *Room
+		match []string
+		want  int
+	}{
+		{"unknown tag", a, []string{`"00000000000000000000000000000000"`}, http.StatusPreconditionFailed},
+		{"unquoted tag", a, []string{tag1[1 : len(tag1)-1]}, http.StatusPreconditionFailed},
+		{"another host's tag", a, []string{tag2}, http.StatusPreconditionFailed},
+		{"two tags", a, []string{tag1, tag1}, http.StatusPreconditionFailed},
+		{"star", a, []string{"*"}, http.StatusPreconditionFailed},
+		{"replica without it", b, []string{tag1}, http.StatusPreconditionFailed},
+		{"no If-Match", a, nil, http.StatusUnprocessableEntity},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if status, _ := beatIfMatch(t, tc.room, "n1", tc.match...); status != tc.want {
+				t.Fatalf("status %d, want %d", status, tc.want)
+			}
+		})
+	}
+
+	// A changed heartbeat: the old tag no longer matches, the new one does.
+	hb1.Capacity = capacity(1024)
+	beat(t, a, "n1", hb1)
+	if status, _ := beatIfMatch(t, a, "n1", tag1); status != http.StatusPreconditionFailed {
+		t.Fatalf("tag from before the change: %d, want 412", status)
+	}
+	if status, _ := beatIfMatch(t, a, "n1", sumOf(mustJSON(t, hb1)).etag()); status != http.StatusOK {
+		t.Fatalf("tag of the changed heartbeat: %d", status)
+	}
+	// An entry dropped after staleAfter silent intervals is gone with its tag.
+	a.Flush(t.Context())
+	rs.clock.advance(staleAfter*testInterval + time.Second)
+	a.Flush(t.Context())
+	if status, _ := beatIfMatch(t, a, "n1", sumOf(mustJSON(t, hb1)).etag()); status != http.StatusPreconditionFailed {
+		t.Fatalf("tag of a forgotten entry: %d, want 412", status)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

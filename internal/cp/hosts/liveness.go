@@ -1,8 +1,9 @@
 package hosts
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"sync"
 	"time"
 
@@ -22,11 +23,12 @@ const staleAfter = 3
 //
 // A heartbeat that changes nothing (same status, no new failure, same
 // capacity) costs a map lookup under mu and no allocation: the host's
-// entry is made on its first heartbeat and reused, and the raw body of its
-// last heartbeat is kept with its decoded form, so an identical body is
-// not decoded again. Entries of hosts not heard from for staleAfter
-// intervals are dropped at the next flush, so the map holds at most the
-// hosts heard from lately.
+// entry is made on its first heartbeat and reused, and the digest of its
+// last heartbeat body is kept with its decoded form, so an identical body
+// is not decoded again, and an agent may send the digest (If-Match, the
+// ETag it was answered) instead of the body. Entries of hosts not heard
+// from for staleAfter intervals are dropped at the next flush, so the map
+// holds at most the hosts heard from lately.
 type liveness struct {
 	s *Room
 	// started is when the replica started: it marks no host stale before
@@ -45,31 +47,59 @@ type liveness struct {
 type beatEntry struct {
 	seen  time.Time // the latest heartbeat heard
 	dirty bool      // seen is newer than what this replica last wrote
-	body  []byte    // the last heartbeat body, as received
-	hb    api.Heartbeat
+	// sum is the digest of the last heartbeat body, as received, and tag
+	// its ETag header value (nil before the first); hb is that body decoded.
+	sum bodySum
+	tag []string
+	hb  api.Heartbeat
 }
+
+// bodySum is a heartbeat body's digest: SHA-256, truncated to 128 bits.
+type bodySum [16]byte
+
+func sumOf(body []byte) bodySum {
+	full := sha256.Sum256(body)
+	return bodySum(full[:16])
+}
+
+// etag is the strong entity tag of the body with digest sum.
+func (b bodySum) etag() string { return `"` + hex.EncodeToString(b[:]) + `"` }
 
 func newLiveness(s *Room) *liveness {
 	return &liveness{s: s, started: s.cfg.Now(), hosts: make(map[string]*beatEntry)}
 }
 
-// decoded returns the heartbeat the host last sent if body is the same
-// bytes, so an unchanged heartbeat is not decoded again.
-func (l *liveness) decoded(id string, body []byte) (api.Heartbeat, bool) {
+// decoded returns the heartbeat the host last sent, and its ETag, if that
+// body's digest is sum, so an unchanged heartbeat is not decoded again.
+func (l *liveness) decoded(id string, sum bodySum) (api.Heartbeat, []string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e := l.hosts[id]; e != nil && e.body != nil && bytes.Equal(e.body, body) {
-		return e.hb, true
+	if e := l.hosts[id]; e != nil && e.tag != nil && e.sum == sum {
+		return e.hb, e.tag, true
 	}
-	return api.Heartbeat{}, false
+	return api.Heartbeat{}, nil, false
 }
 
-// remember keeps body, and hb decoded from it, as the host's last heartbeat.
-func (l *liveness) remember(id string, body []byte, hb api.Heartbeat) {
+// matched returns the heartbeat the host last sent if etag is its ETag: a
+// body-less heartbeat with If-Match repeats that one.
+func (l *liveness) matched(id, etag string) (api.Heartbeat, []string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.hosts[id]; e != nil && e.tag != nil && e.tag[0] == etag {
+		return e.hb, e.tag, true
+	}
+	return api.Heartbeat{}, nil, false
+}
+
+// remember keeps hb, decoded from a body with digest sum, as the host's
+// last heartbeat, and returns its ETag header value.
+func (l *liveness) remember(id string, sum bodySum, hb api.Heartbeat) []string {
+	tag := []string{sum.etag()} // never modified once set: shared by answers
 	l.mu.Lock()
 	e := l.entry(id)
-	e.body, e.hb = append(e.body[:0], body...), hb
+	e.sum, e.tag, e.hb = sum, tag, hb
 	l.mu.Unlock()
+	return tag
 }
 
 // entry is id's entry, made on first use; l.mu must be held.

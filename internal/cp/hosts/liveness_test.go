@@ -192,7 +192,7 @@ func TestHeartbeatUnchangedCoalesced(t *testing.T) {
 
 	allocs := testing.AllocsPerRun(200, func() {
 		s.live.beat(t.Context(), "n1", hostState{status: api.HostHealthy}, rs.clock.Now(), observation{status: api.HostHealthy})
-		if _, ok := s.live.decoded("n1", s.live.hosts["n1"].body); !ok {
+		if _, _, ok := s.live.decoded("n1", s.live.hosts["n1"].sum); !ok {
 			t.Fatal("last body not remembered")
 		}
 	})

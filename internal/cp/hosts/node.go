@@ -134,26 +134,17 @@ func (s *Room) Renew(w http.ResponseWriter, r *http.Request, c Caller) error {
 }
 
 // Heartbeat records liveness; the store is written only on transitions
-// (status, a new failure, capacity). A heartbeat whose body is byte for
-// byte the host's previous one is not decoded again (liveness.decoded). The
-// answer is the interval: a HeartbeatResponse, or with Prefer:
-// return=minimal a 204 with Drover-Heartbeat-Interval.
+// (status, a new failure, capacity). A heartbeat whose body has the digest
+// of the host's previous one is not decoded again (liveness.decoded), and
+// a body-less one whose If-Match is the ETag of the previous one repeats
+// it (412 heartbeat_state_unknown when this replica does not hold it; the
+// agent then sends the body). The answer is the interval: a
+// HeartbeatResponse, or with Prefer: return=minimal a 204 with
+// Drover-Heartbeat-Interval; both carry the body's ETag.
 func (s *Room) Heartbeat(w http.ResponseWriter, r *http.Request, c Caller) error {
-	buf := s.bodies.Get().(*[]byte)
-	defer s.putBody(buf)
-	body, err := httpapi.AppendBody((*buf)[:0], r.Body)
-	*buf = body
+	hb, tag, err := s.heartbeatOf(r, c.ID)
 	if err != nil {
 		return err
-	}
-	hb, ok := s.live.decoded(c.ID, body)
-	if !ok {
-		var fresh api.Heartbeat // on the heap only when decoded
-		if err := httpapi.DecodeJSONBytes(body, &fresh); err != nil {
-			return err
-		}
-		hb = fresh
-		s.live.remember(c.ID, body, hb)
 	}
 	s.metrics.Heartbeats.Inc()
 	ctx := r.Context()
@@ -178,6 +169,7 @@ func (s *Room) Heartbeat(w http.ResponseWriter, r *http.Request, c Caller) error
 		}
 	}
 	// The header values are shared and never modified: no allocation per beat.
+	w.Header()["Etag"] = tag
 	if httpapi.PrefersMinimal(r) {
 		// One HEADERS frame: net/http flushes a response's headers and its
 		// body separately, so a body costs a second TLS record and write.
@@ -188,6 +180,36 @@ func (s *Room) Heartbeat(w http.ResponseWriter, r *http.Request, c Caller) error
 	w.Header()["Content-Type"] = s.jsonContentType
 	_, _ = w.Write(s.heartbeatReply)
 	return nil
+}
+
+// heartbeatOf is the heartbeat request r carries for host id, decoded or
+// remembered, with its ETag header value. If-Match counts only without a
+// body.
+func (s *Room) heartbeatOf(r *http.Request, id string) (api.Heartbeat, []string, error) {
+	buf := s.bodies.Get().(*[]byte)
+	defer s.putBody(buf)
+	body, err := httpapi.AppendBody((*buf)[:0], r.Body)
+	*buf = body
+	if err != nil {
+		return api.Heartbeat{}, nil, err
+	}
+	if match := r.Header["If-Match"]; len(body) == 0 && len(match) > 0 {
+		hb, tag, ok := s.live.matched(id, match[0])
+		if !ok || len(match) > 1 {
+			return api.Heartbeat{}, nil, httpapi.Errorf(http.StatusPreconditionFailed, "heartbeat_state_unknown",
+				"If-Match is not the ETag of this host's last heartbeat on this replica: send the whole heartbeat")
+		}
+		return hb, tag, nil
+	}
+	sum := sumOf(body)
+	if hb, tag, ok := s.live.decoded(id, sum); ok {
+		return hb, tag, nil
+	}
+	var hb api.Heartbeat
+	if err := httpapi.DecodeJSONBytes(body, &hb); err != nil {
+		return api.Heartbeat{}, nil, err
+	}
+	return hb, s.live.remember(id, sum, hb), nil
 }
 
 // maxPooledBody is the largest heartbeat body buffer kept for reuse.

@@ -70,8 +70,12 @@ func newClient(baseURL string, roots *x509.CertPool, verify func([][]byte, [][]*
 		TLSClientConfig:     tlsCfg,
 		TLSHandshakeTimeout: handshakeTimeout,
 		ForceAttemptHTTP2:   true,
-		MaxIdleConns:        4,
-		IdleConnTimeout:     90 * time.Second,
+		// The node API never compresses its answers: no Accept-Encoding
+		// header on every request (and no HPACK field for the server to
+		// decode).
+		DisableCompression: true,
+		MaxIdleConns:       4,
+		IdleConnTimeout:    90 * time.Second,
 	}
 	c.http = &http.Client{Transport: &oneDial{next: tr}}
 	c.tls = tlsCfg

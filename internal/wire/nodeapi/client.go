@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -57,6 +58,13 @@ func IsStatus(err error, status int) bool {
 type Client struct {
 	base *url.URL
 	hc   *http.Client
+
+	// beatMu guards the last heartbeat body the control plane accepted
+	// and the ETag it answered: an identical next heartbeat is sent
+	// without its body, as If-Match.
+	beatMu   sync.Mutex
+	lastBeat []byte
+	beatTag  string
 }
 
 // NewClient returns a client for the node API at baseURL. A route's path
@@ -86,22 +94,58 @@ func (c *Client) Renew(ctx context.Context, nodeID string, req api.RenewRequest)
 // Heartbeat reports liveness and capacity. It asks for the minimal answer
 // (Prefer: return=minimal: a 204 with the interval in a header, one HTTP/2
 // frame instead of two) and reads a HeartbeatResponse body from a control
-// plane that does not honour it.
+// plane that does not honour it. A heartbeat whose body is the one last
+// accepted goes without it, as If-Match with the ETag that answer carried;
+// a 412 (the replica does not hold it: another replica, a restart) or a 422
+// (a replica from before If-Match) is answered by sending the body at once.
 func (c *Client) Heartbeat(ctx context.Context, nodeID string, hb api.Heartbeat) (api.HeartbeatResponse, error) {
-	var resp api.HeartbeatResponse
-	status, h, err := exchange(ctx, c, Heartbeat, Heartbeat.Path(nodeID), "", "",
-		http.Header{api.HeaderPrefer: {api.PreferMinimal}}, &hb, &resp)
-	if err != nil || status != http.StatusNoContent {
-		return resp, err
+	body, err := json.Marshal(hb)
+	if err != nil {
+		return api.HeartbeatResponse{}, err
 	}
-	if v := h.Get(api.HeaderHeartbeatInterval); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return resp, fmt.Errorf("heartbeat answer: %s %q is not a positive duration", api.HeaderHeartbeatInterval, v)
+	c.beatMu.Lock()
+	tag := ""
+	if bytes.Equal(body, c.lastBeat) {
+		tag = c.beatTag
+	}
+	c.beatMu.Unlock()
+	if tag != "" {
+		resp, err := c.heartbeat(ctx, nodeID, nil, tag)
+		// 422: a replica that predates If-Match read no body as bad JSON.
+		if !IsStatus(err, http.StatusPreconditionFailed) && !IsStatus(err, http.StatusUnprocessableEntity) {
+			return resp, err
 		}
-		resp.HeartbeatInterval = api.Duration(d)
 	}
-	return resp, nil
+	return c.heartbeat(ctx, nodeID, body, "")
+}
+
+// heartbeat sends one heartbeat: body, or none and If-Match tag. It keeps
+// (or forgets, on an error) what the next one may send instead of body.
+func (c *Client) heartbeat(ctx context.Context, nodeID string, body []byte, tag string) (api.HeartbeatResponse, error) {
+	var resp api.HeartbeatResponse
+	hdr := http.Header{api.HeaderPrefer: {api.PreferMinimal}}
+	if body == nil {
+		hdr["If-Match"] = []string{tag}
+	}
+	status, h, err := exchange(ctx, c, Heartbeat.Method(), Heartbeat.Path(nodeID), "", "", hdr, body, &resp)
+	if err == nil && status == http.StatusNoContent {
+		if v := h.Get(api.HeaderHeartbeatInterval); v != "" {
+			d, perr := time.ParseDuration(v)
+			if perr != nil || d <= 0 {
+				err = fmt.Errorf("heartbeat answer: %s %q is not a positive duration", api.HeaderHeartbeatInterval, v)
+			}
+			resp.HeartbeatInterval = api.Duration(d)
+		}
+	}
+	c.beatMu.Lock()
+	defer c.beatMu.Unlock()
+	switch {
+	case err != nil:
+		c.lastBeat, c.beatTag = nil, ""
+	case body != nil:
+		c.lastBeat, c.beatTag = body, h.Get("ETag") // none from a control plane without If-Match
+	}
+	return resp, err
 }
 
 // JWKS fetches the task-signing public keys.
@@ -207,22 +251,25 @@ type typed[Req, Resp any] interface {
 // other than 204 into out (if non-nil). It returns the HTTP status, and an
 // *Error for a status of 300 or more.
 func call[Req, Resp any](ctx context.Context, c *Client, r typed[Req, Resp], path, query, cid string, in *Req, out *Resp) (int, error) {
-	status, _, err := exchange(ctx, c, r, path, query, cid, nil, in, out)
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return 0, err
+		}
+	}
+	status, _, err := exchange(ctx, c, r.Method(), path, query, cid, nil, body, out)
 	return status, err
 }
 
-// exchange is call with extra request headers hdr (may be nil), and the
-// answer's headers returned as well.
-func exchange[Req, Resp any](ctx context.Context, c *Client, r typed[Req, Resp], path, query, cid string, hdr http.Header,
-	in *Req, out *Resp) (int, http.Header, error) {
-	method := r.Method()
+// exchange is call with the JSON body already encoded (none if nil) and
+// extra request headers hdr (may be nil); it returns the answer's headers
+// as well.
+func exchange[Resp any](ctx context.Context, c *Client, method, path, query, cid string, hdr http.Header,
+	in []byte, out *Resp) (int, http.Header, error) {
 	var body io.Reader
 	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return 0, nil, err
-		}
-		body = bytes.NewReader(b)
+		body = bytes.NewReader(in)
 	}
 	ref, err := url.Parse(path)
 	if err != nil {

@@ -279,3 +279,112 @@ func TestHeartbeatMinimal(t *testing.T) {
 		})
 	}
 }
+
+// TestHeartbeatConditional: a heartbeat identical to the last accepted one
+// goes without its body, as If-Match with the ETag it was answered; a
+// changed one, one after an error, and one to a control plane that sends
+// no ETag carry the body; a 412 or 422 to a body-less one is followed at
+// once by the body.
+func TestHeartbeatConditional(t *testing.T) {
+	type sent struct{ body, ifMatch string }
+	var (
+		mu      sync.Mutex
+		got     []sent
+		held    string // the body the fake control plane holds
+		etags   = true
+		refuse  = 0 // answer body-less heartbeats with this status
+		failAll = false
+	)
+	var rec *recorder
+	c, rec := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b := []byte(rec.last(t).body) // the recorder read the body
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, sent{string(b), r.Header.Get("If-Match")})
+		switch {
+		case failAll:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		case len(b) > 0:
+			held = string(b)
+		case refuse != 0:
+			w.WriteHeader(refuse)
+			return
+		case r.Header.Get("If-Match") != `"`+held+`"`:
+			w.WriteHeader(http.StatusPreconditionFailed)
+			return
+		}
+		if etags {
+			w.Header().Set("ETag", `"`+held+`"`)
+		}
+		w.Header().Set(api.HeaderHeartbeatInterval, "5s")
+		w.WriteHeader(http.StatusNoContent)
+	})
+	// beat sends hb and returns what reached the server for it.
+	beat := func(hb api.Heartbeat) []sent {
+		t.Helper()
+		mu.Lock()
+		got = nil
+		mu.Unlock()
+		_, err := c.Heartbeat(t.Context(), "n1", hb)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil && !failAll {
+			t.Fatalf("Heartbeat: %v", err)
+		}
+		return got
+	}
+	a, b := api.Heartbeat{AgentVersion: "a"}, api.Heartbeat{AgentVersion: "b"}
+	full := func(hb api.Heartbeat) sent { return sent{string(mustMarshal(t, hb)), ""} }
+	tagged := func(hb api.Heartbeat) sent { return sent{"", `"` + string(mustMarshal(t, hb)) + `"`} }
+	for i, step := range []struct {
+		name  string
+		setup func()
+		hb    api.Heartbeat
+		want  []sent
+	}{
+		{"first", nil, a, []sent{full(a)}},
+		{"unchanged", nil, a, []sent{tagged(a)}},
+		{"unchanged again", nil, a, []sent{tagged(a)}},
+		{"changed", nil, b, []sent{full(b)}},
+		{"replica without it", func() { held = "other" }, b, []sent{tagged(b), full(b)}},
+		{"after it", nil, b, []sent{tagged(b)}},
+		{"replica before If-Match", func() { refuse = http.StatusUnprocessableEntity }, b, []sent{tagged(b), full(b)}},
+		{"server error", func() { refuse, failAll = 0, true }, b, []sent{tagged(b)}},
+		{"after the error", func() { failAll = false }, b, []sent{full(b)}},
+		{"no ETag", func() { etags, refuse = false, http.StatusUnprocessableEntity }, b, []sent{tagged(b), full(b)}},
+		{"still no ETag", nil, b, []sent{full(b)}},
+		{"ETag again", func() { etags, refuse = true, 0 }, b, []sent{full(b)}},
+		{"after it, again", nil, b, []sent{tagged(b)}},
+	} {
+		if step.setup != nil {
+			mu.Lock()
+			step.setup()
+			mu.Unlock()
+		}
+		if g := beat(step.hb); !equalSent(g, step.want) {
+			t.Fatalf("step %d (%s): sent %+v, want %+v", i, step.name, g, step.want)
+		}
+	}
+}
+
+func equalSent[T comparable](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
