@@ -98,3 +98,49 @@ func TestTwoReplicasOnePostgres(t *testing.T) {
 		t.Fatalf("%d succeeded tasks listed, want %d", len(done), tasks)
 	}
 }
+
+// TestQuietNodeWokenAcrossReplicas: a node whose waits on replica 1 found
+// nothing parks the next one there without a claim (quiet); a task queued
+// through replica 2, whose change event reaches replica 1 through
+// PostgreSQL, is delivered at once, whether the event comes while the wait
+// is parked or between two waits. The fallback check is off, so only the
+// event can deliver it before the wait's deadline.
+func TestQuietNodeWokenAcrossReplicas(t *testing.T) {
+	if pg == nil {
+		pgtest.Skip(t, pgErr)
+	}
+	dsn := pg.NewDatabase(t)
+	noFallback := func(c *server.Config) { withEcho(c); c.LongPollFallback = time.Hour }
+	r1 := startEnv(t, openPostgresDSN(t, dsn), noFallback)
+	r2 := startEnv(t, openPostgresDSN(t, dsn), noFallback)
+	n := r1.enroll("node-q", r1.createHost("node-q").Token)
+	wait := func(timeout string) (int, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		st, code, body := r1.nodeCall(n.client, http.MethodGet, nodePath("node-q", "/tasks/wait?timeout="+timeout), nil)
+		if st != http.StatusOK && st != http.StatusNoContent {
+			t.Fatalf("wait: %d %s %s", st, code, body)
+		}
+		return st, time.Since(start)
+	}
+	for range 2 { // the second parks without a claim
+		if st, _ := wait("200ms"); st != http.StatusNoContent {
+			t.Fatalf("wait with nothing queued: %d", st)
+		}
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the wait below is parked by then
+		r2.enqueue("node-q", echoType, map[string]int{"n": 1})
+	}()
+	if st, took := wait("20s"); st != http.StatusOK || took > 3*time.Second {
+		t.Fatalf("task queued on replica 2 during a quiet wait: %d after %s", st, took)
+	}
+	if st, _ := wait("200ms"); st != http.StatusNoContent { // claims, finds nothing: quiet again
+		t.Fatalf("wait with nothing queued: %d", st)
+	}
+	r2.enqueue("node-q", echoType, map[string]int{"n": 2})
+	time.Sleep(500 * time.Millisecond) // the event reaches replica 1 between two waits
+	if st, took := wait("20s"); st != http.StatusOK || took > 3*time.Second {
+		t.Fatalf("task queued on replica 2 between waits: %d after %s", st, took)
+	}
+}

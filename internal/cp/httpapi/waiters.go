@@ -5,13 +5,48 @@ import "sync"
 // Waiters wakes the long-polls of a node when what they wait for (a
 // claimable task, a changed desired instance set) may have changed. A wake
 // is a hint: the woken poll re-reads.
+//
+// It also remembers which nodes are quiet: their last wait ended on a read
+// that found nothing (Settle) and no wake for them came since, so a new
+// wait may park without reading again. Every wake of the node (even with
+// no waiter parked) and WakeAll end a node's quiet.
 type Waiters struct {
 	mu    sync.Mutex
 	nodes map[string]map[chan struct{}]struct{}
+	quiet map[string]struct{}
 }
 
 // NewWaiters is an empty set of waiters.
-func NewWaiters() *Waiters { return &Waiters{nodes: make(map[string]map[chan struct{}]struct{})} }
+func NewWaiters() *Waiters {
+	return &Waiters{nodes: make(map[string]map[chan struct{}]struct{}), quiet: make(map[string]struct{})}
+}
+
+// Quiet reports whether node is quiet. A wait asks after Add, so a wake
+// that ends the quiet is then either seen here or pending on its channel.
+func (w *Waiters) Quiet(node string) bool {
+	w.mu.Lock()
+	_, ok := w.quiet[node]
+	w.mu.Unlock()
+	return ok
+}
+
+// Settle marks node quiet for a wait on ch whose last read, made after any
+// wake it took from ch, found nothing; a wake still pending on ch means
+// something may have changed since, and leaves node as it is.
+func (w *Waiters) Settle(node string, ch <-chan struct{}) {
+	w.mu.Lock()
+	if len(ch) == 0 {
+		w.quiet[node] = struct{}{}
+	}
+	w.mu.Unlock()
+}
+
+// QuietCount is the number of quiet nodes.
+func (w *Waiters) QuietCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.quiet)
+}
 
 // Add registers a wake channel for node; call the returned func to remove it.
 func (w *Waiters) Add(node string) (<-chan struct{}, func()) {
@@ -34,9 +69,10 @@ func (w *Waiters) Add(node string) (<-chan struct{}, func()) {
 	}
 }
 
-// Wake signals every waiter of node without blocking.
+// Wake signals every waiter of node without blocking, and ends its quiet.
 func (w *Waiters) Wake(node string) {
 	w.mu.Lock()
+	delete(w.quiet, node)
 	for ch := range w.nodes[node] {
 		select {
 		case ch <- struct{}{}:
@@ -46,9 +82,11 @@ func (w *Waiters) Wake(node string) {
 	w.mu.Unlock()
 }
 
-// WakeAll signals every waiter of every node (events may have been lost).
+// WakeAll signals every waiter of every node and ends every quiet (events
+// may have been lost).
 func (w *Waiters) WakeAll() {
 	w.mu.Lock()
+	clear(w.quiet)
 	for _, set := range w.nodes {
 		for ch := range set {
 			select {

@@ -47,3 +47,41 @@ func TestWaitersWakeAll(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitersQuiet: Settle marks a node quiet unless a wake is pending on
+// the settling wait's channel; any wake of the node, with or without a
+// waiter parked, and WakeAll end it.
+func TestWaitersQuiet(t *testing.T) {
+	w := NewWaiters()
+	ch, done := w.Add("a")
+	if w.Quiet("a") {
+		t.Fatal("quiet before any settle")
+	}
+	w.Settle("a", ch)
+	done()
+	if !w.Quiet("a") || w.Quiet("b") || w.QuietCount() != 1 {
+		t.Fatalf("after settle: a %v, b %v, count %d", w.Quiet("a"), w.Quiet("b"), w.QuietCount())
+	}
+	w.Wake("a") // no waiter parked: still ends the quiet
+	if w.Quiet("a") {
+		t.Fatal("quiet after a wake")
+	}
+
+	ch, done = w.Add("a")
+	w.Wake("a") // arrives after the wait's last read, before it settles
+	w.Settle("a", ch)
+	done()
+	if w.Quiet("a") {
+		t.Fatal("settled quiet with a wake pending")
+	}
+
+	for _, n := range []string{"a", "b"} {
+		ch, done := w.Add(n)
+		w.Settle(n, ch)
+		done()
+	}
+	w.WakeAll()
+	if w.Quiet("a") || w.Quiet("b") || w.QuietCount() != 0 {
+		t.Fatal("quiet after WakeAll")
+	}
+}

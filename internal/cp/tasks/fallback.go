@@ -24,7 +24,7 @@ func (s *Room) RunFallback(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if s.waiters.Count() == 0 {
+		if s.waiters.Count() == 0 && s.waiters.QuietCount() == 0 {
 			continue
 		}
 		nodes, err := s.store.QueuedTaskNodes(ctx, s.cfg.Now().UTC())

@@ -21,8 +21,9 @@ import (
 const leaseSlack = 30 * time.Second
 
 // Wait (nodeapi.WaitTask) long-polls for the node's next task and claims it
-// atomically. It never polls the store: it claims once, then sleeps until a
-// change event for this node, the deadline, or the client going away.
+// atomically. It never polls the store: it claims once (not even once for a
+// quiet node, see httpapi.Waiters), then sleeps until a change event for
+// this node, the deadline, or the client going away.
 //
 // Its goroutine parks in the select below for most of its life, so the
 // frames under it are kept small: the claim, the delivery and the
@@ -41,19 +42,28 @@ func (s *Room) Wait(w http.ResponseWriter, r *http.Request, nodeID string) error
 	}
 	wake, done := s.waiters.Add(nodeID)
 	defer done()
+	// A quiet node (its last wait here found nothing, and no change event
+	// or fallback check woke it since) parks without a claim: nothing can
+	// have become claimable for it without a wake. Without the fallback
+	// check, lost events would be caught only by this claim: always claim.
+	claim := s.cfg.FallbackPoll <= 0 || !s.waiters.Quiet(nodeID)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	ctxDone := r.Context().Done()
 	for {
-		if delivered, err := s.claimAndDeliver(w, r, nodeID, max); delivered || err != nil {
-			return err
+		if claim {
+			if delivered, err := s.claimAndDeliver(w, r, nodeID, max); delivered || err != nil {
+				return err
+			}
 		}
+		claim = true
 		select {
 		case <-wake:
 			if err := s.revokedOnWake(r, nodeID); err != nil {
 				return err
 			}
 		case <-timer.C:
+			s.waiters.Settle(nodeID, wake)
 			w.WriteHeader(http.StatusNoContent)
 			return nil
 		case <-ctxDone:
