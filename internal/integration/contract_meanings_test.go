@@ -9,7 +9,7 @@ func nodeRouteMeaning() map[string]string {
 	return map[string]string{
 		"register":          "enrol a host: bootstrap token, CSR and capabilities → identity (certificate, CA bundle, JWKS, heartbeat interval)",
 		"renew":             "a new certificate for a new CSR",
-		"heartbeat":         "liveness, capacity and agent diagnostic → the heartbeat interval",
+		"heartbeat":         "liveness, capacity and agent diagnostic → the heartbeat interval (a 204 with `Drover-Heartbeat-Interval` for `Prefer: return=minimal`); the answer's `ETag` lets an unchanged heartbeat go without a body, as `If-Match` (412 `heartbeat_state_unknown` when the replica does not hold it)",
 		"jwks":              "the current task-signing keys",
 		"put_capabilities":  "capabilities and inventory, re-sent when they change",
 		"wait_task":         "long-poll for the next signed task: 200 with a delivery, or 204; ?max=N (at most 32) claims up to N, the others in the delivery's more",
