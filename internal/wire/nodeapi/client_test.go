@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -362,22 +363,10 @@ func TestHeartbeatConditional(t *testing.T) {
 			step.setup()
 			mu.Unlock()
 		}
-		if g := beat(step.hb); !equalSent(g, step.want) {
+		if g := beat(step.hb); !slices.Equal(g, step.want) {
 			t.Fatalf("step %d (%s): sent %+v, want %+v", i, step.name, g, step.want)
 		}
 	}
-}
-
-func equalSent[T comparable](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func mustMarshal(t *testing.T, v any) []byte {
