@@ -1,11 +1,13 @@
 package httpapi
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -34,5 +36,26 @@ func TestErrorEnvelope(t *testing.T) {
 		`"correlation_id":"cid-1","retryable":true}}` + "\n"
 	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "3" || w.Body.String() != want {
 		t.Errorf("got %d %q %s, want 429, Retry-After 3, %s", w.Code, w.Header().Get("Retry-After"), w.Body, want)
+	}
+}
+
+// TestRefusalLogLevel: a refusal is logged at info, except a 412 (a
+// conditional request's usual answer, every agent's after a restart),
+// which is logged at debug.
+func TestRefusalLogLevel(t *testing.T) {
+	for _, tc := range []struct {
+		err  *Error
+		want slog.Level
+	}{
+		{Errorf(http.StatusForbidden, "node_mismatch", "wrong node"), slog.LevelInfo},
+		{Errorf(http.StatusPreconditionFailed, "heartbeat_state_unknown", "send the body"), slog.LevelDebug},
+	} {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		r := httptest.NewRequest(http.MethodPost, "/x", nil)
+		WriteError(log, httptest.NewRecorder(), r, tc.err)
+		if want := "level=" + tc.want.String(); !strings.Contains(buf.String(), want) {
+			t.Errorf("%d: logged %q, want %s", tc.err.Status, buf.String(), want)
+		}
 	}
 }

@@ -154,7 +154,11 @@ func WriteError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err er
 		w.Header().Set("Retry-After", fmt.Sprint(he.RetryAfter))
 	}
 	if he.Status >= 400 && he.Status < 500 {
-		log.InfoContext(r.Context(), "request refused", "status", he.Status, "code", he.Code,
+		level := slog.LevelInfo
+		if he.Status == http.StatusPreconditionFailed {
+			level = slog.LevelDebug // a conditional request's usual answer (every agent's, after a restart)
+		}
+		log.Log(r.Context(), level, "request refused", "status", he.Status, "code", he.Code,
 			"msg", he.Message, "path", r.URL.Path, "correlation_id", CorrelationID(r.Context()))
 	}
 	WriteJSON(w, he.Status, api.ErrorBody{Error: he.Detail(r.Context())})

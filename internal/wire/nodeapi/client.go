@@ -137,15 +137,22 @@ func (c *Client) heartbeat(ctx context.Context, nodeID string, body []byte, tag 
 			resp.HeartbeatInterval = api.Duration(d)
 		}
 	}
-	c.beatMu.Lock()
-	defer c.beatMu.Unlock()
 	switch {
 	case err != nil:
-		c.lastBeat, c.beatTag = nil, ""
+		c.forgetBeat()
 	case body != nil:
+		c.beatMu.Lock()
 		c.lastBeat, c.beatTag = body, h.Get("ETag") // none from a control plane without If-Match
+		c.beatMu.Unlock()
 	}
 	return resp, err
+}
+
+// forgetBeat makes the next heartbeat carry its body.
+func (c *Client) forgetBeat() {
+	c.beatMu.Lock()
+	c.lastBeat, c.beatTag = nil, ""
+	c.beatMu.Unlock()
 }
 
 // JWKS fetches the task-signing public keys.
@@ -291,6 +298,10 @@ func exchange[Resp any](ctx context.Context, c *Client, method, path, query, cid
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		// The connection failed: the control plane may have restarted and
+		// forgotten the last heartbeat, so the next one carries its body
+		// instead of costing every agent a 412 after a restart.
+		c.forgetBeat()
 		return 0, nil, err
 	}
 	defer resp.Body.Close()

@@ -1,6 +1,7 @@
 package nodeapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -283,9 +284,10 @@ func TestHeartbeatMinimal(t *testing.T) {
 
 // TestHeartbeatConditional: a heartbeat identical to the last accepted one
 // goes without its body, as If-Match with the ETag it was answered; a
-// changed one, one after an error, and one to a control plane that sends
-// no ETag carry the body; a 412 or 422 to a body-less one is followed at
-// once by the body.
+// changed one, one after an error (of the heartbeat, or of any request
+// that did not reach the control plane), and one to a control plane that
+// sends no ETag carry the body; a 412 or 422 to a body-less one is
+// followed at once by the body.
 func TestHeartbeatConditional(t *testing.T) {
 	type sent struct{ body, ifMatch string }
 	var (
@@ -366,6 +368,20 @@ func TestHeartbeatConditional(t *testing.T) {
 		if g := beat(step.hb); !slices.Equal(g, step.want) {
 			t.Fatalf("step %d (%s): sent %+v, want %+v", i, step.name, g, step.want)
 		}
+	}
+
+	// Any request that fails to reach the control plane (here: cancelled)
+	// makes the next heartbeat carry its body: it may have restarted.
+	if g := beat(b); !slices.Equal(g, []sent{tagged(b)}) {
+		t.Fatalf("before the failed request: sent %+v", g)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := c.JWKS(ctx, "n1"); err == nil {
+		t.Fatal("JWKS with a cancelled context succeeded")
+	}
+	if g := beat(b); !slices.Equal(g, []sent{full(b)}) {
+		t.Fatalf("after a failed request: sent %+v, want the body", g)
 	}
 }
 
