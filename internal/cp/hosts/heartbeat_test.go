@@ -135,6 +135,18 @@ func TestHeartbeatIfMatch(t *testing.T) {
 		})
 	}
 
+	// With a body, If-Match is not looked at: the body is the heartbeat.
+	hs, err := a.cache.get(t.Context(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/internal/v1/nodes/n1/heartbeat", bytes.NewReader(body1))
+	r.Header.Set("If-Match", `"00000000000000000000000000000000"`)
+	w := httptest.NewRecorder()
+	if err := a.Heartbeat(w, r, Caller{ID: "n1", state: hs}); err != nil || w.Header().Get("ETag") != tag1 {
+		t.Fatalf("body with a stale If-Match: %v, ETag %q", err, w.Header().Get("ETag"))
+	}
+
 	// A changed heartbeat: the old tag no longer matches, the new one does.
 	hb1.Capacity = capacity(1024)
 	beat(t, a, "n1", hb1)
