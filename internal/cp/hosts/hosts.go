@@ -7,7 +7,8 @@
 // a cache of the host state node requests need. It must not queue tasks or
 // place instances (it wakes Instances when a host drains), and keeps no host
 // state beyond that cache and liveness (the pending heartbeats and the last
-// heartbeat body of each host heard from lately): hosts are in the Store.
+// heartbeat of each host heard from lately, decoded, with its digest):
+// hosts are in the Store.
 package hosts
 
 import (
