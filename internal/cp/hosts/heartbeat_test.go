@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -13,13 +14,34 @@ import (
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
+// serveBeat sends one heartbeat of host id through the handler: body (none
+// if nil) and header names and values in pairs (hdr). It returns the
+// recorded answer and the handler's error.
+func serveBeat(t *testing.T, s *Room, id string, body []byte, hdr ...string) (*httptest.ResponseRecorder, error) {
+	t.Helper()
+	hs, err := s.cache.get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rd io.Reader = http.NoBody
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/internal/v1/nodes/"+id+"/heartbeat", rd)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Add(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	return w, s.Heartbeat(w, r, Caller{ID: id, state: hs})
+}
+
 // TestHeartbeatAnswer: a heartbeat is answered with the interval, as a
 // HeartbeatResponse body, or with Prefer: return=minimal as a 204 with
 // Drover-Heartbeat-Interval and no body (one HEADERS frame).
 func TestHeartbeatAnswer(t *testing.T) {
 	rs := newReplicas(t, "n1")
 	s := rs.room()
-	body, _ := json.Marshal(api.Heartbeat{AgentVersion: "1", Capacity: capacity(8192)})
+	body := mustJSON(t, api.Heartbeat{AgentVersion: "1", Capacity: capacity(8192)})
 	for _, tc := range []struct {
 		name    string
 		prefer  []string
@@ -31,16 +53,12 @@ func TestHeartbeatAnswer(t *testing.T) {
 		{"minimal among others", []string{"respond-async", "wait=1, return=minimal"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			hs, err := s.cache.get(t.Context(), "n1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/internal/v1/nodes/n1/heartbeat", bytes.NewReader(body))
+			var hdr []string
 			for _, v := range tc.prefer {
-				r.Header.Add(api.HeaderPrefer, v)
+				hdr = append(hdr, api.HeaderPrefer, v)
 			}
-			w := httptest.NewRecorder()
-			if err := s.Heartbeat(w, r, Caller{ID: "n1", state: hs}); err != nil {
+			w, err := serveBeat(t, s, "n1", body, hdr...)
+			if err != nil {
 				t.Fatal(err)
 			}
 			if got := w.Header().Get("ETag"); got != sumOf(body).etag() || len(got) != 34 {
@@ -68,16 +86,12 @@ func TestHeartbeatAnswer(t *testing.T) {
 // the status (the error's, if the handler failed) and the answer's ETag.
 func beatIfMatch(t *testing.T, s *Room, id string, match ...string) (int, string) {
 	t.Helper()
-	hs, err := s.cache.get(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/internal/v1/nodes/"+id+"/heartbeat", nil)
+	var hdr []string
 	for _, m := range match {
-		r.Header.Add("If-Match", m)
+		hdr = append(hdr, "If-Match", m)
 	}
-	w := httptest.NewRecorder()
-	if err := s.Heartbeat(w, r, Caller{ID: id, state: hs}); err != nil {
+	w, err := serveBeat(t, s, id, nil, hdr...)
+	if err != nil {
 		var he *httpapi.Error
 		if !errors.As(err, &he) {
 			t.Fatalf("heartbeat: %v", err)
@@ -100,7 +114,7 @@ func TestHeartbeatIfMatch(t *testing.T) {
 	rs := newReplicas(t, "n1", "n2")
 	a, b := rs.room(), rs.room()
 	hb1 := api.Heartbeat{AgentVersion: "1", Capacity: capacity(8192)}
-	body1, _ := json.Marshal(hb1)
+	body1 := mustJSON(t, hb1)
 	tag1 := sumOf(body1).etag()
 	beat(t, a, "n1", hb1)
 	beat(t, a, "n2", api.Heartbeat{AgentVersion: "2", Capacity: capacity(4096)})
@@ -136,14 +150,8 @@ func TestHeartbeatIfMatch(t *testing.T) {
 	}
 
 	// With a body, If-Match is not looked at: the body is the heartbeat.
-	hs, err := a.cache.get(t.Context(), "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/internal/v1/nodes/n1/heartbeat", bytes.NewReader(body1))
-	r.Header.Set("If-Match", `"00000000000000000000000000000000"`)
-	w := httptest.NewRecorder()
-	if err := a.Heartbeat(w, r, Caller{ID: "n1", state: hs}); err != nil || w.Header().Get("ETag") != tag1 {
+	w, err := serveBeat(t, a, "n1", body1, "If-Match", `"00000000000000000000000000000000"`)
+	if err != nil || w.Header().Get("ETag") != tag1 {
 		t.Fatalf("body with a stale If-Match: %v, ETag %q", err, w.Header().Get("ETag"))
 	}
 

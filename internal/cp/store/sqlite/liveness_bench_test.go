@@ -70,8 +70,8 @@ func BenchmarkTouchHosts(b *testing.B) {
 
 // BenchmarkMarkStale is one stale sweep that finds every one of 20,000
 // hosts silent (a partition, or the control plane's own network): each
-// host's status, last failure, change event and audit record in one
-// transaction. ns/host is per host.
+// host's status, last failure, change event and audit record written in
+// the transaction that marks it (500 hosts to one). ns/host is per host.
 //
 //	go test ./internal/cp/store/sqlite -run '^$' -bench BenchmarkMarkStale -benchtime 3x
 func BenchmarkMarkStale(b *testing.B) {
