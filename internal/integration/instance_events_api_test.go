@@ -3,13 +3,16 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -146,5 +149,71 @@ func TestInstanceEventsAPI(t *testing.T) {
 	}
 	if n, err := e.st.ListInstanceEvents(context.Background(), in.ID, 0); err != nil || len(n) != 0 {
 		t.Errorf("events outlived the record: %d %v", len(n), err)
+	}
+}
+
+// eventProbe checks, as each instance update returns, that a transition
+// it wrote (phase, reason or desired state) is already in the events: a
+// reader that sees the new status must find its event.
+type eventProbe struct {
+	store.Store
+	mu     sync.Mutex
+	missed []string
+}
+
+func (p *eventProbe) UpdateInstance(ctx context.Context, id string, fn func(*store.Instance) error) (store.Instance, error) {
+	return p.UpdateInstanceRecorded(ctx, id, fn, nil)
+}
+
+func (p *eventProbe) UpdateInstanceRecorded(ctx context.Context, id string, fn func(*store.Instance) error,
+	record func(before, after store.Instance) *store.InstanceEvent) (store.Instance, error) {
+	before, _ := p.Store.GetInstance(ctx, id)
+	out, err := p.Store.UpdateInstanceRecorded(ctx, id, fn, record)
+	if err != nil || (out.Phase == before.Phase && out.ReasonCode == before.ReasonCode && out.DesiredState == before.DesiredState) {
+		return out, err
+	}
+	evs, lerr := p.Store.ListInstanceEvents(ctx, id, 1)
+	if lerr != nil || len(evs) == 0 || evs[0].Phase != out.Phase || evs[0].ReasonCode != out.ReasonCode ||
+		evs[0].DesiredState != out.DesiredState {
+		p.mu.Lock()
+		p.missed = append(p.missed, fmt.Sprintf("%s %s/%s desired %s (last event %+v, %v)", id, out.Phase, out.ReasonCode,
+			out.DesiredState, evs, lerr))
+		p.mu.Unlock()
+	}
+	return out, err
+}
+
+// TestInstanceTransitionsStoredWithEvents: a node's status report and an
+// operator's stop and delete store the instance's event with the
+// transition, so a client that sees the new phase (as waitPhase does)
+// always finds its event.
+func TestInstanceTransitionsStoredWithEvents(t *testing.T) {
+	p := &eventProbe{Store: openSQLite(t)}
+	e := startEnv(t, p, func(c *server.Config) { c.VCPUAllocationRatio = 1 })
+	a := startAPINode(e, "node-a")
+	var in api.Instance
+	if st := e.op(http.MethodPost, "/api/v1/instances", api.CreateInstanceRequest{Name: "ev2", HostID: "node-a",
+		Spec: apiSpec(1, 256)}, &in); st != http.StatusCreated {
+		t.Fatalf("create: HTTP %d", st)
+	}
+	for _, rep := range []api.InstanceStatusReport{{Generation: 1, Phase: api.InstanceBooting}, {Generation: 1, Phase: api.InstanceReady}} {
+		if st, code := a.report(in.ID, rep); st != http.StatusOK {
+			t.Fatalf("report %+v: %d %s", rep, st, code)
+		}
+	}
+	if st := e.op(http.MethodPost, "/api/v1/instances/"+in.ID+"/stop", nil, nil); st != http.StatusOK {
+		t.Fatalf("stop: HTTP %d", st)
+	}
+	if st, code := a.report(in.ID, api.InstanceStatusReport{Generation: 2, Phase: api.InstanceStopped,
+		ReasonCode: api.ReasonTerminatedByOperator}); st != http.StatusOK {
+		t.Fatalf("report stopped: %d %s", st, code)
+	}
+	if st := e.op(http.MethodDelete, "/api/v1/instances/"+in.ID, nil, nil); st != http.StatusOK && st != http.StatusAccepted {
+		t.Fatalf("delete: HTTP %d", st)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.missed) > 0 {
+		t.Fatalf("transitions visible before their events:\n%s", strings.Join(p.missed, "\n"))
 	}
 }

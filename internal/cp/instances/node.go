@@ -189,7 +189,7 @@ func (s *Room) NodeStatus(w http.ResponseWriter, r *http.Request, nodeID string)
 		return httpapi.Errorf(http.StatusNotFound, "instance_not_found", "instance %q not found for node %q", iid, nodeID)
 	}
 	var cur store.Instance
-	out, err := s.store.UpdateInstance(ctx, iid, func(in *store.Instance) error {
+	out, err := s.store.UpdateInstanceRecorded(ctx, iid, func(in *store.Instance) error {
 		cur = *in
 		switch {
 		case in.HostID != nodeID:
@@ -208,6 +208,12 @@ func (s *Room) NodeStatus(w http.ResponseWriter, r *http.Request, nodeID string)
 		in.Phase, in.ReasonCode, in.Message, in.ObservedGeneration = rep.Phase, rep.ReasonCode, rep.Message, rep.Generation
 		in.Runtime, in.StatusAt = rt, statusTime(rep.At, s.now().UTC())
 		return nil
+	}, func(before, after store.Instance) *store.InstanceEvent {
+		if after.Phase == before.Phase && after.ReasonCode == before.ReasonCode {
+			return nil
+		}
+		ev := s.eventOf(ctx, after, "node:"+nodeID, after.Message)
+		return &ev
 	})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -225,10 +231,6 @@ func (s *Room) NodeStatus(w http.ResponseWriter, r *http.Request, nodeID string)
 		out.Phase, out.ReasonCode, out.Message, out.ObservedGeneration = rep.Phase, rep.ReasonCode, rep.Message, rep.Generation
 	case err != nil:
 		return err
-	default:
-		if out.Phase != cur.Phase || out.ReasonCode != cur.ReasonCode {
-			s.recordEvent(ctx, out, "node:"+nodeID, out.Message)
-		}
 	}
 	httpapi.WriteJSON(w, http.StatusOK, instanceView(out))
 	return nil

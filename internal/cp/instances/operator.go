@@ -303,7 +303,7 @@ func (s *Room) SetDesired(desired api.DesiredState) httpapi.HandlerFunc {
 		}
 		result := "ok"
 		var cur store.Instance
-		out, err := s.store.UpdateInstance(ctx, in.ID, func(i *store.Instance) error {
+		out, err := s.store.UpdateInstanceRecorded(ctx, in.ID, func(i *store.Instance) error {
 			cur = *i
 			switch {
 			case i.DesiredState == api.DesiredDeleted:
@@ -313,6 +313,9 @@ func (s *Room) SetDesired(desired api.DesiredState) httpapi.HandlerFunc {
 			}
 			i.DesiredState, i.Generation = desired, i.Generation+1
 			return nil
+		}, func(before, after store.Instance) *store.InstanceEvent {
+			ev := s.eventOf(ctx, after, httpapi.Actor(ctx), fmt.Sprintf("desired state %s (was %s)", desired, before.DesiredState))
+			return &ev
 		})
 		switch {
 		case errors.Is(err, errNoChange):
@@ -321,7 +324,6 @@ func (s *Room) SetDesired(desired api.DesiredState) httpapi.HandlerFunc {
 			return httpapi.StoreError(err, "instance", in.ID)
 		default:
 			s.waiters.Wake(out.HostID)
-			s.recordEvent(ctx, out, httpapi.Actor(ctx), fmt.Sprintf("desired state %s (was %s)", desired, cur.DesiredState))
 		}
 		s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: action, Target: in.ID, Result: result, CID: httpapi.CorrelationID(ctx),
 			Detail: fmt.Sprintf("name=%s generation=%d", out.Name, out.Generation)})
@@ -371,13 +373,16 @@ func (s *Room) Delete(w http.ResponseWriter, r *http.Request) error {
 func (s *Room) markDeleted(ctx context.Context, id string) (store.Instance, error) {
 	var cur store.Instance
 	result := "ok"
-	out, err := s.store.UpdateInstance(ctx, id, func(i *store.Instance) error {
+	out, err := s.store.UpdateInstanceRecorded(ctx, id, func(i *store.Instance) error {
 		cur = *i
 		if i.DesiredState == api.DesiredDeleted {
 			return errNoChange
 		}
 		i.DesiredState, i.Generation = api.DesiredDeleted, i.Generation+1
 		return nil
+	}, func(before, after store.Instance) *store.InstanceEvent {
+		ev := s.eventOf(ctx, after, httpapi.Actor(ctx), fmt.Sprintf("desired state %s (was %s)", api.DesiredDeleted, before.DesiredState))
+		return &ev
 	})
 	switch {
 	case errors.Is(err, errNoChange):
@@ -386,7 +391,6 @@ func (s *Room) markDeleted(ctx context.Context, id string) (store.Instance, erro
 		return store.Instance{}, httpapi.StoreError(err, "instance", id)
 	default:
 		s.waiters.Wake(out.HostID)
-		s.recordEvent(ctx, out, httpapi.Actor(ctx), fmt.Sprintf("desired state %s (was %s)", api.DesiredDeleted, cur.DesiredState))
 	}
 	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.delete", Target: id, Result: result,
 		CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s generation=%d", out.Name, out.Generation)})

@@ -76,6 +76,14 @@ type InstanceStore interface {
 	// renames it to a taken name. Publishes EventInstance for its host (both
 	// hosts when fn moves it).
 	UpdateInstance(ctx context.Context, id string, fn func(*Instance) error) (Instance, error)
+	// UpdateInstanceRecorded is UpdateInstance that also appends, in the
+	// same transaction and only when fn succeeds, the event record returns
+	// (as this instance's) for the instance as read and as written (none
+	// when it returns nil): a reader never sees a transition without its
+	// event (ADR 0016). record runs inside the transaction and must not
+	// call the store.
+	UpdateInstanceRecorded(ctx context.Context, id string, fn func(*Instance) error,
+		record func(before, after Instance) *InstanceEvent) (Instance, error)
 	// DeleteInstance removes an instance record and its events; ErrNotFound
 	// if absent. Publishes EventInstance for its host.
 	DeleteInstance(ctx context.Context, id string) error

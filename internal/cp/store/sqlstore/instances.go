@@ -141,12 +141,19 @@ func (s *Store) ListInstances(ctx context.Context, f store.InstanceFilter) ([]st
 // must not call the store; it cannot change the id or CreatedAt. When fn
 // leaves UpdatedAt as it was, UpdatedAt is set to now.
 func (s *Store) UpdateInstance(ctx context.Context, id string, fn func(*store.Instance) error) (store.Instance, error) {
+	return s.UpdateInstanceRecorded(ctx, id, fn, nil)
+}
+
+// UpdateInstanceRecorded implements store.Store.
+func (s *Store) UpdateInstanceRecorded(ctx context.Context, id string, fn func(*store.Instance) error,
+	record func(before, after store.Instance) *store.InstanceEvent) (store.Instance, error) {
 	var out store.Instance
 	err := s.db.InTx(ctx, func(tx DB) error {
 		in, err := scanInstance(tx.QueryRow(ctx, `SELECT `+instanceCols+` FROM instances WHERE id = $1`+s.d.ForUpdate, id))
 		if err != nil {
 			return notFound(err, "update instance %q", id)
 		}
+		prev := in
 		before, oldHost, created := in.UpdatedAt, in.HostID, in.CreatedAt
 		if err := fn(&in); err != nil {
 			return err
@@ -182,6 +189,12 @@ func (s *Store) UpdateInstance(ctx context.Context, id string, fn func(*store.In
 		out, err = scanInstance(tx.QueryRow(ctx, `SELECT `+instanceCols+` FROM instances WHERE id = $1`, id))
 		if err != nil {
 			return fmt.Errorf("update instance %q: %w", id, err)
+		}
+		if record != nil {
+			if ev := record(prev, out); ev != nil {
+				ev.InstanceID = id
+				return s.appendInstanceEventTx(ctx, tx, *ev)
+			}
 		}
 		return nil
 	})

@@ -16,6 +16,7 @@ var instanceEventCases = []testCase{
 	{"InstanceEvent/Bounded", testInstanceEventBounded},
 	{"InstanceEvent/DeletedWithInstance", testInstanceEventDeleted},
 	{"InstanceEvent/ConcurrentAppends", testInstanceEventConcurrent},
+	{"InstanceEvent/UpdateRecorded", testInstanceUpdateRecorded},
 }
 
 func seqs(evs []store.InstanceEvent) []int64 {
@@ -148,4 +149,51 @@ func testInstanceEventConcurrent(t *testing.T, s store.Store) {
 		want[i] = int64(i + 1)
 	}
 	diff(t, "seqs after concurrent appends", seqs(got), want)
+}
+
+// testInstanceUpdateRecorded: UpdateInstanceRecorded appends the event
+// record returns, from the instance as read and as written, in the
+// update's transaction, as the updated instance's; none when it returns
+// nil or fn fails.
+func testInstanceUpdateRecorded(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	createInstance(t, s, newInstance("i-1", "one", "h1"))
+	record := func(before, after store.Instance) *store.InstanceEvent {
+		if before.Phase == after.Phase {
+			return nil
+		}
+		return &store.InstanceEvent{InstanceID: after.ID, At: at(time.Second), Phase: after.Phase,
+			Message: fmt.Sprintf("%s -> %s", before.Phase, after.Phase), Actor: "node:h1"}
+	}
+	out, err := s.UpdateInstanceRecorded(ctx, "i-1", func(in *store.Instance) error { in.Phase = api.InstanceBooting; return nil }, record)
+	must(t, err)
+	if out.Phase != api.InstanceBooting {
+		t.Fatalf("phase %s after the update", out.Phase)
+	}
+	got, err := s.ListInstanceEvents(ctx, "i-1", 0)
+	must(t, err)
+	if len(got) != 1 || got[0].Seq != 1 || got[0].Phase != api.InstanceBooting || got[0].Message != "Pending -> Booting" {
+		t.Fatalf("events after a recorded transition: %+v", got)
+	}
+	// No transition: record returns nil, nothing appended.
+	_, err = s.UpdateInstanceRecorded(ctx, "i-1", func(in *store.Instance) error { in.Message = "still booting"; return nil }, record)
+	must(t, err)
+	// fn fails: record is not asked.
+	called := false
+	_, err = s.UpdateInstanceRecorded(ctx, "i-1", func(*store.Instance) error { return store.ErrConflict },
+		func(store.Instance, store.Instance) *store.InstanceEvent { called = true; return nil })
+	if err == nil || called {
+		t.Fatalf("fn error: err %v, record called %v", err, called)
+	}
+	// The event is the updated instance's, whatever id record put in it.
+	_, err = s.UpdateInstanceRecorded(ctx, "i-1", func(in *store.Instance) error { in.Phase = api.InstanceReady; return nil },
+		func(_, after store.Instance) *store.InstanceEvent {
+			return &store.InstanceEvent{InstanceID: "i-nope", Phase: after.Phase}
+		})
+	must(t, err)
+	got, err = s.ListInstanceEvents(ctx, "i-1", 0)
+	must(t, err)
+	if len(got) != 2 || got[1].InstanceID != "i-1" || got[1].Phase != api.InstanceReady {
+		t.Fatalf("events %+v, want the second one i-1's", got)
+	}
 }
