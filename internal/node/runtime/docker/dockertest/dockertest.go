@@ -22,6 +22,7 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -72,7 +73,25 @@ type Engine struct {
 	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
-	log  *bytes.Buffer
+	log  *lockedBuffer
+}
+
+// lockedBuffer is dockerd's output, safe to read while dockerd writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // StartEngine starts dockerd trusting insecureRegistries (host:port) and
@@ -101,7 +120,7 @@ func StartEngine(ctx context.Context, insecureRegistries ...string) (*Engine, er
 }
 
 func (e *Engine) start(ctx context.Context) error {
-	e.log = &bytes.Buffer{}
+	e.log = &lockedBuffer{}
 	e.cmd = exec.Command(e.bin, e.args...)
 	e.cmd.Env = append(os.Environ(), e.env...)
 	e.cmd.Stdout, e.cmd.Stderr = e.log, e.log
