@@ -22,14 +22,15 @@ func newFormatLogger(w io.Writer, level slog.Level, format string) *slog.Logger 
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// runNotified is srv.Run with sd_notify (systemd Type=notify; a no-op
+// runNotified is srv.Serve with sd_notify (systemd Type=notify; a no-op
 // without NOTIFY_SOCKET): READY=1 once the store is open and both
 // listeners accept connections, WATCHDOG=1 only while the operator
 // listener answers /healthz, STOPPING=1 when shutdown begins.
-func runNotified(ctx context.Context, srv *server.Server, cfg server.Config, log *slog.Logger) error {
+func runNotified(ctx context.Context, srv *server.Server, cfg server.Config, log *slog.Logger,
+	opLn, nodeLn net.Listener) error {
 	n := sdnotify.New(log)
 	if !n.Enabled() {
-		return srv.Run(ctx)
+		return srv.Serve(ctx, opLn, nodeLn)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -42,8 +43,8 @@ func runNotified(ctx context.Context, srv *server.Server, cfg server.Config, log
 			return answers(ctx, healthz)
 		})
 	}()
-	n.Status("opening listeners")
-	err := srv.Run(ctx)
+	n.Status("starting")
+	err := srv.Serve(ctx, opLn, nodeLn)
 	cancel()
 	<-done
 	return err

@@ -4,22 +4,13 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/drover-dev/drover/internal/sdnotify/sdnotifytest"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // TestNotifyServer: `drover server` under systemd (Type=notify) says
 // READY=1 once both listeners are up, pings the watchdog while its
@@ -31,14 +22,13 @@ func TestNotifyServer(t *testing.T) {
 	t.Setenv("WATCHDOG_PID", "")
 	t.Setenv("DROVER_KEK_FILE", "")
 	t.Setenv("CREDENTIALS_DIRECTORY", "")
-	op, node := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
 	go func() {
 		var out strings.Builder
 		code := Run(ctx, []string{"server", "--store", "sqlite:" + filepath.Join(t.TempDir(), "d.db"),
-			"--insecure-plaintext-keys", "--listen", op, "--node-listen", node, "--log-format", "json"},
+			"--insecure-plaintext-keys", "--listen", "127.0.0.1:0", "--node-listen", "127.0.0.1:0", "--log-format", "json"},
 			&Env{Stdout: &out, Stderr: &out})
 		if code != 0 {
 			t.Errorf("drover server exit %d: %s", code, out.String())
@@ -46,9 +36,19 @@ func TestNotifyServer(t *testing.T) {
 		done <- code
 	}()
 	m, _ := sock.Wait(t, "READY=1", 20*time.Second)
-	if !strings.Contains(m, "STATUS=serving: operator API on "+op) {
-		t.Fatalf("READY=1 without status: %q", m)
+	st := statusRE.FindStringSubmatch(m)
+	if st == nil {
+		t.Fatalf("READY=1 without status naming both bound ports: %q", m)
 	}
+	op, nodeURL := st[1], st[2]
+	if _, port, _ := net.SplitHostPort(strings.TrimPrefix(nodeURL, "https://")); port == "0" {
+		t.Fatalf("node URL %s names port 0, not the bound port", nodeURL)
+	}
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(nodeURL, "https://"), 5*time.Second)
+	if err != nil {
+		t.Fatalf("node listener at %s: %v", nodeURL, err)
+	}
+	c.Close()
 	// READY comes after the listeners: the operator listener answers.
 	if err := answers(ctx, "http://"+op+"/healthz"); err != nil {
 		t.Fatalf("ready but %v", err)
@@ -62,6 +62,8 @@ func TestNotifyServer(t *testing.T) {
 		t.Fatal("server did not stop")
 	}
 }
+
+var statusRE = regexp.MustCompile(`STATUS=serving: operator API on (127\.0\.0\.1:[1-9][0-9]*), node API at (https://127\.0\.0\.1:[0-9]+)`)
 
 func TestNotifyDialable(t *testing.T) {
 	for in, want := range map[string]string{":8080": "127.0.0.1:8080", "0.0.0.0:8080": "127.0.0.1:8080",

@@ -98,11 +98,19 @@ func (c *ServerCmd) Run(ctx context.Context) error {
 	}
 	cfg := c.config(c.AllowUnknownHostRegistration, log)
 	cfg.KEK, cfg.InsecurePlaintextKeys = ring, c.InsecurePlaintextKeys
-	srv, err := server.New(ctx, cfg, st)
+	// Bound first, so a port 0 is known to New (the node URL) and to the
+	// status systemd shows.
+	opLn, nodeLn, err := server.Listen(&cfg)
 	if err != nil {
 		return err
 	}
-	return runNotified(ctx, srv, cfg, log) // srv.Run with sd_notify under systemd
+	srv, err := server.New(ctx, cfg, st)
+	if err != nil {
+		opLn.Close()
+		nodeLn.Close()
+		return err
+	}
+	return runNotified(ctx, srv, cfg, log, opLn, nodeLn) // srv.Serve with sd_notify under systemd
 }
 
 // openStore opens the store named by spec: sqlite:PATH or postgres://...

@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -71,13 +73,12 @@ type serverProc struct {
 }
 
 // newServerProc prepares a `drover server` child on storeSpec with its
-// files in dir (a new KEK, server.log) and free loopback ports, plus extra
-// flags, and creates an admin operator token for it through `drover token
-// create`; start runs it.
+// files in dir (a new KEK, server.log), plus extra flags, and creates an
+// admin operator token for it through `drover token create`; start runs
+// it. Its first start binds loopback port 0 for both listeners.
 func newServerProc(t *testing.T, bin, storeSpec, dir string, extra ...string) (*serverProc, api.OperatorToken) {
 	t.Helper()
-	p := &serverProc{t: t, bin: bin, storeSpec: storeSpec, opAddr: freePort(t), nodeAddr: freePort(t),
-		logPath: filepath.Join(dir, "server.log"), kekFile: filepath.Join(dir, "kek"), extra: extra}
+	p := &serverProc{t: t, bin: bin, storeSpec: storeSpec, logPath: filepath.Join(dir, "server.log"), kekFile: filepath.Join(dir, "kek"), extra: extra}
 	if err := kek.CreateFile(p.kekFile); err != nil {
 		t.Fatal(err)
 	}
@@ -92,14 +93,27 @@ func newServerProc(t *testing.T, bin, storeSpec, dir string, extra ...string) (*
 	return p, tok
 }
 
+// listeningRE is the line `drover server` logs once both listeners are
+// bound, with the addresses they got.
+var listeningRE = regexp.MustCompile(`msg="control plane listening" operator=(\S+) node=(\S+)`)
+
+// start runs the child and waits until it is ready. An address left empty
+// (the first start) is bound on port 0 and read back from its log, so no
+// port is probed and freed before the child binds it; a restart reuses the
+// ports the first start got, as an agent's configured URL must.
 func (p *serverProc) start() {
 	p.t.Helper()
 	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	p.cmd = exec.Command(p.bin, "server", "--store", p.storeSpec, "--listen", p.opAddr,
-		"--node-listen", p.nodeAddr, "--heartbeat-interval", "200ms", "--kek-file", p.kekFile)
+	logStart, err := logf.Seek(0, io.SeekEnd)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	opAddr, nodeAddr := cmp.Or(p.opAddr, "127.0.0.1:0"), cmp.Or(p.nodeAddr, "127.0.0.1:0")
+	p.cmd = exec.Command(p.bin, "server", "--store", p.storeSpec, "--listen", opAddr,
+		"--node-listen", nodeAddr, "--heartbeat-interval", "200ms", "--kek-file", p.kekFile)
 	p.cmd.Args = append(p.cmd.Args, p.extra...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
@@ -108,6 +122,17 @@ func (p *serverProc) start() {
 	p.exited = make(chan struct{})
 	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.exited) }()
 	deadline := time.Now().Add(20 * time.Second)
+	for p.opAddr == "" || p.nodeAddr == "" {
+		log, _ := os.ReadFile(p.logPath)
+		if m := listeningRE.FindSubmatch(log[min(int(logStart), len(log)):]); m != nil {
+			p.opAddr, p.nodeAddr = string(m[1]), string(m[2])
+			break
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("drover server did not log its listeners:\n%s", log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for {
 		resp, err := http.Get("http://" + p.opAddr + "/readyz")
 		if err == nil {

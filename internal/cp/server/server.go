@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -170,12 +171,7 @@ func (c *Config) setDefaults() error {
 	if err := c.Terminal.SetDefaults(); err != nil {
 		return err
 	}
-	if c.OperatorAddr == "" {
-		c.OperatorAddr = "127.0.0.1:8080"
-	}
-	if c.NodeAddr == "" {
-		c.NodeAddr = ":8443"
-	}
+	c.defaultAddrs()
 	if c.CertTTL == 0 {
 		c.CertTTL = 24 * time.Hour
 	}
@@ -382,16 +378,49 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 
 // Run serves both listeners and runs the background loops until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
-	opLn, err := net.Listen("tcp", s.cfg.OperatorAddr)
+	opLn, nodeLn, err := Listen(&s.cfg)
 	if err != nil {
-		return fmt.Errorf("operator listener %s: %w", s.cfg.OperatorAddr, err)
-	}
-	nodeLn, err := net.Listen("tcp", s.cfg.NodeAddr)
-	if err != nil {
-		opLn.Close()
-		return fmt.Errorf("node listener %s: %w", s.cfg.NodeAddr, err)
+		return err
 	}
 	return s.Serve(ctx, opLn, nodeLn)
+}
+
+// Listen opens cfg's two listeners (its defaults for unset addresses) and
+// writes the ports they bound back into cfg. Called before New, it makes a
+// port 0 usable: the node URL New derives and the addresses a caller
+// reports name the real ports, and no other process can take them between
+// a probe and the bind.
+func Listen(cfg *Config) (op, node net.Listener, err error) {
+	cfg.defaultAddrs()
+	if op, err = net.Listen("tcp", cfg.OperatorAddr); err != nil {
+		return nil, nil, fmt.Errorf("operator listener %s: %w", cfg.OperatorAddr, err)
+	}
+	if node, err = net.Listen("tcp", cfg.NodeAddr); err != nil {
+		op.Close()
+		return nil, nil, fmt.Errorf("node listener %s: %w", cfg.NodeAddr, err)
+	}
+	cfg.OperatorAddr, cfg.NodeAddr = boundAddr(cfg.OperatorAddr, op), boundAddr(cfg.NodeAddr, node)
+	return op, node, nil
+}
+
+// boundAddr is addr with the port ln bound; the host stays as configured
+// (":8443" stays ":8443", not "[::]:8443").
+func boundAddr(addr string, ln net.Listener) string {
+	host, _, err := net.SplitHostPort(addr)
+	tcp, ok := ln.Addr().(*net.TCPAddr)
+	if err != nil || !ok {
+		return ln.Addr().String()
+	}
+	return net.JoinHostPort(host, strconv.Itoa(tcp.Port))
+}
+
+func (c *Config) defaultAddrs() {
+	if c.OperatorAddr == "" {
+		c.OperatorAddr = "127.0.0.1:8080"
+	}
+	if c.NodeAddr == "" {
+		c.NodeAddr = ":8443"
+	}
 }
 
 // Serve is Run on listeners the caller opened (tests use port 0).
