@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/drover-dev/drover/internal/wire/nodemux"
 )
 
 // handshakeListener is a TLS listener that completes each connection's
@@ -36,6 +38,10 @@ type handshakeListener struct {
 	handshakes *prometheus.CounterVec
 	// cpu bounds how many handshakes compute at once (gatedConn).
 	cpu chan struct{}
+	// mux, when set, serves the connections whose agent chose
+	// nodemux.Proto (on a goroutine of their own); Accept never returns
+	// them.
+	mux func(*tls.Conn)
 
 	start  sync.Once
 	conns  chan net.Conn
@@ -54,10 +60,12 @@ func newHandshakeListener(raw net.Listener, cfg *tls.Config, timeout time.Durati
 }
 
 // nodeListenerTLS is cfg with the ALPN protocols that http.Server.ServeTLS
-// would add (h2 first), so that Serve on a handshakeListener speaks HTTP/2.
+// would add (h2 first), so that Serve on a handshakeListener speaks HTTP/2,
+// after nodemux.Proto, which an agent that offers it gets (the server's
+// order decides).
 func nodeListenerTLS(cfg *tls.Config) *tls.Config {
 	c := cfg.Clone()
-	for _, p := range []string{"h2", "http/1.1"} {
+	for _, p := range []string{nodemux.Proto, "h2", "http/1.1"} {
 		if !slices.Contains(c.NextProtos, p) {
 			c.NextProtos = append(c.NextProtos, p)
 		}
@@ -127,6 +135,10 @@ func (l *handshakeListener) handshake(raw net.Conn) {
 		l.count("full")
 	}
 	_ = raw.SetDeadline(time.Time{})
+	if l.mux != nil && c.ConnectionState().NegotiatedProtocol == nodemux.Proto {
+		go l.mux(c) // a fresh goroutine: this one's stack grew in the handshake
+		return
+	}
 	select {
 	case l.conns <- c:
 	case <-l.closed:

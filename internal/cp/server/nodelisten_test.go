@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/wire/nodemux"
 	"github.com/drover-dev/drover/internal/wire/pki"
 	"github.com/drover-dev/drover/internal/wire/terminal/terminaltest"
 )
@@ -137,13 +139,13 @@ func TestHandshakeListenerClose(t *testing.T) {
 	}
 }
 
-// TestNodeListenerTLS: the listener's config offers h2 first, and the
-// caller's config is not modified.
+// TestNodeListenerTLS: the listener's config offers the framed protocol
+// first, then h2, and the caller's config is not modified.
 func TestNodeListenerTLS(t *testing.T) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13}
 	got := nodeListenerTLS(cfg)
-	if len(got.NextProtos) != 2 || got.NextProtos[0] != "h2" || got.NextProtos[1] != "http/1.1" {
-		t.Fatalf("NextProtos %q, want [h2 http/1.1]", got.NextProtos)
+	if !slices.Equal(got.NextProtos, []string{nodemux.Proto, "h2", "http/1.1"}) {
+		t.Fatalf("NextProtos %q, want [%s h2 http/1.1]", got.NextProtos, nodemux.Proto)
 	}
 	if len(cfg.NextProtos) != 0 {
 		t.Fatalf("caller's config modified: %q", cfg.NextProtos)

@@ -438,6 +438,8 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 	nodeSrv.TLSConfig = nodeListenerTLS(s.nodeTLS)
 	nodeTLSLn := newHandshakeListener(nodeLn, nodeListenerTLS(s.nodeTLS), s.cfg.ReadHeaderTimeout, s.log,
 		s.handshakes)
+	mux := newMuxServer(nodeSrv.Handler, s.cfg, s.log)
+	nodeTLSLn.mux = mux.serve
 
 	g, gctx := errgroup.WithContext(ctx)
 	s.term.Start(gctx)
@@ -453,6 +455,7 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 	g.Go(func() error {
 		return serveUntil(gctx, nodeSrv, func() error { return nodeSrv.Serve(nodeTLSLn) })
 	})
+	g.Go(func() error { <-gctx.Done(); mux.Close(); return nil })
 	close(s.ready)
 	s.log.Info("control plane listening", "operator", opLn.Addr().String(), "node", nodeLn.Addr().String(),
 		"node_url", s.cfg.NodeURL)

@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/drover-dev/drover/internal/wire/nodeapi"
+	"github.com/drover-dev/drover/internal/wire/nodemux"
 )
 
 // APIError is a non-2xx answer from the control plane (its error envelope
@@ -38,6 +40,42 @@ type client struct {
 	// plane restart, say) resumes instead of repeating the full handshake;
 	// a ticket survives transient handshake failures (nodeapi.SessionCache).
 	sessions tls.ClientSessionCache
+	// spare is a connection to a control plane that did not choose
+	// nodemux.Proto, handed to the HTTP/2 transport's next dial (so an
+	// older control plane costs no second handshake).
+	spareMu sync.Mutex
+	spare   *tls.Conn
+	spareAt time.Time
+}
+
+// keepSpare keeps nc for the HTTP/2 transport's next dial.
+func (c *client) keepSpare(nc net.Conn) {
+	tc, ok := nc.(*tls.Conn)
+	if !ok {
+		nc.Close()
+		return
+	}
+	c.spareMu.Lock()
+	old := c.spare
+	c.spare, c.spareAt = tc, time.Now()
+	c.spareMu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+}
+
+// takeSpare returns the kept connection, if it is fresh (its server may
+// close an idle connection; the next request dials instead).
+func (c *client) takeSpare() *tls.Conn {
+	c.spareMu.Lock()
+	tc, at := c.spare, c.spareAt
+	c.spare = nil
+	c.spareMu.Unlock()
+	if tc != nil && time.Since(at) > 10*time.Second {
+		tc.Close()
+		return nil
+	}
+	return tc
 }
 
 // newClient builds a client trusting roots (or, when roots is nil, checking
@@ -65,7 +103,14 @@ func newClient(baseURL string, roots *x509.CertPool, verify func([][]byte, [][]*
 		// Direct connections: dialTLS (session resumption); through a
 		// proxy: the transport's own TLS with TLSClientConfig.
 		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return c.dialTLS(ctx, dialer, network, addr)
+			if tc := c.takeSpare(); tc != nil {
+				return tc, nil
+			}
+			tc, err := c.dialTLS(ctx, dialer, network, addr)
+			if err != nil {
+				return nil, err // not a nil *tls.Conn in a non-nil net.Conn
+			}
+			return tc, nil
 		},
 		TLSClientConfig:     tlsCfg,
 		TLSHandshakeTimeout: handshakeTimeout,
@@ -77,8 +122,26 @@ func newClient(baseURL string, roots *x509.CertPool, verify func([][]byte, [][]*
 		MaxIdleConns:       4,
 		IdleConnTimeout:    90 * time.Second,
 	}
-	c.http = &http.Client{Transport: &oneDial{next: tr}}
 	c.tls = tlsCfg
+	// Requests go framed over one connection (nodemux) unless the control
+	// plane predates it or a proxy stands between: then HTTP/2.
+	var rt http.RoundTripper = &oneDial{next: tr}
+	if u, err := url.Parse(baseURL); err == nil && u.Scheme == "https" {
+		if p, err := http.ProxyFromEnvironment(&http.Request{URL: u}); err == nil && p == nil {
+			addr := u.Host
+			if u.Port() == "" {
+				addr = net.JoinHostPort(u.Hostname(), "443")
+			}
+			rt = &nodemux.Transport{Fallback: rt, Adopt: c.keepSpare, Dial: func(ctx context.Context) (net.Conn, string, error) {
+				tc, err := c.dialTLS(ctx, dialer, "tcp", addr, nodemux.Proto, "h2", "http/1.1")
+				if err != nil {
+					return nil, "", err
+				}
+				return tc, tc.ConnectionState().NegotiatedProtocol, nil
+			}}
+		}
+	}
+	c.http = &http.Client{Transport: rt}
 	var err error
 	if c.Client, err = nodeapi.NewClient(c.http, baseURL); err != nil {
 		return nil, err
@@ -102,7 +165,7 @@ func (c *client) setCertificate(cert tls.Certificate) { c.cert.Store(&cert) }
 // that issued its ticket: a session from enrolment (no certificate) or
 // from before a renewal must never stand in for the current certificate.
 // Without a certificate (enrolment) nothing is cached.
-func (c *client) dialTLS(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
+func (c *client) dialTLS(ctx context.Context, d *net.Dialer, network, addr string, protos ...string) (*tls.Conn, error) {
 	cfg := c.tls.Clone()
 	if cert := c.cert.Load(); cert != nil && len(cert.Certificate) > 0 {
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
@@ -113,7 +176,7 @@ func (c *client) dialTLS(ctx context.Context, d *net.Dialer, network, addr strin
 	if err != nil {
 		return nil, err
 	}
-	return nodeapi.ClientHandshake(ctx, raw, cfg, addr, handshakeTimeout)
+	return nodeapi.ClientHandshake(ctx, raw, cfg, addr, handshakeTimeout, protos...)
 }
 
 // certSessions is the part of a ticket cache that belongs to one client
@@ -138,7 +201,12 @@ func (c *client) node() string {
 
 // closeIdle drops pooled connections, so the next request handshakes with
 // the current certificate.
-func (c *client) closeIdle() { c.http.CloseIdleConnections() }
+func (c *client) closeIdle() {
+	if tc := c.takeSpare(); tc != nil {
+		tc.Close()
+	}
+	c.http.CloseIdleConnections()
+}
 
 // oneDial lets one request at a time dial while the client has no
 // connection: the others wait until it has its connection and then share

@@ -54,8 +54,10 @@ func (c *SessionCache) Put(key string, cs *tls.ClientSessionState) {
 // ClientHandshake runs the client side of a TLS handshake with the
 // control plane on raw, as http.Transport would for addr: cfg (which it
 // modifies: pass a clone) gets addr's host as ServerName when it has none
-// and offers HTTP/2 first. On failure raw is closed.
-func ClientHandshake(ctx context.Context, raw net.Conn, cfg *tls.Config, addr string, timeout time.Duration) (*tls.Conn, error) {
+// and offers protos in ALPN (none given: HTTP/2 first, then HTTP/1.1). On
+// failure raw is closed.
+func ClientHandshake(ctx context.Context, raw net.Conn, cfg *tls.Config, addr string, timeout time.Duration,
+	protos ...string) (*tls.Conn, error) {
 	if cfg.ServerName == "" {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
@@ -63,7 +65,10 @@ func ClientHandshake(ctx context.Context, raw net.Conn, cfg *tls.Config, addr st
 		}
 		cfg.ServerName = host
 	}
-	cfg.NextProtos = []string{"h2", "http/1.1"}
+	cfg.NextProtos = protos
+	if len(protos) == 0 {
+		cfg.NextProtos = []string{"h2", "http/1.1"}
+	}
 	hctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tc := tls.Client(raw, cfg)

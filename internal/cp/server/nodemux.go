@@ -1,0 +1,293 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/httpapi"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/nodemux"
+)
+
+// muxServer serves the node API on connections whose agent chose
+// nodemux.Proto: one goroutine per connection reads frames, and each
+// request runs the node API's handler on a goroutine of its own, with
+// r.TLS the connection's state, so authentication, limits and every
+// route are the HTTP/2 ones. A parked long-poll then costs its handler's
+// goroutine, and the connection one small reader, instead of net/http's
+// connection, frame-reader and handler goroutines and its per-stream
+// buffers (docs/adr/0018-node-mux.md).
+type muxServer struct {
+	handler http.Handler
+	log     *slog.Logger
+	// idle closes a connection with no request in flight for this long;
+	// payload bounds reading a frame's payload once its header came;
+	// write bounds writing one answer; maxHead bounds a request's method,
+	// target and fields; maxStreams bounds a connection's requests in
+	// flight (429 beyond).
+	idle, payload, write time.Duration
+	maxHead, maxStreams  int
+
+	mu     sync.Mutex
+	conns  map[*muxConn]struct{}
+	closed bool
+}
+
+func newMuxServer(h http.Handler, cfg Config, log *slog.Logger) *muxServer {
+	return &muxServer{handler: h, log: log, idle: cfg.IdleTimeout, payload: cfg.ReadHeaderTimeout + cfg.BodyReadTimeout,
+		write: cfg.ReadHeaderTimeout + cfg.BodyReadTimeout, maxHead: cfg.MaxHeaderBytes, maxStreams: muxMaxStreams,
+		conns: map[*muxConn]struct{}{}}
+}
+
+// muxMaxStreams is a connection's requests in flight; HTTP/2's
+// net/http default is 250, an agent uses fewer than 16.
+const muxMaxStreams = 64
+
+// serve reads c's frames until it closes; it runs on a goroutine of its
+// own (started by the node listener once the handshake is done).
+func (s *muxServer) serve(c *tls.Conn) {
+	state := c.ConnectionState()
+	ctx, cancel := context.WithCancel(context.Background())
+	mc := &muxConn{s: s, nc: c, tls: &state, ctx: ctx, cancel: cancel, remote: c.RemoteAddr().String(),
+		host: state.ServerName, streams: map[uint32]context.CancelFunc{}}
+	if mc.host == "" {
+		mc.host = "node"
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	s.conns[mc] = struct{}{}
+	s.mu.Unlock()
+	err := mc.readLoop()
+	mc.close()
+	s.mu.Lock()
+	delete(s.conns, mc)
+	s.mu.Unlock()
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) {
+		s.log.Debug("node listener: framed connection closed", "remote", mc.remote, "err", err)
+	}
+}
+
+// Close closes every connection; their handlers' contexts end.
+func (s *muxServer) Close() {
+	s.mu.Lock()
+	s.closed = true
+	conns := make([]*muxConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+}
+
+// muxConn is one framed connection.
+type muxConn struct {
+	s      *muxServer
+	nc     *tls.Conn
+	tls    *tls.ConnectionState // shared, read-only, by every request
+	ctx    context.Context      // ends when the connection closes
+	cancel context.CancelFunc
+	remote string
+	host   string
+	wmu    sync.Mutex // one answer at a time
+
+	mu      sync.Mutex
+	streams map[uint32]context.CancelFunc // requests in flight
+}
+
+func (c *muxConn) close() {
+	c.cancel()
+	_ = c.nc.Close()
+}
+
+// readLoop reads frames until the connection fails or breaks the framing.
+// It keeps its own frames shallow: each request is served on a goroutine
+// of its own.
+func (c *muxConn) readLoop() error {
+	var hdr [nodemux.HeaderLen]byte
+	c.armIdle()
+	for {
+		f, n, err := nodemux.ReadHeader(c.nc, &hdr, nodemux.MaxPayload)
+		if err != nil {
+			return err
+		}
+		if c.s.payload > 0 && n > 0 {
+			_ = c.nc.SetReadDeadline(time.Now().Add(c.s.payload))
+		}
+		if err := nodemux.ReadPayload(c.nc, &f, n); err != nil {
+			return err
+		}
+		_ = c.nc.SetReadDeadline(time.Time{})
+		switch f.Type {
+		case nodemux.TypeRequest:
+			if err := c.start(f); err != nil {
+				return err
+			}
+		case nodemux.TypeCancel:
+			c.mu.Lock()
+			if cancel := c.streams[f.Stream]; cancel != nil {
+				cancel()
+			}
+			c.mu.Unlock()
+		default:
+			return fmt.Errorf("%w: frame type %d from the agent", nodemux.ErrProtocol, f.Type)
+		}
+		c.armIdle()
+	}
+}
+
+// armIdle sets the read deadline to the idle timeout when nothing is in
+// flight (the reader is then waiting for the next request, or for the
+// agent to go away).
+func (c *muxConn) armIdle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.streams) == 0 && c.s.idle > 0 {
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.idle))
+	}
+}
+
+// start begins serving a request frame.
+func (c *muxConn) start(f nodemux.Frame) error {
+	req, err := nodemux.ParseRequest(f.Payload)
+	if err != nil {
+		return err
+	}
+	h := c.s.handler
+	if headLen := len(f.Payload) - len(req.Body); c.s.maxHead > 0 && headLen > c.s.maxHead {
+		h = c.s.refusal(httpapi.Errorf(http.StatusRequestHeaderFieldsTooLarge, "header_too_large",
+			"request method, target and header fields of %d bytes (at most %d)", headLen, c.s.maxHead))
+	}
+	c.mu.Lock()
+	if _, dup := c.streams[f.Stream]; dup {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: stream %d already in flight", nodemux.ErrProtocol, f.Stream)
+	}
+	if len(c.streams) >= c.s.maxStreams {
+		h = c.s.refusal(&httpapi.Error{Status: http.StatusTooManyRequests, RetryAfter: 1,
+			CodedError: api.CodedError{Code: "node_mux_stream_limit",
+				Message: fmt.Sprintf("more than %d requests in flight on one connection", c.s.maxStreams)}})
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.streams[f.Stream] = cancel
+	c.mu.Unlock()
+	_ = c.nc.SetReadDeadline(time.Time{}) // in flight: no idle deadline
+	go c.serveRequest(ctx, f.Stream, req, h)
+	return nil
+}
+
+// refusal is a handler that answers err (with a correlation id, as the
+// node API's own refusals).
+func (s *muxServer) refusal(err error) http.Handler {
+	return httpapi.WithCorrelation(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		httpapi.WriteError(s.log, w, r, err)
+	}))
+}
+
+func (c *muxConn) serveRequest(ctx context.Context, stream uint32, req nodemux.Request, h http.Handler) {
+	w := &muxWriter{header: http.Header{}}
+	defer c.finish(ctx, stream, w)
+	var body io.Reader = http.NoBody
+	if len(req.Body) > 0 {
+		body = bytes.NewReader(req.Body)
+	}
+	r, err := http.NewRequestWithContext(ctx, req.Method, "https://"+c.host+req.Target, body)
+	if err != nil { // ParseRequest let through a target that is not a URL
+		w.aborted = true
+		c.s.log.Debug("node listener: framed request target", "remote", c.remote, "err", err)
+		return
+	}
+	r.Header, r.RequestURI, r.RemoteAddr, r.TLS = req.Header, req.Target, c.remote, c.tls
+	r.Proto, r.ProtoMajor, r.ProtoMinor = nodemux.Proto, 1, 0
+	defer func() {
+		if p := recover(); p != nil {
+			w.aborted = true
+			if p != http.ErrAbortHandler { //nolint:errorlint // the sentinel itself, as net/http compares it
+				c.s.log.Error("node API handler panicked", "remote", c.remote, "method", req.Method,
+					"path", r.URL.Path, "panic", p)
+			}
+		}
+	}()
+	h.ServeHTTP(w, r)
+}
+
+// finish sends a request's answer (unless the agent cancelled it) and ends
+// its stream. A handler that panicked closes the connection, as net/http
+// resets its stream: the agent's request fails instead of waiting.
+func (c *muxConn) finish(ctx context.Context, stream uint32, w *muxWriter) {
+	c.mu.Lock()
+	cancel := c.streams[stream]
+	delete(c.streams, stream)
+	c.mu.Unlock()
+	cancelled := ctx.Err() != nil
+	if cancel != nil {
+		cancel()
+	}
+	if w.aborted {
+		c.close()
+		return
+	}
+	if !cancelled {
+		c.answer(stream, w)
+	}
+	c.armIdle()
+}
+
+// answer writes w as stream's answer frame; a write that fails or does
+// not finish in time closes the connection.
+func (c *muxConn) answer(stream uint32, w *muxWriter) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	frame := nodemux.AppendResponse(make([]byte, 0, nodemux.HeaderLen+256+w.body.Len()), stream, w.status, w.header, w.body.Bytes())
+	if len(frame)-nodemux.HeaderLen > nodemux.MaxPayload {
+		c.s.log.Error("node API answer too large for a frame: connection closed", "remote", c.remote, "bytes", w.body.Len())
+		c.close()
+		return
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.s.write > 0 {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.write))
+	}
+	if _, err := c.nc.Write(frame); err != nil {
+		c.close()
+	}
+}
+
+// muxWriter is a request's http.ResponseWriter: the answer is sent whole
+// when the handler returns.
+type muxWriter struct {
+	header  http.Header
+	status  int
+	body    bytes.Buffer
+	aborted bool
+}
+
+func (w *muxWriter) Header() http.Header { return w.header }
+
+func (w *muxWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+}
+
+func (w *muxWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.body.Write(b)
+}
