@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -74,7 +75,7 @@ func (s *muxServer) serve(c *tls.Conn) {
 	s.mu.Lock()
 	delete(s.conns, mc)
 	s.mu.Unlock()
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) {
+	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.log.Debug("node listener: framed connection closed", "remote", mc.remote, "err", err)
 	}
 }
