@@ -17,18 +17,25 @@ import (
 
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/nodeapi"
+	"github.com/drover-dev/drover/internal/wire/nodemux"
 	"github.com/drover-dev/drover/internal/wire/pki"
 )
 
 // simAgent is one simulated node agent: its own key, its own client
-// certificate from a real enrolment, and its own HTTP/2 connection.
+// certificate from a real enrolment, and its own connection: framed
+// (nodemux), as the real agent's, or HTTP/2 (Config.HTTP2).
 type simAgent struct {
 	idx   int
 	id    string
 	local *net.TCPAddr // loopback source address, or nil
 	base  string       // node URL
-	tr    *http.Transport
-	nc    *nodeapi.Client // over tr, with the agent's certificate
+	tr    interface {
+		http.RoundTripper
+		CloseIdleConnections()
+	}
+	nc *nodeapi.Client // over tr, with the agent's certificate
+	// http2 keeps the agent on HTTP/2 (Config.HTTP2).
+	http2 bool
 	// resume keeps the agent's TLS session tickets (Config.NoTLSResumption).
 	resume bool
 	// gate bounds the harness's concurrent client handshakes (nil: no bound).
@@ -179,9 +186,38 @@ func (a *simAgent) enrol(ctx context.Context, token, caHash string, roots *atomi
 	if a.resume { // as the real agent: tickets of its (only) certificate
 		cfg.ClientSessionCache = nodeapi.NewSessionCache(1)
 	}
-	a.tr = transport(cfg, a.local, a.gate)
+	h2 := transport(cfg, a.local, a.gate)
+	a.tr = h2
+	if !a.http2 {
+		a.tr = &nodemux.Transport{Fallback: h2, Dial: muxDial(cfg, a.local, a.gate, u.Host)}
+	}
 	a.nc, err = nodeapi.NewClient(&http.Client{Transport: a.tr}, a.base)
 	return err
+}
+
+// muxDial dials addr as the real agent's framed transport does, offering
+// nodemux.Proto first, holding a slot of gate (if any) as gatedDialTLS.
+func muxDial(tlsCfg *tls.Config, local *net.TCPAddr, gate chan struct{}, addr string) nodemux.DialFunc {
+	dial := dialer(local)
+	return func(ctx context.Context) (net.Conn, string, error) {
+		if gate != nil {
+			select {
+			case gate <- struct{}{}:
+			case <-ctx.Done():
+				return nil, "", ctx.Err()
+			}
+			defer func() { <-gate }()
+		}
+		raw, err := dial(ctx, "tcp", addr)
+		if err != nil {
+			return nil, "", err
+		}
+		tc, err := nodeapi.ClientHandshake(ctx, raw, tlsCfg.Clone(), addr, 10*time.Second, nodemux.Proto, "h2", "http/1.1")
+		if err != nil {
+			return nil, "", err
+		}
+		return tc, tc.ConnectionState().NegotiatedProtocol, nil
+	}
 }
 
 // benchHeartbeat is what the real agent sends (capacity unchanged between

@@ -93,6 +93,9 @@ type Config struct {
 	// ClientHandshakes bounds how many client-side TLS handshakes the
 	// harness runs at once (0: default 64; negative: no bound).
 	ClientHandshakes int
+	// HTTP2 keeps the agents on HTTP/2 instead of the framed connection
+	// (nodemux) the real agent uses (the baseline of the framing).
+	HTTP2 bool
 }
 
 func (c *Config) defaults() error {
@@ -416,7 +419,7 @@ func (f *fleet) setup(ctx context.Context) error {
 		}
 		tokens[i] = bt.Token
 		f.agents[i] = &simAgent{idx: i, id: id, base: f.t.nodeURL, local: sourceAddr(f.t.nodeURL, i),
-			resume: !f.cfg.NoTLSResumption, gate: f.handshakes}
+			resume: !f.cfg.NoTLSResumption, gate: f.handshakes, http2: f.cfg.HTTP2}
 		return nil
 	})
 	if err != nil {

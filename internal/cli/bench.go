@@ -86,6 +86,7 @@ type BenchFleetCmd struct {
 	Quiet            bool          `name:"quiet" short:"q" help:"No progress lines on stderr."`
 	ReconnectStorm   bool          `name:"reconnect-storm" help:"After the heartbeat phase, SIGKILL the --server-process child, start it again on the same store and addresses, and time every agent's reconnection while an operator client keeps reading."`
 	NoTLSResumption  bool          `name:"no-tls-resumption" help:"Agents keep no TLS session tickets, so every reconnect is a full handshake (the baseline; the real agent resumes)."`
+	HTTP2            bool          `name:"http2" help:"Agents speak HTTP/2 instead of the framed node connection (drover-mux/1) the real agent uses (the baseline)."`
 	ClientHandshakes int           `name:"client-handshakes" default:"64" help:"At most this many of the harness's client-side TLS handshakes at once (-1: no bound). The simulated agents share this machine's cores where real agents have their own; waiting for a slot counts in the figures."`
 }
 
@@ -98,7 +99,7 @@ func (c *BenchFleetCmd) Run(ctx context.Context, env *Env) error {
 		KEKFile: c.KEKFile,
 		NodeURL: c.NodeURL, API: c.API, Token: c.Token, CAHash: c.CAHash,
 		CPUProfile: c.CPUProfile, MemProfile: c.MemProfile, Settle: c.Settle, Log: env.Stderr,
-		ReconnectStorm: c.ReconnectStorm, NoTLSResumption: c.NoTLSResumption, ClientHandshakes: c.ClientHandshakes}
+		ReconnectStorm: c.ReconnectStorm, NoTLSResumption: c.NoTLSResumption, ClientHandshakes: c.ClientHandshakes, HTTP2: c.HTTP2}
 	if c.Quiet {
 		cfg.Log = nil
 	}

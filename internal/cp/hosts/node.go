@@ -265,14 +265,25 @@ func (s *Room) JWKS(w http.ResponseWriter, _ *http.Request, _ Caller) error {
 
 // NodeAuthID is NodeAuth for a handler that takes only the caller's node id
 // (httpapi.NodeHandler).
+//
+// One frame of its own (not httpapi.Handle around a closure): long-polls
+// park below it, and every frame under a parked long-poll counts against
+// the size its stack can shrink to.
 func (s *Room) NodeAuthID(next httpapi.NodeHandler) http.Handler {
-	return httpapi.Handle(s.log, func(w http.ResponseWriter, r *http.Request) error {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := s.authenticateID(r)
-		if err != nil {
-			return err
+		if err == nil {
+			err = next(w, r, id)
 		}
-		return next(w, r, id) // only the id on this frame: long-polls park below it
+		if err != nil {
+			s.writeError(w, r, err)
+		}
 	})
+}
+
+//go:noinline
+func (s *Room) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	httpapi.WriteError(s.log, w, r, err)
 }
 
 // authenticateID is authenticate for the node id alone.

@@ -59,18 +59,25 @@ func ValidCorrelationID(cid string) bool { return correlationRE.MatchString(cid)
 // malformed), stores it in the context and echoes it on the response.
 func WithCorrelation(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var cid string // net/http canonicalises request header keys: no Get, which would canonicalise again
-		if v := r.Header[correlationHeaderKey]; len(v) > 0 {
-			cid = v[0]
-		}
-		if !ValidCorrelationID(cid) {
-			cid = NewID("cid_")
-		}
-		c := &correlationCtx{Context: r.Context(), cid: cid}
-		c.header[0] = cid
-		w.Header()[correlationHeaderKey] = c.header[:] // one allocation for the header and the context
-		next.ServeHTTP(w, r.WithContext(c))
+		next.ServeHTTP(w, correlate(w, r)) // long-polls park below this frame: keep it small
 	})
+}
+
+// correlate is r with its correlation id in the context, echoed on w.
+//
+//go:noinline
+func correlate(w http.ResponseWriter, r *http.Request) *http.Request {
+	var cid string // net/http canonicalises request header keys: no Get, which would canonicalise again
+	if v := r.Header[correlationHeaderKey]; len(v) > 0 {
+		cid = v[0]
+	}
+	if !ValidCorrelationID(cid) {
+		cid = NewID("cid_")
+	}
+	c := &correlationCtx{Context: r.Context(), cid: cid}
+	c.header[0] = cid
+	w.Header()[correlationHeaderKey] = c.header[:] // one allocation for the header and the context
+	return r.WithContext(c)
 }
 
 // correlationCtx carries a request's correlation id (what
