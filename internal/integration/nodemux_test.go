@@ -1,0 +1,140 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/drover-dev/drover/internal/wire/nodemux"
+)
+
+// noFallback fails a request the framed transport would send elsewhere:
+// these tests must not pass over HTTP/2 by accident.
+type noFallback struct{}
+
+func (noFallback) RoundTrip(*http.Request) (*http.Response, error) {
+	return nil, errors.New("fell back to HTTP/2")
+}
+
+// muxClient is a client of the node API over the framed connection
+// (nodemux) with cert (nil: none), offering only nodemux.Proto.
+func (e *env) muxClient(cert *tls.Certificate) *http.Client {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(e.srv.CAPEM())
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13, NextProtos: []string{nodemux.Proto}, ServerName: "127.0.0.1"}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	addr := strings.TrimPrefix(e.nodeURL, "https://")
+	tr := &nodemux.Transport{Fallback: noFallback{}, Dial: func(ctx context.Context) (net.Conn, string, error) {
+		c, err := (&tls.Dialer{Config: cfg}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, "", err
+		}
+		return c, c.(*tls.Conn).ConnectionState().NegotiatedProtocol, nil
+	}}
+	e.t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 20 * time.Second}
+}
+
+// TestNodeMuxMatchesHTTP2: every answer of the node API over the framed
+// connection is the one HTTP/2 gives, refusals included: the identity is
+// the connection's client certificate, checked per request by the same
+// handlers (no certificate, another node's routes, a revoked identity).
+func TestNodeMuxMatchesHTTP2(t *testing.T) {
+	e := startEnv(t, openSQLite(t))
+	a := e.enroll("node-a", e.createHost("node-a").Token)
+	b := e.enroll("node-b", e.createHost("node-b").Token)
+	hb := api.Heartbeat{AgentVersion: "mux", Capacity: &api.CapacityReport{Total: api.Capacity{VCPUs: 2, MemoryMiB: 2048}}}
+	clients := map[string][2]*http.Client{ // HTTP/2, framed
+		"a": {a.client, e.muxClient(&a.cert)}, "b": {b.client, e.muxClient(&b.cert)}, "none": {e.rawClient(nil), e.muxClient(nil)}}
+	for _, tc := range []struct {
+		name, who, method, path string
+		body                    any
+		want                    int
+	}{
+		{"own heartbeat", "a", http.MethodPost, nodePath("node-a", "/heartbeat"), hb, http.StatusOK},
+		{"another node's heartbeat", "a", http.MethodPost, nodePath("node-b", "/heartbeat"), hb, http.StatusForbidden},
+		{"no certificate", "none", http.MethodPost, nodePath("node-a", "/heartbeat"), hb, http.StatusUnauthorized},
+		{"heartbeat not JSON", "b", http.MethodPost, nodePath("node-b", "/heartbeat"), "x", http.StatusUnprocessableEntity},
+		{"empty long-poll", "b", http.MethodGet, nodePath("node-b", "/tasks/wait?timeout=10ms"), nil, http.StatusNoContent},
+		{"bad timeout", "b", http.MethodGet, nodePath("node-b", "/tasks/wait?timeout=soon"), nil, http.StatusUnprocessableEntity},
+		{"another node's tasks", "b", http.MethodGet, nodePath("node-a", "/tasks/wait?timeout=10ms"), nil, http.StatusForbidden},
+		{"JWKS", "a", http.MethodGet, nodePath("node-a", "/jwks"), nil, http.StatusOK},
+		{"unknown route", "a", http.MethodGet, "/internal/v1/nope", nil, http.StatusNotFound},
+		{"wrong method", "a", http.MethodDelete, nodePath("node-a", "/heartbeat"), nil, http.StatusMethodNotAllowed},
+	} {
+		var got [2]int
+		var codes [2]string
+		for i, c := range clients[tc.who] {
+			got[i], codes[i], _ = e.nodeCall(c, tc.method, tc.path, tc.body)
+		}
+		if got[0] != tc.want || got[1] != got[0] || codes[1] != codes[0] {
+			t.Errorf("%s: HTTP/2 %d %q, framed %d %q; want both %d", tc.name, got[0], codes[0], got[1], codes[1], tc.want)
+		}
+	}
+	// A revoked identity is refused on a connection opened before.
+	mc := clients["a"][1]
+	if st, _, _ := e.nodeCall(mc, http.MethodPost, nodePath("node-a", "/heartbeat"), hb); st != http.StatusOK {
+		t.Fatalf("heartbeat before revocation: %d", st)
+	}
+	if st := e.op(http.MethodPost, "/api/v1/hosts/node-a/revoke", nil, nil); st != http.StatusOK && st != http.StatusNoContent {
+		t.Fatalf("revoke: %d", st)
+	}
+	if st, code, _ := e.nodeCall(mc, http.MethodPost, nodePath("node-a", "/heartbeat"), hb); st != http.StatusForbidden {
+		t.Fatalf("heartbeat after revocation on the same connection: %d %s, want 403", st, code)
+	}
+}
+
+// TestNodeMuxLongPoll: a task long-poll parked on the framed connection is
+// delivered its task, and long-polls the agent gives up end on the server
+// at once, freeing their node's slots (as a reset HTTP/2 stream does).
+func TestNodeMuxLongPoll(t *testing.T) {
+	e := startEnv(t, openSQLite(t), func(c *server.Config) { c.NodeLongPollLimit = 2; c.MaxWait = 30 * time.Second })
+	a := e.enroll("node-a", e.createHost("node-a").Token)
+	mc := e.muxClient(&a.cert)
+	wait := nodePath("node-a", "/tasks/wait?timeout=30s")
+
+	got := make(chan api.TaskDelivery, 1)
+	go func() {
+		st, _, body := e.nodeCall(mc, http.MethodGet, wait, nil)
+		var d api.TaskDelivery
+		if st != http.StatusOK || json.Unmarshal(body, &d) != nil {
+			t.Errorf("long-poll: %d %s", st, body)
+		}
+		got <- d
+	}()
+	e.waitMetric(`drover_node_long_polls{route="tasks"}`, 1, 5*time.Second)
+	task := e.enqueue("node-a", "diag.echo", map[string]any{"message": "over mux"})
+	select {
+	case d := <-got:
+		if d.TaskID != task.ID {
+			t.Fatalf("delivered %+v, want task %s", d, task.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parked long-poll was not delivered its task")
+	}
+
+	polls := []*longPoll{e.startLongPoll(mc, wait), e.startLongPoll(mc, wait)}
+	e.waitMetric(`drover_node_long_polls{route="tasks"}`, 2, 5*time.Second)
+	if st, code, _ := e.nodeGet(mc, wait); st != http.StatusTooManyRequests || code != "node_long_poll_limit" {
+		t.Fatalf("third long-poll: %d %s, want 429 node_long_poll_limit", st, code)
+	}
+	for _, p := range polls {
+		p.cancel()
+		<-p.done
+	}
+	e.waitMetric(`drover_node_long_polls{route="tasks"}`, 0, 5*time.Second)
+	if st, code, _ := e.nodeGet(mc, nodePath("node-a", "/tasks/wait?timeout=10ms")); st != http.StatusNoContent {
+		t.Fatalf("long-poll after the cancelled ones: %d %s", st, code)
+	}
+}
