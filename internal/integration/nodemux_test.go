@@ -138,3 +138,26 @@ func TestNodeMuxLongPoll(t *testing.T) {
 		t.Fatalf("long-poll after the cancelled ones: %d %s", st, code)
 	}
 }
+
+// TestExpiredCertificateOnOpenConnection: a connection opened with a valid
+// certificate does not keep it valid: once the certificate has expired,
+// requests on that same connection are refused 401
+// client_certificate_expired, over HTTP/2 and over the framed connection.
+func TestExpiredCertificateOnOpenConnection(t *testing.T) {
+	e := startEnv(t, openSQLite(t), func(c *server.Config) { c.CertTTL = 3 * time.Second })
+	n := e.enroll("node-x", e.createHost("node-x").Token)
+	hb := api.Heartbeat{AgentVersion: "x"}
+	clients := map[string]*http.Client{"HTTP/2": n.client, "framed": e.muxClient(&n.cert)}
+	for name, c := range clients {
+		if st, code, _ := e.nodeCall(c, http.MethodPost, nodePath("node-x", "/heartbeat"), hb); st != http.StatusOK {
+			t.Fatalf("%s before expiry: %d %s", name, st, code)
+		}
+	}
+	time.Sleep(time.Until(n.cert.Leaf.NotAfter) + 200*time.Millisecond)
+	for name, c := range clients {
+		st, code, _ := e.nodeCall(c, http.MethodPost, nodePath("node-x", "/heartbeat"), hb)
+		if st != http.StatusUnauthorized || code != "client_certificate_expired" {
+			t.Errorf("%s after expiry, same connection: %d %q, want 401 client_certificate_expired", name, st, code)
+		}
+	}
+}

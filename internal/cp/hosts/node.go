@@ -62,6 +62,14 @@ func (s *Room) authenticate(r *http.Request) (Caller, error) {
 	if err != nil {
 		return Caller{}, refuse(http.StatusUnauthorized, "client_certificate_invalid", "client certificate: %v", err)
 	}
+	// The handshake checked the certificate's lifetime; a connection
+	// outlives it (HTTP/2 keep-alive, the framed connection), so each
+	// request checks it again.
+	if now := s.cfg.Now(); now.After(cert.NotAfter) {
+		return Caller{}, refuse(http.StatusUnauthorized, "client_certificate_expired",
+			"client certificate expired at %s; the agent must renew before expiry or enrol again",
+			cert.NotAfter.UTC().Format(time.RFC3339))
+	}
 	if want := r.PathValue("id"); want != id {
 		return Caller{}, refuse(http.StatusForbidden, "node_mismatch",
 			"certificate is for node %q, not %q", id, want)

@@ -177,6 +177,10 @@ func (c *muxConn) start(f nodemux.Frame) error {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: stream %d already in flight", nodemux.ErrProtocol, f.Stream)
 	}
+	if len(c.streams) >= 2*c.s.maxStreams { // refusals pile up too: an agent that does not read them
+		c.mu.Unlock()
+		return fmt.Errorf("%w: %d requests in flight", nodemux.ErrProtocol, len(c.streams))
+	}
 	if len(c.streams) >= c.s.maxStreams {
 		h = c.s.refusal(&httpapi.Error{Status: http.StatusTooManyRequests, RetryAfter: 1,
 			CodedError: api.CodedError{Code: "node_mux_stream_limit",

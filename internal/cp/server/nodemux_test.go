@@ -335,3 +335,41 @@ func TestMuxClose(t *testing.T) {
 		t.Fatal("request in flight did not end")
 	}
 }
+
+// TestMuxRefusalsBounded: an agent that sends requests beyond the stream
+// limit and never reads their 429s cannot pile up refusals: past twice the
+// limit in flight the connection is closed (long before the write timeout
+// would close it).
+func TestMuxRefusalsBounded(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release })
+	cfg := muxDefaults()
+	cfg.ReadHeaderTimeout, cfg.BodyReadTimeout = time.Minute, time.Minute
+	f := newMuxFixture(t, h, cfg, true)
+	f.ms.maxStreams = 2
+	c, _, err := f.dial(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	closed := make(chan error, 1)
+	go func() {
+		var b []byte
+		for i := uint32(1); ; i++ {
+			b = nodemux.AppendRequest(b, i, "GET", "/x", http.Header{"X-Pad": {strings.Repeat("p", 64)}}, nil)
+			if len(b) > 16<<10 {
+				if _, err := c.Write(b); err != nil {
+					closed <- err
+					return
+				}
+				b = b[:0]
+			}
+		}
+	}()
+	select {
+	case <-closed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("connection that does not read its refusals still open")
+	}
+}

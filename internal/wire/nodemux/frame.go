@@ -16,6 +16,7 @@
 package nodemux
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -82,16 +83,33 @@ func ReadHeader(r io.Reader, hdr *[HeaderLen]byte, max int) (Frame, int, error) 
 	return Frame{Type: hdr[4], Stream: binary.BigEndian.Uint32(hdr[5:9])}, int(n), nil
 }
 
-// ReadPayload reads the n bytes of f's payload that follow its header.
+// ReadPayload reads the n bytes of f's payload that follow its header. A
+// large payload's buffer grows as its bytes arrive: a header alone, which
+// costs a peer 9 bytes, never makes the reader allocate MaxPayload.
 func ReadPayload(r io.Reader, f *Frame, n int) error {
-	if n > 0 {
+	switch {
+	case n <= 0:
+		return nil
+	case n <= payloadChunk:
 		f.Payload = make([]byte, n)
 		if _, err := io.ReadFull(r, f.Payload); err != nil {
 			return fmt.Errorf("nodemux: frame payload: %w", err)
 		}
+	default:
+		b := bytes.NewBuffer(make([]byte, 0, payloadChunk))
+		if _, err := io.CopyN(b, r, int64(n)); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("nodemux: frame payload: %w", err)
+		}
+		f.Payload = b.Bytes()
 	}
 	return nil
 }
+
+// payloadChunk is the largest payload allocated whole before it arrives.
+const payloadChunk = 64 << 10
 
 // AppendHeader appends a frame header for a payload of n bytes.
 func AppendHeader(b []byte, typ byte, stream uint32, n int) []byte {

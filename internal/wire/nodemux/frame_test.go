@@ -3,8 +3,10 @@ package nodemux
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net/http"
 	"reflect"
+	"runtime"
 	"testing"
 )
 
@@ -94,4 +96,28 @@ func FuzzParseRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReadPayloadGrowsAsBytesArrive: a header claiming MaxPayload followed
+// by a few bytes costs the reader about what arrived, not MaxPayload, and
+// fails as a truncated frame.
+func TestReadPayloadGrowsAsBytesArrive(t *testing.T) {
+	in := append(AppendHeader(nil, TypeRequest, 1, MaxPayload), "only this"...)
+	var hdr [HeaderLen]byte
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := ReadFrame(bytes.NewReader(in), &hdr, MaxPayload)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("truncated payload: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Fatalf("allocated %d bytes for a 9-byte header and 9 bytes of payload", got)
+	}
+	// A whole large payload still arrives whole.
+	big := bytes.Repeat([]byte("x"), 3*payloadChunk+5)
+	f, err := ReadFrame(bytes.NewReader(append(AppendHeader(nil, TypeRequest, 2, len(big)), big...)), &hdr, MaxPayload)
+	if err != nil || !bytes.Equal(f.Payload, big) {
+		t.Fatalf("large payload: %d bytes, %v", len(f.Payload), err)
+	}
 }
