@@ -85,6 +85,15 @@ func (c *DevCmd) Run(ctx context.Context, env *Env) error {
 	if cfg.KEK, err = devKEK(kekPath); err != nil {
 		return err
 	}
+	// Bound first, so a port 0 is known to New (the node URL the local
+	// agent uses) and to the banner.
+	opLn, nodeLn, err := server.Listen(&cfg)
+	if err != nil {
+		return err
+	}
+	defer opLn.Close() // on a return before Serve (Serve closes them too)
+	defer nodeLn.Close()
+	c.Listen, c.NodeListen = cfg.OperatorAddr, cfg.NodeAddr
 	srv, err := server.New(ctx, cfg, st)
 	if err != nil {
 		return fmt.Errorf("%w (drover dev keeps its key-encryption key in %s)", err, kekPath)
@@ -131,7 +140,7 @@ func (c *DevCmd) Run(ctx context.Context, env *Env) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Run(gctx) })
+	g.Go(func() error { return srv.Serve(gctx, opLn, nodeLn) })
 	g.Go(func() error {
 		select {
 		case <-srv.Ready():

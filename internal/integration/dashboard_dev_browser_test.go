@@ -36,6 +36,9 @@ type devProc struct {
 	agentLog         string // the second agent's log
 }
 
+// devBannerRE finds the operator address in drover dev's banner.
+var devBannerRE = regexp.MustCompile(`operator API +http://(127\.0\.0\.1:[1-9][0-9]*)`)
+
 // startDev starts `drover dev` on free loopback ports and waits until its
 // local agent is healthy.
 func startDev(t *testing.T, heartbeat time.Duration) *devProc {
@@ -44,14 +47,13 @@ func startDev(t *testing.T, heartbeat time.Duration) *devProc {
 	dir := t.TempDir()
 	d := &devProc{t: t, dataDir: filepath.Join(dir, "state"), logPath: filepath.Join(dir, "dev.log"),
 		heartbeat: heartbeat, hostID: "dev-local", opHTTP: &http.Client{Timeout: 10 * time.Second}}
-	opAddr, nodeAddr, agentAddr := freePort(t), freePort(t), freePort(t)
-	d.opURL = "http://" + opAddr
 	logf, err := os.Create(d.logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.cmd = exec.Command(bin, "dev", "--data-dir", d.dataDir, "--listen", opAddr, "--node-listen", nodeAddr,
-		"--agent-listen", agentAddr, "--host-id", d.hostID, "--runtime", "mock",
+	// Port 0 everywhere: the banner names the operator address it got.
+	d.cmd = exec.Command(bin, "dev", "--data-dir", d.dataDir, "--listen", "127.0.0.1:0", "--node-listen", "127.0.0.1:0",
+		"--agent-listen", "127.0.0.1:0", "--host-id", d.hostID, "--runtime", "mock",
 		"--heartbeat-interval", heartbeat.String())
 	d.cmd.Dir = dir
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
@@ -75,7 +77,13 @@ func startDev(t *testing.T, heartbeat time.Duration) *devProc {
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if b, err := os.ReadFile(filepath.Join(d.dataDir, "operator.token")); err == nil && len(bytes.TrimSpace(b)) > 0 {
+		if d.opURL == "" {
+			log, _ := os.ReadFile(d.logPath)
+			if m := devBannerRE.FindSubmatch(log); m != nil {
+				d.opURL = "http://" + string(m[1])
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(d.dataDir, "operator.token")); d.opURL != "" && err == nil && len(bytes.TrimSpace(b)) > 0 {
 			d.token = strings.TrimSpace(string(b))
 			if resp, err := http.Get(d.opURL + "/readyz"); err == nil {
 				resp.Body.Close()

@@ -353,10 +353,10 @@ func TestInstalledAgentUnderUnit(t *testing.T) {
 	}
 	for _, kv := range []string{"NODE_AGENT_CONTROL_PLANE_URL=" + bt.NodeURL, "NODE_AGENT_HOST_ID=" + id,
 		"NODE_AGENT_BOOTSTRAP_TOKEN=" + bt.Token, "NODE_AGENT_CA_HASH=" + bt.CAHash,
-		// Staged: the state dir under the root, a free local API port, no
+		// Staged: the state dir under the root, a local API on any free port, no
 		// instances (no QEMU needed).
 		"NODE_AGENT_STATE_DIR=" + filepath.Join(root, "var/lib/drover-agent"),
-		"NODE_AGENT_LISTEN=" + freePort(t), "NODE_AGENT_RUNTIME=none", "NODE_AGENT_HEARTBEAT_INTERVAL=500ms"} {
+		"NODE_AGENT_LISTEN=127.0.0.1:0", "NODE_AGENT_RUNTIME=none", "NODE_AGENT_HEARTBEAT_INTERVAL=500ms"} {
 		if _, err := f.WriteString(kv + "\n"); err != nil {
 			t.Fatal(err)
 		}

@@ -172,8 +172,11 @@ func TestReplicaCrashFailover(t *testing.T) {
 		c.LongPollFallback = time.Second
 	}
 	a := startEnv(t, openPostgresDSN(t, dsn), cfg) // creates the CA and keys B and C share
+	// B's node port is picked before it starts: its --advertise-node-url
+	// names it (the one port here probed and freed; its operator
+	// listener binds port 0).
 	bNode := freePort(t)
-	bp := &serverProc{t: t, bin: bin, storeSpec: dsn, opAddr: freePort(t), nodeAddr: bNode, kekFile: kekFile,
+	bp := &serverProc{t: t, bin: bin, storeSpec: dsn, nodeAddr: bNode, kekFile: kekFile,
 		logPath: filepath.Join(dir, "b.log"), extra: []string{"--heartbeat-interval", harnessHeartbeat.String(),
 			"--advertise-node-url", "https://" + bNode, "--terminal-node-stream-timeout", streamTimeout.String(),
 			"--long-poll-fallback-interval", "1s", "--recording-dir", filepath.Join(dir, "rec-b")}}
