@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -105,8 +106,9 @@ type muxConn struct {
 	host   string
 	wmu    sync.Mutex // one answer at a time
 
-	mu      sync.Mutex
-	streams map[uint32]context.CancelFunc // requests in flight
+	mu       sync.Mutex
+	streams  map[uint32]context.CancelFunc // requests in flight
+	midFrame bool                          // the reader is reading a payload, under its deadline
 }
 
 func (c *muxConn) close() {
@@ -125,13 +127,19 @@ func (c *muxConn) readLoop() error {
 		if err != nil {
 			return err
 		}
+		c.mu.Lock()
+		c.midFrame = true // armIdle leaves the payload's deadline alone
 		if c.s.payload > 0 && n > 0 {
 			_ = c.nc.SetReadDeadline(time.Now().Add(c.s.payload))
 		}
+		c.mu.Unlock()
 		if err := nodemux.ReadPayload(c.nc, &f, n); err != nil {
 			return err
 		}
+		c.mu.Lock()
+		c.midFrame = false
 		_ = c.nc.SetReadDeadline(time.Time{})
+		c.mu.Unlock()
 		switch f.Type {
 		case nodemux.TypeRequest:
 			if err := c.start(f); err != nil {
@@ -156,7 +164,7 @@ func (c *muxConn) readLoop() error {
 func (c *muxConn) armIdle() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.streams) == 0 && c.s.idle > 0 {
+	if len(c.streams) == 0 && c.s.idle > 0 && !c.midFrame {
 		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.idle))
 	}
 }
@@ -188,8 +196,8 @@ func (c *muxConn) start(f nodemux.Frame) error {
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	c.streams[f.Stream] = cancel
-	c.mu.Unlock()
 	_ = c.nc.SetReadDeadline(time.Time{}) // in flight: no idle deadline
+	c.mu.Unlock()
 	st := &muxStream{c: c, ctx: ctx, id: f.Stream, req: req, h: h}
 	go st.serve()
 	return nil
@@ -237,8 +245,11 @@ func (st *muxStream) end() {
 	if p := recover(); p != nil {
 		st.w.aborted = true
 		if p != http.ErrAbortHandler { //nolint:errorlint // the sentinel itself, as net/http compares it
-			st.c.s.log.Error("node API handler panicked", "remote", st.c.remote, "method", st.r.Method,
-				"path", st.r.URL.Path, "panic", p)
+			target := ""
+			if st.r != nil {
+				target = st.r.Method + " " + st.r.URL.Path
+			}
+			st.c.s.log.Error("node API handler panicked", "remote", st.c.remote, "request", target, "panic", p)
 		}
 	}
 	st.c.finish(st.ctx, st.id, &st.w)
@@ -296,9 +307,12 @@ func (c *muxConn) answer(stream uint32, w *muxWriter) {
 	}
 	frame := nodemux.AppendResponse(make([]byte, 0, nodemux.HeaderLen+256+w.body.Len()), stream, w.status, w.header, w.body.Bytes())
 	if len(frame)-nodemux.HeaderLen > nodemux.MaxPayload {
-		c.s.log.Error("node API answer too large for a frame: connection closed", "remote", c.remote, "bytes", w.body.Len())
-		c.close()
-		return
+		cid := w.header.Get(api.HeaderCorrelationID)
+		c.s.log.Error("node API answer too large for a frame", "remote", c.remote, "bytes", w.body.Len(), "correlation_id", cid)
+		body, _ := json.Marshal(api.ErrorBody{Error: api.ErrorDetail{Code: "response_too_large", CorrelationID: cid,
+			Message: fmt.Sprintf("answer of %d bytes, over the %d a drover-mux/1 frame carries", w.body.Len(), nodemux.MaxPayload)}})
+		frame = nodemux.AppendResponse(nil, stream, http.StatusInternalServerError,
+			http.Header{"Content-Type": {"application/json"}, api.HeaderCorrelationID: {cid}}, body)
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()

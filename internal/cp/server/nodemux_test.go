@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/httpapi"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/nodemux"
 	"github.com/drover-dev/drover/internal/wire/pki"
@@ -371,5 +372,23 @@ func TestMuxRefusalsBounded(t *testing.T) {
 	case <-closed:
 	case <-time.After(15 * time.Second):
 		t.Fatal("connection that does not read its refusals still open")
+	}
+}
+
+// TestMuxAnswerTooLarge: an answer over what a frame carries is a 500
+// response_too_large with the request's correlation id, not a closed
+// connection.
+func TestMuxAnswerTooLarge(t *testing.T) {
+	h := httpapi.WithCorrelation(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(make([]byte, nodemux.MaxPayload+1))
+	}))
+	f := newMuxFixture(t, h, muxDefaults(), true)
+	req, _ := http.NewRequest(http.MethodGet, f.url("/big"), nil)
+	req.Header.Set(api.HeaderCorrelationID, "cid-big")
+	resp, body := do(t, f.transport(nil), req)
+	var eb api.ErrorBody
+	_ = json.Unmarshal([]byte(body), &eb)
+	if resp.StatusCode != http.StatusInternalServerError || eb.Error.Code != "response_too_large" || eb.Error.CorrelationID != "cid-big" {
+		t.Fatalf("too large: %d %s", resp.StatusCode, body)
 	}
 }

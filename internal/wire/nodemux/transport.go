@@ -68,19 +68,31 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Body.Close()
 		body = b
 	}
-	c, err := t.get(req.Context())
-	if err != nil {
-		return nil, err
-	}
-	if c == nil { // the server does not speak Proto
-		r2 := req.Clone(req.Context())
-		if body != nil {
-			r2.Body = io.NopCloser(bytes.NewReader(body))
+	for attempt := 0; ; attempt++ {
+		c, err := t.get(req.Context())
+		if err != nil {
+			return nil, err
 		}
-		return t.Fallback.RoundTrip(r2)
+		if c == nil { // the server does not speak Proto
+			r2 := req.Clone(req.Context())
+			if body != nil {
+				r2.Body = io.NopCloser(bytes.NewReader(body))
+			}
+			return t.Fallback.RoundTrip(r2)
+		}
+		resp, err := c.roundTrip(req, body)
+		// A connection found closed before the request was sent (the
+		// server went away between requests): nothing of it reached the
+		// server, so it goes once more, on a new connection.
+		if errors.Is(err, errNotSent) && attempt == 0 {
+			continue
+		}
+		return resp, err
 	}
-	return c.roundTrip(req, body)
 }
+
+// errNotSent marks a request that found its connection already closed.
+var errNotSent = errors.New("not sent")
 
 // CloseIdleConnections drains the framed connection: requests in flight
 // finish on it, the next request dials a new one (the agent calls this
@@ -207,8 +219,10 @@ func (c *conn) roundTrip(req *http.Request, body []byte) (*http.Response, error)
 	ch := make(chan result, 1)
 	c.mu.Lock()
 	if c.err != nil {
+		err := c.err
 		c.mu.Unlock()
-		return nil, c.err
+		c.t.drop(c)
+		return nil, fmt.Errorf("%w (%w)", err, errNotSent)
 	}
 	id := c.next
 	c.next++
@@ -326,9 +340,14 @@ func (c *conn) fail(err error) {
 		ch <- result{err: err}
 	}
 	_ = c.nc.Close()
-	c.t.mu.Lock()
-	if c.t.conn == c {
-		c.t.conn = nil
+	c.t.drop(c)
+}
+
+// drop forgets c if it is the open connection.
+func (t *Transport) drop(c *conn) {
+	t.mu.Lock()
+	if t.conn == c {
+		t.conn = nil
 	}
-	c.t.mu.Unlock()
+	t.mu.Unlock()
 }

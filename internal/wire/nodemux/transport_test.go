@@ -197,3 +197,26 @@ func TestTransportOneDial(t *testing.T) {
 		t.Fatalf("%d dials for 8 concurrent requests, want 1", s.conns.Load())
 	}
 }
+
+// TestTransportRetriesUnsent: a request that finds its connection closed
+// before it was sent (the server went away between requests) goes on a new
+// connection instead of failing.
+func TestTransportRetriesUnsent(t *testing.T) {
+	s := &pipeServer{release: make(chan struct{})}
+	tr := &Transport{Dial: s.dial(Proto), Fallback: &countingRT{}}
+	if resp, err := get(t, tr, "/a", ""); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first: %v %v", resp, err)
+	}
+	tr.mu.Lock()
+	c := tr.conn
+	tr.mu.Unlock()
+	c.mu.Lock()
+	c.err = ErrConnClosed // closed, but not yet dropped from the transport
+	c.mu.Unlock()
+	if resp, err := get(t, tr, "/b", ""); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after the connection closed: %v %v", resp, err)
+	}
+	if s.conns.Load() != 2 {
+		t.Fatalf("%d connections, want a new one", s.conns.Load())
+	}
+}
