@@ -93,27 +93,43 @@ func transport(tlsCfg *tls.Config, local *net.TCPAddr, gate chan struct{}) *http
 	return tr
 }
 
-// gatedDialTLS dials TLS as the transport would, holding a slot of gate
+// gatedDialTLS dials TLS as the transport would, through gatedHandshake.
+func gatedDialTLS(tlsCfg *tls.Config, local *net.TCPAddr, gate chan struct{}) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	handshake := gatedHandshake(tlsCfg, local, gate)
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		tc, err := handshake(ctx, network, addr)
+		if err != nil {
+			return nil, err // not a nil *tls.Conn in a non-nil net.Conn
+		}
+		return tc, nil
+	}
+}
+
+// gatedHandshake dials addr and completes the TLS handshake offering
+// protos (none: HTTP/2 first), holding a slot of gate (nil: no bound)
 // from before the TCP dial to the end of the handshake. The simulated
 // agents share this machine's cores, where real agents each have their
 // own: unbounded, thousands of client handshakes starve together and
 // overrun their 10 s timeout, which is the harness's failure, not the
 // server's. Time spent waiting for a slot still counts in every figure
 // measured from before the dial (the storm's "back" times).
-func gatedDialTLS(tlsCfg *tls.Config, local *net.TCPAddr, gate chan struct{}) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func gatedHandshake(tlsCfg *tls.Config, local *net.TCPAddr, gate chan struct{},
+	protos ...string) func(ctx context.Context, network, addr string) (*tls.Conn, error) {
 	dial := dialer(local)
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		select {
-		case gate <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	return func(ctx context.Context, network, addr string) (*tls.Conn, error) {
+		if gate != nil {
+			select {
+			case gate <- struct{}{}:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			defer func() { <-gate }()
 		}
-		defer func() { <-gate }()
 		raw, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return nodeapi.ClientHandshake(ctx, raw, tlsCfg.Clone(), addr, 10*time.Second)
+		return nodeapi.ClientHandshake(ctx, raw, tlsCfg.Clone(), addr, 10*time.Second, protos...)
 	}
 }
 
@@ -196,23 +212,11 @@ func (a *simAgent) enrol(ctx context.Context, token, caHash string, roots *atomi
 }
 
 // muxDial dials addr as the real agent's framed transport does, offering
-// nodemux.Proto first, holding a slot of gate (if any) as gatedDialTLS.
+// nodemux.Proto first (gatedHandshake).
 func muxDial(tlsCfg *tls.Config, local *net.TCPAddr, gate chan struct{}, addr string) nodemux.DialFunc {
-	dial := dialer(local)
+	handshake := gatedHandshake(tlsCfg, local, gate, nodemux.Proto, "h2", "http/1.1")
 	return func(ctx context.Context) (net.Conn, string, error) {
-		if gate != nil {
-			select {
-			case gate <- struct{}{}:
-			case <-ctx.Done():
-				return nil, "", ctx.Err()
-			}
-			defer func() { <-gate }()
-		}
-		raw, err := dial(ctx, "tcp", addr)
-		if err != nil {
-			return nil, "", err
-		}
-		tc, err := nodeapi.ClientHandshake(ctx, raw, tlsCfg.Clone(), addr, 10*time.Second, nodemux.Proto, "h2", "http/1.1")
+		tc, err := handshake(ctx, "tcp", addr)
 		if err != nil {
 			return nil, "", err
 		}

@@ -39,9 +39,9 @@ const (
 // HeaderLen is the length of a frame header.
 const HeaderLen = 9
 
-// MaxPayload bounds a frame's payload on both sides: a request or answer
-// larger than this is not carried (the agent sends such a request over
-// HTTP/2; the control plane answers 500 response_too_large). The node
+// MaxPayload bounds a frame's payload on both sides. Transport sends a
+// request body over MaxPayload/2 by HTTP/2 instead, and the control plane
+// answers 500 response_too_large for an answer that does not fit. The node
 // API's bodies are far smaller (a results batch is at most 1 MiB).
 const MaxPayload = 8 << 20
 

@@ -21,8 +21,8 @@ type DialFunc func(ctx context.Context) (conn net.Conn, proto string, err error)
 // one connection (dialled on demand by Dial, one dial at a time; requests
 // made meanwhile wait for it). It sends to Fallback, an ordinary HTTP/2
 // transport, a request the framing cannot carry (an Upgrade, a body over
-// MaxPayload) and, for FallbackFor after a dial found a server that did not
-// choose Proto (one that predates it), every request.
+// MaxPayload/2) and, for FallbackFor after a dial found a server that did
+// not choose Proto (one that predates it), every request.
 type Transport struct {
 	Dial     DialFunc
 	Fallback http.RoundTripper
