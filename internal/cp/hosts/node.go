@@ -277,6 +277,9 @@ func (s *Room) JWKS(w http.ResponseWriter, _ *http.Request, _ Caller) error {
 // One frame of its own (not httpapi.Handle around a closure): long-polls
 // park below it, and every frame under a parked long-poll counts against
 // the size its stack can shrink to.
+//
+// It is the top of a parked request's chain (httpapi.Park): the error the
+// request finishes with is written then, and it marks the chain returned.
 func (s *Room) NodeAuthID(next httpapi.NodeHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := s.authenticateID(r)
@@ -284,9 +287,28 @@ func (s *Room) NodeAuthID(next httpapi.NodeHandler) http.Handler {
 			err = next(w, r, id)
 		}
 		if err != nil {
-			s.writeError(w, r, err)
+			s.answerError(w, r, err)
 		}
 	})
+}
+
+// answerError writes err, or, for a parked request, has its final error
+// written when it finishes.
+//
+//go:noinline
+func (s *Room) answerError(w http.ResponseWriter, r *http.Request, err error) {
+	p, ok := httpapi.ParkOf(err)
+	if !ok {
+		s.writeError(w, r, err)
+		return
+	}
+	p.Then(func(err error) error {
+		if err != nil {
+			s.writeError(w, r, err)
+		}
+		return nil
+	})
+	p.Returned()
 }
 
 //go:noinline

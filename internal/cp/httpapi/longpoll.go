@@ -54,7 +54,8 @@ func NewLongPolls(route string, limit int, reg prometheus.Registerer, refusals *
 // Limit admits at most the limit of concurrent requests of one node to
 // next; isPoll (nil: every request) picks the requests that count. Beyond
 // the cap: 429 node_long_poll_limit with Retry-After. The cap is per
-// replica.
+// replica. A request that next parks (Park) holds its slot until it
+// finishes.
 func (lp *LongPolls) Limit(isPoll func(*http.Request) bool, next NodeHandler) NodeHandler {
 	return func(w http.ResponseWriter, r *http.Request, nodeID string) error {
 		if isPoll != nil && !isPoll(r) {
@@ -64,9 +65,35 @@ func (lp *LongPolls) Limit(isPoll func(*http.Request) bool, next NodeHandler) No
 		if !ok {
 			return lp.refuse(nodeID)
 		}
-		defer release()
-		return next(w, r, nodeID) // the long-poll parks below this frame: keep it small
+		defer releaseHeld(&release)
+		return releaseOnFinish(next(w, r, nodeID), &release) // the long-poll parks below this frame: keep it small
 	}
+}
+
+// releaseHeld is Limit's deferred release of its slot, unless
+// releaseOnFinish took it over (nil).
+//
+//go:noinline
+func releaseHeld(release *func()) {
+	if *release != nil {
+		(*release)()
+	}
+}
+
+// releaseOnFinish passes err on; when it is a parked request's, it hands
+// *release over to the request's end (Then), and clears it.
+//
+//go:noinline
+func releaseOnFinish(err error, release *func()) error {
+	if p, ok := ParkOf(err); ok {
+		f := *release
+		*release = nil
+		p.Then(func(err error) error {
+			f()
+			return err
+		})
+	}
+	return err
 }
 
 // refuse is Limit's 429, in a frame of its own so that Limit's stays small

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -68,3 +69,79 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no single series %s", name)
 	return 0
 }
+
+// TestLongPollsLimitParked: a poll its handler parks holds its slot after
+// the handler returned, until the request finishes (whether it finishes as
+// its chain returns or later); a handler that returns or panics without
+// parking gives it back at once.
+func TestLongPollsLimitParked(t *testing.T) {
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name string
+		// handle is the poll's handler; it returns the Park it parked, if any.
+		handle     func(p *Park) (*Park, error)
+		finishLate bool // Finish after the chain returned (else while it returns)
+	}{
+		{"parked, finished later", func(p *Park) (*Park, error) { return p, p.Err() }, true},
+		{"parked, finished as the chain returns", func(p *Park) (*Park, error) { p.Finish(boom); return p, p.Err() }, false},
+		{"parked, wrapped", func(p *Park) (*Park, error) { return p, fmt.Errorf("poll: %w", p.Err()) }, true},
+		{"not parked", func(*Park) (*Park, error) { return nil, boom }, false},
+		{"panics", func(*Park) (*Park, error) { panic(boom) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			lp := NewLongPolls("tasks", 1, reg, NewLimitRefusals(reg))
+			var parked *Park
+			h := lp.Limit(nil, func(w http.ResponseWriter, r *http.Request, nodeID string) error {
+				var err error
+				parked, err = tc.handle(w.(Parker).Park())
+				return err
+			})
+			pr, p := newParkProbe()
+			w := &parkWriter{ResponseRecorder: httptest.NewRecorder(), p: p}
+			var err error
+			func() {
+				defer func() { _ = recover() }()
+				err = h(w, httptest.NewRequest(http.MethodGet, "/x", nil), "n1")
+			}()
+			if parked == nil {
+				if got := lp.slots.Count(); got != 0 {
+					t.Fatalf("%d slots held after a handler that did not park (err %v)", got, err)
+				}
+				return
+			}
+			if got, ok := ParkOf(err); !ok || got != parked {
+				t.Fatalf("Limit returned %v, not the Park's error", err)
+			}
+			var final error
+			parked.Then(func(err error) error { final = err; return nil })
+			if got := lp.slots.Count(); got != 1 {
+				t.Fatalf("%d slots held by the parked poll before it finished, want 1", got)
+			}
+			var he *Error
+			if err := h(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/x", nil), "n1"); !errors.As(err, &he) ||
+				he.Status != http.StatusTooManyRequests {
+				t.Fatalf("a second poll while the first is parked: %v, want a 429", err)
+			}
+			parked.Returned()
+			if tc.finishLate {
+				if got := lp.slots.Count(); got != 1 {
+					t.Fatalf("%d slots held after the chain returned, before Finish; want 1", got)
+				}
+				parked.Finish(boom)
+			}
+			pr.wait(t)
+			if got := lp.slots.Count(); got != 0 || final != boom {
+				t.Fatalf("after Finish: %d slots held, final error %v; want 0 and %v", got, final, boom)
+			}
+		})
+	}
+}
+
+// parkWriter is a ResponseWriter of a transport that parks requests.
+type parkWriter struct {
+	*httptest.ResponseRecorder
+	p *Park
+}
+
+func (w *parkWriter) Park() *Park { return w.p }

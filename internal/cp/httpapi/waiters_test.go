@@ -85,3 +85,95 @@ func TestWaitersQuiet(t *testing.T) {
 		t.Fatal("quiet after WakeAll")
 	}
 }
+
+// TestWaitersFuncs: a callback waiter is called on each wake of its node
+// and on WakeAll, never for another node, and no more once removed
+// (whichever of its node's list it is); Count counts both kinds.
+func TestWaitersFuncs(t *testing.T) {
+	w := NewWaiters()
+	calls := map[string]int{}
+	add := func(name, node string) func() {
+		return w.AddFunc(node, func() { calls[name]++ })
+	}
+	removeA1, removeA2, removeA3 := add("a1", "a"), add("a2", "a"), add("a3", "a")
+	removeB := add("b", "b")
+	_, removeCh := w.Add("a")
+	check := func(step string, count int, want map[string]int) {
+		t.Helper()
+		if got := w.Count(); got != count {
+			t.Fatalf("%s: count %d, want %d", step, got, count)
+		}
+		for name, n := range want {
+			if calls[name] != n {
+				t.Fatalf("%s: %s called %d times, want %d (%v)", step, name, calls[name], n, calls)
+			}
+		}
+	}
+	check("added", 5, map[string]int{"a1": 0, "a2": 0, "a3": 0, "b": 0})
+	w.Wake("a")
+	w.Wake("a") // a callback is called on every wake: the poll coalesces
+	check("woken twice", 5, map[string]int{"a1": 2, "a2": 2, "a3": 2, "b": 0})
+	w.WakeAll()
+	check("WakeAll", 5, map[string]int{"a1": 3, "a2": 3, "a3": 3, "b": 1})
+	for _, tc := range []struct {
+		name   string
+		remove func()
+		count  int
+		want   map[string]int
+	}{
+		{"middle removed", removeA2, 4, map[string]int{"a1": 4, "a2": 3, "a3": 4}},
+		{"again: nothing", removeA2, 4, map[string]int{"a1": 5, "a2": 3, "a3": 5}},
+		{"first added (last in the list) removed", removeA1, 3, map[string]int{"a1": 5, "a2": 3, "a3": 6}},
+		{"last added (head) removed", removeA3, 2, map[string]int{"a1": 5, "a2": 3, "a3": 6}},
+		{"channel removed", removeCh, 1, map[string]int{"a1": 5, "a2": 3, "a3": 6, "b": 1}},
+	} {
+		tc.remove()
+		w.Wake("a")
+		check(tc.name, tc.count, tc.want)
+	}
+	removeB()
+	w.WakeAll()
+	check("all removed", 0, map[string]int{"b": 1})
+	if len(w.funcs) != 0 || len(w.nodes) != 0 {
+		t.Fatalf("nodes left: %d callback lists, %d channel sets", len(w.funcs), len(w.nodes))
+	}
+	removeA1 = add("a1", "a") // a node's list starts again
+	w.Wake("a")
+	removeA1()
+	check("re-added", 0, map[string]int{"a1": 6})
+}
+
+// TestWaitersSettleUnless: SettleUnless marks a node quiet unless its
+// pending (asked with Waiters' mutex held) reports a wake; wakes end the
+// quiet as for Settle.
+func TestWaitersSettleUnless(t *testing.T) {
+	w := NewWaiters()
+	var woken bool // the poll's flag; here under Waiters' mutex alone
+	remove := w.AddFunc("a", func() { woken = true })
+	defer remove()
+	pending := func() bool {
+		if w.mu.TryLock() {
+			w.mu.Unlock()
+			t.Fatal("pending called without Waiters' mutex held")
+		}
+		return woken
+	}
+	w.SettleUnless("a", pending)
+	if !w.Quiet("a") {
+		t.Fatal("not quiet after a settle with no wake pending")
+	}
+	w.Wake("a")
+	if w.Quiet("a") || !woken {
+		t.Fatal("a wake did not end the quiet or reach the waiter")
+	}
+	w.SettleUnless("a", pending) // the wake came after the wait's last read
+	if w.Quiet("a") {
+		t.Fatal("settled quiet with a wake pending")
+	}
+	woken = false // the poll read again, after the wake
+	w.SettleUnless("a", pending)
+	w.WakeAll()
+	if w.Quiet("a") || w.QuietCount() != 0 {
+		t.Fatal("quiet after WakeAll")
+	}
+}

@@ -23,12 +23,14 @@ const leaseSlack = 30 * time.Second
 // Wait (nodeapi.WaitTask) long-polls for the node's next task and claims it
 // atomically. It never polls the store: it claims once (not even once for a
 // quiet node, see httpapi.Waiters), then sleeps until a change event for
-// this node, the deadline, or the client going away.
+// this node, the deadline, or the client going away. On a transport that
+// parks requests (httpapi.Parker: the framed node connection) it sleeps
+// without a goroutine (waitParked); elsewhere its goroutine blocks here.
 //
-// Its goroutine parks in the select below for most of its life, so the
+// That goroutine parks in the select below for most of its life, so the
 // frames under it are kept small: the claim, the delivery and the
-// revocation check run in functions of their own (claimAndDeliver,
-// revokedOnWake), whose frames are gone while it waits. A parked stack
+// revocation check run in functions of their own (firstClaim,
+// claimOnWake), whose frames are gone while it waits. A parked stack
 // whose used part stays under a quarter of its size is halved by the GC
 // (docs/performance.md, "Memory per idle long-poll: measured breakdown").
 //
@@ -36,30 +38,25 @@ const leaseSlack = 30 * time.Second
 // each signed and audited as a single claim is: the first is the delivery,
 // the rest its More.
 func (s *Room) Wait(w http.ResponseWriter, r *http.Request, nodeID string) error {
+	if _, ok := w.(httpapi.Parker); ok {
+		return s.waitParked(w, r, nodeID)
+	}
 	wait, max, err := s.waitParams(r)
 	if err != nil {
 		return err
 	}
 	wake, done := s.waiters.Add(nodeID)
 	defer done()
-	// A quiet node (its last wait here found nothing, and no change event
-	// or fallback check woke it since) parks without a claim: nothing can
-	// have become claimable for it without a wake. Without the fallback
-	// check, lost events would be caught only by this claim: always claim.
-	claim := s.cfg.FallbackPoll <= 0 || !s.waiters.Quiet(nodeID)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	if delivered, err := s.firstClaim(w, r, nodeID, max); delivered || err != nil {
+		return err
+	}
 	ctxDone := r.Context().Done()
 	for {
-		if claim {
-			if delivered, err := s.claimAndDeliver(w, r, nodeID, max); delivered || err != nil {
-				return err
-			}
-		}
-		claim = true
 		select {
 		case <-wake:
-			if err := s.revokedOnWake(r, nodeID); err != nil {
+			if delivered, err := s.claimOnWake(w, r, nodeID, max); delivered || err != nil {
 				return err
 			}
 		case <-timer.C:
@@ -67,7 +64,7 @@ func (s *Room) Wait(w http.ResponseWriter, r *http.Request, nodeID string) error
 			w.WriteHeader(http.StatusNoContent)
 			return nil
 		case <-ctxDone:
-			return nil
+			return nil // the transport answers nothing to a request cancelled
 		}
 	}
 }
@@ -94,6 +91,32 @@ func (s *Room) waitParams(r *http.Request) (time.Duration, int, error) {
 		max = min(n, api.MaxClaim)
 	}
 	return wait, max, nil
+}
+
+// firstClaim is a wait's claim once its waiter is registered (delivered
+// true when it wrote tasks). A quiet node (its last wait here found
+// nothing, and no change event or fallback check woke it since) parks
+// without a claim: nothing can have become claimable for it without a
+// wake. Without the fallback check, lost events would be caught only by
+// this claim: always claim.
+//
+//go:noinline
+func (s *Room) firstClaim(w http.ResponseWriter, r *http.Request, nodeID string, max int) (bool, error) {
+	if s.cfg.FallbackPoll > 0 && s.waiters.Quiet(nodeID) {
+		return false, nil
+	}
+	return s.claimAndDeliver(w, r, nodeID, max)
+}
+
+// claimOnWake is a woken wait's claim: a 403 when the node was revoked
+// meanwhile, else as claimAndDeliver.
+//
+//go:noinline
+func (s *Room) claimOnWake(w http.ResponseWriter, r *http.Request, nodeID string, max int) (bool, error) {
+	if err := s.revokedOnWake(r, nodeID); err != nil {
+		return false, err
+	}
+	return s.claimAndDeliver(w, r, nodeID, max)
 }
 
 // claimAndDeliver claims up to max of the node's next tasks and, when there

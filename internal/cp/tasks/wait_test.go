@@ -21,20 +21,32 @@ import (
 	"github.com/drover-dev/drover/internal/wire/task"
 )
 
-// countingStore counts the claims that reach the store.
+// countingStore counts the claims that reach the store; afterClaim, when
+// set, runs after each (before the claim's answer is used).
 type countingStore struct {
 	store.Store
-	claims atomic.Int64
+	claims     atomic.Int64
+	afterClaim atomic.Pointer[func()]
 }
 
 func (c *countingStore) ClaimTasks(ctx context.Context, nodeID string, now time.Time, l store.ClaimLeases, max int) ([]store.Task, error) {
 	c.claims.Add(1)
-	return c.Store.ClaimTasks(ctx, nodeID, now, l, max)
+	ts, err := c.Store.ClaimTasks(ctx, nodeID, now, l, max)
+	if f := c.afterClaim.Load(); f != nil {
+		(*f)()
+	}
+	return ts, err
 }
 
-type fakeNodes struct{}
+// fakeNodes answers whether a node is revoked: revoked.
+type fakeNodes struct{ revoked, panics atomic.Bool }
 
-func (fakeNodes) NodeRevoked(context.Context, string) (bool, error) { return false, nil }
+func (f *fakeNodes) NodeRevoked(context.Context, string) (bool, error) {
+	if f.panics.Load() {
+		panic("node lookup bug")
+	}
+	return f.revoked.Load(), nil
+}
 
 type fakeSigner struct{}
 
@@ -63,19 +75,19 @@ func newWaitRoom(t *testing.T, fallback time.Duration) (*Room, *countingStore) {
 	cs := &countingStore{Store: st}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	r := New(Config{Registry: reg, MaxWait: time.Minute, FallbackPoll: fallback, Log: log, Now: time.Now},
-		cs, fakeNodes{}, nil, fakeSigner{}, audit.New(st, time.Now, log), NewMetrics(prometheus.NewRegistry()))
+		cs, &fakeNodes{}, nil, fakeSigner{}, audit.New(st, time.Now, log), NewMetrics(prometheus.NewRegistry()))
 	return r, cs
 }
 
 // wait runs one long-poll of n1 with a 30 ms timeout and returns its status.
-func wait(t *testing.T, r *Room) int {
+func wait(t *testing.T, r *Room, m mode) int {
 	t.Helper()
 	req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/internal/v1/nodes/n1/tasks/wait?timeout=30ms", nil)
-	w := httptest.NewRecorder()
-	if err := r.Wait(w, req, "n1"); err != nil {
-		t.Fatalf("wait: %v", err)
+	res := m.start(t, r.Wait, req).result(t)
+	if res.err != nil {
+		t.Fatalf("wait: %v", res.err)
 	}
-	return w.Code
+	return res.code
 }
 
 // echoTask is a queued diag.echo task for n1.
@@ -89,11 +101,17 @@ func echoTask(t *testing.T, r *Room) store.Task {
 // whose event was lost is delivered after the fallback check. Without the
 // fallback check every wait claims.
 func TestQuietNodeParksWithoutClaim(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { testQuietNodeParksWithoutClaim(t, m) })
+	}
+}
+
+func testQuietNodeParksWithoutClaim(t *testing.T, m mode) {
 	r, cs := newWaitRoom(t, time.Hour) // the fallback runs only when the test calls it
 	step := func(name string, wantStatus int, wantClaims int64) {
 		t.Helper()
 		before := cs.claims.Load()
-		if got := wait(t, r); got != wantStatus {
+		if got := wait(t, r, m); got != wantStatus {
 			t.Fatalf("%s: status %d, want %d", name, got, wantStatus)
 		}
 		if got := cs.claims.Load() - before; got != wantClaims {
