@@ -41,7 +41,7 @@ type handshakeListener struct {
 	// mux, when set, serves the connections whose agent chose
 	// nodemux.Proto (on a goroutine of their own); Accept never returns
 	// them.
-	mux func(*tls.Conn)
+	mux func(*tls.Conn, *gatedConn)
 
 	start  sync.Once
 	conns  chan net.Conn
@@ -136,7 +136,7 @@ func (l *handshakeListener) handshake(raw net.Conn) {
 	}
 	_ = raw.SetDeadline(time.Time{})
 	if l.mux != nil && c.ConnectionState().NegotiatedProtocol == nodemux.Proto {
-		go l.mux(c) // a fresh goroutine: this one's stack grew in the handshake
+		go l.mux(c, gc) // a fresh goroutine: this one's stack grew in the handshake
 		return
 	}
 	select {
@@ -172,15 +172,25 @@ func newHandshakeCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 // the retries repeat it: with the bound they complete one after another,
 // at the same total cost, and the other goroutines (the operator API) keep
 // getting CPU. After the handshake the connection reads straight through.
+//
+// A framed connection in the poller (muxPoller) then reads through now
+// while nonblock is set: the socket once, without waiting. Both are set
+// by the goroutine that reads.
 type gatedConn struct {
 	net.Conn
 	cpu  chan struct{}
 	held bool // a slot; only the handshake's goroutine reads before done
 	done atomic.Bool
+
+	now      *nowReader
+	nonblock bool
 }
 
 func (c *gatedConn) Read(b []byte) (int, error) {
 	if c.done.Load() {
+		if c.nonblock {
+			return c.now.read(b)
+		}
 		return c.Conn.Read(b)
 	}
 	c.release()

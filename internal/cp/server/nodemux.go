@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/httpapi"
@@ -20,16 +22,18 @@ import (
 )
 
 // muxServer serves the node API on connections whose agent chose
-// nodemux.Proto: one goroutine per connection reads frames, and each
-// request runs the node API's handler on a goroutine of its own, with
-// r.TLS the connection's state, so authentication, limits and every
-// route are the HTTP/2 ones. A parked long-poll then costs its handler's
-// goroutine, and the connection one small reader, instead of net/http's
-// connection, frame-reader and handler goroutines and its per-stream
-// buffers (docs/adr/0018-node-mux.md).
+// nodemux.Proto. Each request runs the node API's handler with r.TLS the
+// connection's state, so authentication, limits and every route are the
+// HTTP/2 ones. On Linux a connection is read only when it is readable
+// (muxPoller, muxConn.burst), and a task long-poll parks without its
+// handler's goroutine (httpapi.Parker): an idle agent then costs no
+// goroutine at all, instead of net/http's connection, frame-reader and
+// handler goroutines and its per-stream buffers (docs/adr/0018-node-mux.md).
+// Elsewhere each connection has a reader goroutine (readLoop).
 type muxServer struct {
 	handler http.Handler
 	log     *slog.Logger
+	poll    *muxPoller // nil: a reader goroutine per connection
 	// idle closes a connection with no request in flight for this long;
 	// payload bounds reading a frame's payload once its header came;
 	// write bounds writing one answer; maxHead bounds a request's method,
@@ -43,23 +47,35 @@ type muxServer struct {
 	closed bool
 }
 
-func newMuxServer(h http.Handler, cfg Config, log *slog.Logger) *muxServer {
-	return &muxServer{handler: h, log: log, idle: cfg.IdleTimeout, payload: cfg.ReadHeaderTimeout + cfg.BodyReadTimeout,
+// newMuxServer serves h; poll (the platform's muxPoller) reads the idle
+// connections, or without it a reader goroutine each.
+func newMuxServer(h http.Handler, cfg Config, log *slog.Logger, poll bool) *muxServer {
+	s := &muxServer{handler: h, log: log, idle: cfg.IdleTimeout, payload: cfg.ReadHeaderTimeout + cfg.BodyReadTimeout,
 		write: cfg.ReadHeaderTimeout + cfg.BodyReadTimeout, maxHead: cfg.MaxHeaderBytes, maxStreams: muxMaxStreams,
 		conns: map[*muxConn]struct{}{}}
+	if poll {
+		p, err := newMuxPoller()
+		if err != nil {
+			log.Info("node listener: framed connections each get a reader goroutine", "reason", err)
+		}
+		s.poll = p
+	}
+	return s
 }
 
 // muxMaxStreams is a connection's requests in flight; HTTP/2's
 // net/http default is 250, an agent uses fewer than 16.
 const muxMaxStreams = 64
 
-// serve reads c's frames until it closes; it runs on a goroutine of its
-// own (started by the node listener once the handshake is done).
-func (s *muxServer) serve(c *tls.Conn) {
+// serve serves c, whose handshake is done, until it closes; it runs on a
+// goroutine of its own (started by the node listener), which returns
+// once the connection waits in the poller, or else reads until the
+// connection closes. gc is c's transport.
+func (s *muxServer) serve(c *tls.Conn, gc *gatedConn) {
 	state := c.ConnectionState()
 	ctx, cancel := context.WithCancel(context.Background())
-	mc := &muxConn{s: s, nc: c, tls: &state, ctx: ctx, cancel: cancel, remote: c.RemoteAddr().String(),
-		host: state.ServerName, streams: map[uint32]context.CancelFunc{}}
+	mc := &muxConn{s: s, nc: c, gc: gc, tls: &state, ctx: ctx, cancel: cancel, remote: c.RemoteAddr().String(),
+		host: state.ServerName, streams: map[uint32]*muxStream{}}
 	if mc.host == "" {
 		mc.host = "node"
 	}
@@ -71,14 +87,11 @@ func (s *muxServer) serve(c *tls.Conn) {
 	}
 	s.conns[mc] = struct{}{}
 	s.mu.Unlock()
-	err := mc.readLoop()
-	mc.close()
-	s.mu.Lock()
-	delete(s.conns, mc)
-	s.mu.Unlock()
-	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-		s.log.Debug("node listener: framed connection closed", "remote", mc.remote, "err", err)
+	if mc.polled() {
+		mc.burst() // what came with the handshake, then the poller
+		return
 	}
+	mc.fail(mc.readLoop())
 }
 
 // Close closes every connection; their handlers' contexts end.
@@ -93,27 +106,71 @@ func (s *muxServer) Close() {
 	for _, c := range conns {
 		c.close()
 	}
+	if s.poll != nil {
+		s.poll.close()
+	}
 }
 
 // muxConn is one framed connection.
 type muxConn struct {
 	s      *muxServer
 	nc     *tls.Conn
+	gc     *gatedConn
 	tls    *tls.ConnectionState // shared, read-only, by every request
 	ctx    context.Context      // ends when the connection closes
 	cancel context.CancelFunc
 	remote string
 	host   string
 	wmu    sync.Mutex // one answer at a time
+	closer sync.Once
+
+	// In the poller (rc set): its registration, and the idle timer
+	// that stands in for the reader's idle deadline.
+	rc      syscall.RawConn
+	pollTok uint32
+	idleT   *time.Timer
 
 	mu       sync.Mutex
-	streams  map[uint32]context.CancelFunc // requests in flight
-	midFrame bool                          // the reader is reading a payload, under its deadline
+	streams  map[uint32]*muxStream // requests in flight
+	midFrame bool                  // the reader is reading a payload, under its deadline
+	reading  bool                  // a burst is reading (in the poller)
 }
 
+// close closes the connection, once: its requests are given up (their
+// contexts end, their parks are cancelled), and the server and the poller
+// forget it.
 func (c *muxConn) close() {
-	c.cancel()
-	_ = c.nc.Close()
+	c.closer.Do(func() {
+		c.mu.Lock()
+		c.cancel() // under mu: no stream starts after it (start)
+		streams := make([]*muxStream, 0, len(c.streams))
+		for _, st := range c.streams {
+			streams = append(streams, st)
+		}
+		if c.idleT != nil {
+			c.idleT.Stop()
+		}
+		c.mu.Unlock()
+		for _, st := range streams {
+			st.giveUp()
+		}
+		_ = c.nc.Close()
+		if c.rc != nil {
+			c.s.poll.remove(c)
+		}
+		c.s.mu.Lock()
+		delete(c.s.conns, c)
+		c.s.mu.Unlock()
+	})
+}
+
+// fail closes the connection after its reader's err (logged unless the
+// agent or the server closed it).
+func (c *muxConn) fail(err error) {
+	c.close()
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		c.s.log.Debug("node listener: framed connection closed", "remote", c.remote, "err", err)
+	}
 }
 
 // readLoop reads frames until the connection fails or breaks the framing.
@@ -140,40 +197,61 @@ func (c *muxConn) readLoop() error {
 		c.midFrame = false
 		_ = c.nc.SetReadDeadline(time.Time{})
 		c.mu.Unlock()
-		switch f.Type {
-		case nodemux.TypeRequest:
-			if err := c.start(f); err != nil {
-				return err
-			}
-		case nodemux.TypeCancel:
-			c.mu.Lock()
-			if cancel := c.streams[f.Stream]; cancel != nil {
-				cancel()
-			}
-			c.mu.Unlock()
-		default:
-			return fmt.Errorf("%w: frame type %d from the agent", nodemux.ErrProtocol, f.Type)
+		st, err := c.handle(f)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			go st.serve()
 		}
 		c.armIdle()
 	}
 }
 
-// armIdle sets the read deadline to the idle timeout when nothing is in
-// flight (the reader is then waiting for the next request, or for the
-// agent to go away).
+// handle takes a frame from the agent: a request's stream, to serve, or a
+// cancel (nil stream).
+func (c *muxConn) handle(f nodemux.Frame) (*muxStream, error) {
+	switch f.Type {
+	case nodemux.TypeRequest:
+		return c.start(f)
+	case nodemux.TypeCancel:
+		c.mu.Lock()
+		st := c.streams[f.Stream]
+		c.mu.Unlock()
+		if st != nil {
+			st.giveUp()
+		}
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%w: frame type %d from the agent", nodemux.ErrProtocol, f.Type)
+}
+
+// armIdle starts the idle timeout when nothing is in flight and nothing
+// is being read (the connection then waits for the next request, or for
+// the agent to go away): the reader's read deadline, or in the poller the
+// idle timer.
 func (c *muxConn) armIdle() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.streams) == 0 && c.s.idle > 0 && !c.midFrame {
+	if len(c.streams) > 0 || c.s.idle <= 0 || c.midFrame {
+		return
+	}
+	switch {
+	case c.rc == nil:
 		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.idle))
+	case c.reading: // the burst arms it when it ends
+	case c.idleT == nil:
+		c.idleT = time.AfterFunc(c.s.idle, c.idleClose)
+	default:
+		c.idleT.Reset(c.s.idle)
 	}
 }
 
-// start begins serving a request frame.
-func (c *muxConn) start(f nodemux.Frame) error {
+// start takes a request frame: its stream, to serve.
+func (c *muxConn) start(f nodemux.Frame) (*muxStream, error) {
 	req, err := nodemux.ParseRequest(f.Payload)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	h := c.s.handler
 	if headLen := len(f.Payload) - len(req.Body); c.s.maxHead > 0 && headLen > c.s.maxHead {
@@ -181,26 +259,35 @@ func (c *muxConn) start(f nodemux.Frame) error {
 			"request method, target and header fields of %d bytes (at most %d)", headLen, c.s.maxHead))
 	}
 	c.mu.Lock()
+	if c.ctx.Err() != nil {
+		c.mu.Unlock()
+		return nil, net.ErrClosed
+	}
 	if _, dup := c.streams[f.Stream]; dup {
 		c.mu.Unlock()
-		return fmt.Errorf("%w: stream %d already in flight", nodemux.ErrProtocol, f.Stream)
+		return nil, fmt.Errorf("%w: stream %d already in flight", nodemux.ErrProtocol, f.Stream)
 	}
 	if len(c.streams) >= 2*c.s.maxStreams { // refusals pile up too: an agent that does not read them
 		c.mu.Unlock()
-		return fmt.Errorf("%w: %d requests in flight", nodemux.ErrProtocol, len(c.streams))
+		return nil, fmt.Errorf("%w: %d requests in flight", nodemux.ErrProtocol, len(c.streams))
 	}
 	if len(c.streams) >= c.s.maxStreams {
 		h = c.s.refusal(&httpapi.Error{Status: http.StatusTooManyRequests, RetryAfter: 1,
 			CodedError: api.CodedError{Code: "node_mux_stream_limit",
 				Message: fmt.Sprintf("more than %d requests in flight on one connection", c.s.maxStreams)}})
 	}
-	ctx, cancel := context.WithCancel(c.ctx)
-	c.streams[f.Stream] = cancel
-	_ = c.nc.SetReadDeadline(time.Time{}) // in flight: no idle deadline
+	// Not a child of the connection's context: close gives the streams up
+	// from the map (a child would cost the connection's context a map of
+	// its streams too).
+	st := &muxStream{c: c, id: f.Stream, req: req, h: h}
+	st.ctx, st.cancel = context.WithCancel(context.Background())
+	st.w.st = st
+	c.streams[f.Stream] = st
+	if c.rc == nil {
+		_ = c.nc.SetReadDeadline(time.Time{}) // in flight: no idle deadline
+	}
 	c.mu.Unlock()
-	st := &muxStream{c: c, ctx: ctx, id: f.Stream, req: req, h: h}
-	go st.serve()
-	return nil
+	return st, nil
 }
 
 // refusal is a handler that answers err (with a correlation id, as the
@@ -211,19 +298,35 @@ func (s *muxServer) refusal(err error) http.Handler {
 	}))
 }
 
-// muxStream is one request in flight. Its goroutine parks in the handler
-// for as long as a long-poll waits, so the frames below the handler are
-// kept small (serve): the GC halves a parked goroutine's 8 KiB stack
-// only while its frames use under ≈ 1.2 KB (docs/performance.md, "Memory
-// per idle long-poll").
+// muxStream is one request in flight. A handler that parks it
+// (muxWriter.Park) returns, and the park finishes it later; a handler that
+// blocks (a long-poll that cannot park) keeps its goroutine in the
+// handler, so the frames below the handler are kept small (serve): the GC
+// halves a parked goroutine's 8 KiB stack only while its frames use under
+// ≈ 1.2 KB (docs/performance.md, "Memory per idle long-poll").
 type muxStream struct {
-	c   *muxConn
-	ctx context.Context
-	id  uint32
-	req nodemux.Request
-	h   http.Handler
-	r   *http.Request
-	w   muxWriter
+	c      *muxConn
+	ctx    context.Context
+	cancel context.CancelFunc
+	id     uint32
+	req    nodemux.Request
+	h      http.Handler
+	r      *http.Request
+	w      muxWriter
+	park   *httpapi.Park // set by the handler's goroutine (under c.mu), before it returns
+	done   atomic.Bool   // finished: its answer is sent or dropped
+}
+
+// giveUp ends a stream the agent cancelled or whose connection closed:
+// its context ends, and a parked request is cancelled (Park.Cancel).
+func (st *muxStream) giveUp() {
+	st.c.mu.Lock()
+	st.cancel()
+	p := st.park
+	st.c.mu.Unlock()
+	if p != nil {
+		p.Cancel()
+	}
 }
 
 func (st *muxStream) serve() {
@@ -243,16 +346,35 @@ func (st *muxStream) serve() {
 //go:noinline
 func (st *muxStream) end() {
 	if p := recover(); p != nil {
-		st.w.aborted = true
-		if p != http.ErrAbortHandler { //nolint:errorlint // the sentinel itself, as net/http compares it
-			target := ""
-			if st.r != nil {
-				target = st.r.Method + " " + st.r.URL.Path
-			}
-			st.c.s.log.Error("node API handler panicked", "remote", st.c.remote, "request", target, "panic", p)
-		}
+		st.abort(p)
+		return
 	}
-	st.c.finish(st.ctx, st.id, &st.w)
+	if st.park != nil { // its Finish answers (maybe already has)
+		st.park.Returned()
+		return
+	}
+	st.finish()
+}
+
+// abort ends a stream whose handler (or the function a park resumed)
+// panicked: logged unless http.ErrAbortHandler, and the connection closes.
+func (st *muxStream) abort(p any) {
+	st.w.aborted = true
+	if p != http.ErrAbortHandler { //nolint:errorlint // the sentinel itself, as net/http compares it
+		target := ""
+		if st.r != nil {
+			target = st.r.Method + " " + st.r.URL.Path
+		}
+		st.c.s.log.Error("node API handler panicked", "remote", st.c.remote, "request", target, "panic", p)
+	}
+	st.finish()
+}
+
+// finish sends the stream's answer, once.
+func (st *muxStream) finish() {
+	if st.done.CompareAndSwap(false, true) {
+		st.c.finish(st)
+	}
 }
 
 // request is the stream's *http.Request: r.TLS the connection's state, so
@@ -280,21 +402,20 @@ func (st *muxStream) request() *http.Request {
 // finish sends a request's answer (unless the agent cancelled it) and ends
 // its stream. A handler that panicked closes the connection, as net/http
 // resets its stream: the agent's request fails instead of waiting.
-func (c *muxConn) finish(ctx context.Context, stream uint32, w *muxWriter) {
+func (c *muxConn) finish(st *muxStream) {
 	c.mu.Lock()
-	cancel := c.streams[stream]
-	delete(c.streams, stream)
-	c.mu.Unlock()
-	cancelled := ctx.Err() != nil
-	if cancel != nil {
-		cancel()
+	if c.streams[st.id] == st {
+		delete(c.streams, st.id)
 	}
-	if w.aborted {
+	c.mu.Unlock()
+	cancelled := st.ctx.Err() != nil
+	st.cancel()
+	if st.w.aborted {
 		c.close()
 		return
 	}
 	if !cancelled {
-		c.answer(stream, w)
+		c.answer(st.id, &st.w)
 	}
 	c.armIdle()
 }
@@ -325,12 +446,28 @@ func (c *muxConn) answer(stream uint32, w *muxWriter) {
 }
 
 // muxWriter is a request's http.ResponseWriter: the answer is sent whole
-// when the handler returns.
+// when the handler returns, or when its park finishes.
 type muxWriter struct {
+	st      *muxStream
 	header  http.Header
 	status  int
 	body    bytes.Buffer
 	aborted bool
+}
+
+// Park keeps the request open after its handler returns (httpapi.Parker):
+// a parked long-poll costs no goroutine while it waits.
+func (w *muxWriter) Park() *httpapi.Park {
+	st := w.st
+	p := httpapi.NewPark(st.finish, st.abort)
+	st.c.mu.Lock()
+	st.park = p
+	gone := st.ctx.Err() != nil // given up before it parked
+	st.c.mu.Unlock()
+	if gone {
+		p.Cancel()
+	}
+	return p
 }
 
 func (w *muxWriter) Header() http.Header { return w.header }

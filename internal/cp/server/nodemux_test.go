@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,18 @@ import (
 	"github.com/drover-dev/drover/internal/wire/pki"
 )
 
+// eachReader runs test with the framed connections read by the poller
+// (on linux) and by a reader goroutine each.
+func eachReader(t *testing.T, test func(t *testing.T, poll bool)) {
+	for _, poll := range []bool{true, false} {
+		name := "poller"
+		if !poll {
+			name = "reader"
+		}
+		t.Run(name, func(t *testing.T) { test(t, poll) })
+	}
+}
+
 // muxFixture is a node listener (handshakeListener) whose framed
 // connections go to ms and the others to an HTTP/2 server of the same
 // handler.
@@ -30,14 +43,17 @@ type muxFixture struct {
 	client *tls.Config // offers nodemux.Proto first, with the node's certificate
 }
 
-func newMuxFixture(t *testing.T, h http.Handler, cfg Config, withMux bool) *muxFixture {
+func newMuxFixture(t *testing.T, h http.Handler, cfg Config, withMux, poll bool) *muxFixture {
 	t.Helper()
 	ca, tcfg, cert := nodeTLSPair(t, "node-a")
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := newMuxServer(h, cfg, slog.New(slog.DiscardHandler))
+	ms := newMuxServer(h, cfg, slog.New(slog.DiscardHandler), poll)
+	if poll && runtime.GOOS == "linux" && ms.poll == nil {
+		t.Fatal("no poller on linux")
+	}
 	lcfg := nodeListenerTLS(tcfg)
 	if !withMux { // a control plane that predates the framing
 		lcfg.NextProtos = []string{"h2", "http/1.1"}
@@ -109,9 +125,11 @@ func do(t *testing.T, rt http.RoundTripper, req *http.Request) (*http.Response, 
 // certificate, and its answer comes back whole; every request of the
 // agent shares one connection. Against a listener without the framing the
 // transport falls back to HTTP/2.
-func TestMuxRoundTrip(t *testing.T) {
+func TestMuxRoundTrip(t *testing.T) { eachReader(t, testMuxRoundTrip) }
+
+func testMuxRoundTrip(t *testing.T, poll bool) {
 	for _, withMux := range []bool{true, false} {
-		f := newMuxFixture(t, echo, muxDefaults(), withMux)
+		f := newMuxFixture(t, echo, muxDefaults(), withMux, poll)
 		var dials atomic.Int32
 		tr := f.transport(&dials)
 		want := nodemux.Proto
@@ -135,7 +153,9 @@ func TestMuxRoundTrip(t *testing.T) {
 
 // TestMuxCancel: a request the agent stops waiting for ends its handler's
 // context (as a reset HTTP/2 stream does), and the connection goes on.
-func TestMuxCancel(t *testing.T) {
+func TestMuxCancel(t *testing.T) { eachReader(t, testMuxCancel) }
+
+func testMuxCancel(t *testing.T, poll bool) {
 	ended := make(chan struct{}, 1)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/park" {
@@ -145,7 +165,7 @@ func TestMuxCancel(t *testing.T) {
 		}
 		echo(w, r)
 	})
-	f := newMuxFixture(t, h, muxDefaults(), true)
+	f := newMuxFixture(t, h, muxDefaults(), true, poll)
 	tr := f.transport(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -167,7 +187,9 @@ func TestMuxCancel(t *testing.T) {
 // TestMuxStreamLimit: beyond maxStreams requests in flight on one
 // connection the answer is 429 node_mux_stream_limit, with a correlation
 // id; the requests in flight finish.
-func TestMuxStreamLimit(t *testing.T) {
+func TestMuxStreamLimit(t *testing.T) { eachReader(t, testMuxStreamLimit) }
+
+func testMuxStreamLimit(t *testing.T, poll bool) {
 	release := make(chan struct{})
 	var parked atomic.Int32
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -175,7 +197,7 @@ func TestMuxStreamLimit(t *testing.T) {
 		<-release
 		w.WriteHeader(http.StatusNoContent)
 	})
-	f := newMuxFixture(t, h, muxDefaults(), true)
+	f := newMuxFixture(t, h, muxDefaults(), true, poll)
 	f.ms.maxStreams = 2
 	tr := f.transport(nil)
 	errc := make(chan error, 2)
@@ -212,10 +234,12 @@ func TestMuxStreamLimit(t *testing.T) {
 
 // TestMuxHeaderLimit: a request whose method, target and fields exceed
 // MaxHeaderBytes is answered 431, as net/http answers it.
-func TestMuxHeaderLimit(t *testing.T) {
+func TestMuxHeaderLimit(t *testing.T) { eachReader(t, testMuxHeaderLimit) }
+
+func testMuxHeaderLimit(t *testing.T, poll bool) {
 	cfg := muxDefaults()
 	cfg.MaxHeaderBytes = 200
-	f := newMuxFixture(t, echo, cfg, true)
+	f := newMuxFixture(t, echo, cfg, true, poll)
 	req, _ := http.NewRequest(http.MethodGet, f.url("/x"), nil)
 	req.Header.Set("X-Big", strings.Repeat("a", 300))
 	if resp, body := do(t, f.transport(nil), req); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge ||
@@ -227,14 +251,16 @@ func TestMuxHeaderLimit(t *testing.T) {
 // TestMuxBrokenFraming: a frame that breaks the framing closes the
 // connection; a handler that panics closes it too (the agent's request
 // fails instead of waiting).
-func TestMuxBrokenFraming(t *testing.T) {
+func TestMuxBrokenFraming(t *testing.T) { eachReader(t, testMuxBrokenFraming) }
+
+func testMuxBrokenFraming(t *testing.T, poll bool) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/panic" {
 			panic("handler bug")
 		}
 		<-r.Context().Done()
 	})
-	f := newMuxFixture(t, h, muxDefaults(), true)
+	f := newMuxFixture(t, h, muxDefaults(), true, poll)
 	request := func(stream uint32, method, target string) []byte {
 		return nodemux.AppendRequest(nil, stream, method, target, nil, nil)
 	}
@@ -270,7 +296,9 @@ func TestMuxBrokenFraming(t *testing.T) {
 
 // TestMuxIdle: a connection with nothing in flight closes after the idle
 // timeout; one with a request in flight does not.
-func TestMuxIdle(t *testing.T) {
+func TestMuxIdle(t *testing.T) { eachReader(t, testMuxIdle) }
+
+func testMuxIdle(t *testing.T, poll bool) {
 	release := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/park" {
@@ -279,7 +307,7 @@ func TestMuxIdle(t *testing.T) {
 	})
 	cfg := muxDefaults()
 	cfg.IdleTimeout = 300 * time.Millisecond
-	f := newMuxFixture(t, h, cfg, true)
+	f := newMuxFixture(t, h, cfg, true, poll)
 	tr := f.transport(nil)
 	done := make(chan error, 1)
 	go func() {
@@ -312,13 +340,15 @@ func TestMuxIdle(t *testing.T) {
 
 // TestMuxClose: closing the server ends the handlers' contexts and the
 // agents' requests in flight fail with nodemux.ErrConnClosed.
-func TestMuxClose(t *testing.T) {
+func TestMuxClose(t *testing.T) { eachReader(t, testMuxClose) }
+
+func testMuxClose(t *testing.T, poll bool) {
 	parked := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(parked)
 		<-r.Context().Done()
 	})
-	f := newMuxFixture(t, h, muxDefaults(), true)
+	f := newMuxFixture(t, h, muxDefaults(), true, poll)
 	done := make(chan error, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodGet, f.url("/park"), nil)
@@ -341,13 +371,15 @@ func TestMuxClose(t *testing.T) {
 // limit and never reads their 429s cannot pile up refusals: past twice the
 // limit in flight the connection is closed (long before the write timeout
 // would close it).
-func TestMuxRefusalsBounded(t *testing.T) {
+func TestMuxRefusalsBounded(t *testing.T) { eachReader(t, testMuxRefusalsBounded) }
+
+func testMuxRefusalsBounded(t *testing.T, poll bool) {
 	release := make(chan struct{})
 	defer close(release)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release })
 	cfg := muxDefaults()
 	cfg.ReadHeaderTimeout, cfg.BodyReadTimeout = time.Minute, time.Minute
-	f := newMuxFixture(t, h, cfg, true)
+	f := newMuxFixture(t, h, cfg, true, poll)
 	f.ms.maxStreams = 2
 	c, _, err := f.dial(t.Context())
 	if err != nil {
@@ -378,11 +410,13 @@ func TestMuxRefusalsBounded(t *testing.T) {
 // TestMuxAnswerTooLarge: an answer over what a frame carries is a 500
 // response_too_large with the request's correlation id, not a closed
 // connection.
-func TestMuxAnswerTooLarge(t *testing.T) {
+func TestMuxAnswerTooLarge(t *testing.T) { eachReader(t, testMuxAnswerTooLarge) }
+
+func testMuxAnswerTooLarge(t *testing.T, poll bool) {
 	h := httpapi.WithCorrelation(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(make([]byte, nodemux.MaxPayload+1))
 	}))
-	f := newMuxFixture(t, h, muxDefaults(), true)
+	f := newMuxFixture(t, h, muxDefaults(), true, poll)
 	req, _ := http.NewRequest(http.MethodGet, f.url("/big"), nil)
 	req.Header.Set(api.HeaderCorrelationID, "cid-big")
 	resp, body := do(t, f.transport(nil), req)

@@ -438,7 +438,7 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 	nodeSrv.TLSConfig = nodeListenerTLS(s.nodeTLS)
 	nodeTLSLn := newHandshakeListener(nodeLn, nodeListenerTLS(s.nodeTLS), s.cfg.ReadHeaderTimeout, s.log,
 		s.handshakes)
-	mux := newMuxServer(nodeSrv.Handler, s.cfg, s.log)
+	mux := newMuxServer(nodeSrv.Handler, s.cfg, s.log, true)
 	nodeTLSLn.mux = mux.serve
 
 	g, gctx := errgroup.WithContext(ctx)

@@ -76,6 +76,12 @@ func ReadHeader(r io.Reader, hdr *[HeaderLen]byte, max int) (Frame, int, error) 
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return Frame{}, 0, err
 	}
+	return ParseHeader(hdr, max)
+}
+
+// ParseHeader is a frame header read by the caller: the frame, without its
+// payload, and the payload's length (at most max).
+func ParseHeader(hdr *[HeaderLen]byte, max int) (Frame, int, error) {
 	n := binary.BigEndian.Uint32(hdr[0:4])
 	if int64(n) > int64(max) {
 		return Frame{}, 0, fmt.Errorf("%w: frame of %d bytes (at most %d)", ErrProtocol, n, max)

@@ -1,0 +1,186 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// muxPoller waits for the framed connections that have nothing in flight
+// to read, so that an idle agent's connection costs no goroutine: each
+// connection is in an epoll set of the poller's own (level-triggered, one
+// shot), and a readable one gets a goroutine (muxConn.burst) that reads
+// what has arrived and re-arms it. The epoll descriptor itself is waited
+// on through Go's network poller, so the poller parks one goroutine, no
+// thread, for every connection of the listener.
+type muxPoller struct {
+	ep  *os.File
+	efd int
+
+	mu    sync.Mutex
+	conns map[uint32]*muxConn // by the token of their epoll registration
+	next  uint32
+}
+
+// newMuxPoller starts the poller; it stops on close.
+func newMuxPoller() (*muxPoller, error) {
+	efd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	if err := unix.SetNonblock(efd, true); err != nil {
+		_ = unix.Close(efd)
+		return nil, fmt.Errorf("epoll descriptor non-blocking: %w", err)
+	}
+	p := &muxPoller{ep: os.NewFile(uintptr(efd), "drover-mux-epoll"), efd: efd, conns: map[uint32]*muxConn{}}
+	rc, err := p.ep.SyscallConn()
+	if err != nil {
+		_ = p.ep.Close()
+		return nil, fmt.Errorf("epoll descriptor: %w", err)
+	}
+	go p.run(rc)
+	return p, nil
+}
+
+// add registers c, whose connection reads through rc, unarmed: its first
+// burst arms it. It fails for a connection without a descriptor; c is then
+// served by a reader goroutine of its own.
+func (p *muxPoller) add(c *muxConn, rc syscall.RawConn) error {
+	p.mu.Lock()
+	for p.next++; p.conns[p.next] != nil || p.next == 0; p.next++ {
+	}
+	tok := p.next
+	p.conns[tok] = c
+	p.mu.Unlock()
+	c.pollTok, c.rc = tok, rc
+	err := p.ctl(c, unix.EPOLL_CTL_ADD, unix.EPOLLONESHOT) // disarmed (a hang-up still reports once)
+	if err != nil {
+		p.remove(c)
+	}
+	return err
+}
+
+// arm waits for c to become readable (or to hang up) once more.
+func (p *muxPoller) arm(c *muxConn) error {
+	return p.ctl(c, unix.EPOLL_CTL_MOD, unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLONESHOT)
+}
+
+func (p *muxPoller) ctl(c *muxConn, op int, events uint32) error {
+	ev := unix.EpollEvent{Events: events, Fd: int32(c.pollTok)}
+	var err error
+	cerr := c.rc.Control(func(fd uintptr) { err = unix.EpollCtl(p.efd, op, int(fd), &ev) })
+	if cerr != nil {
+		return cerr // the connection is closed
+	}
+	if err != nil {
+		return fmt.Errorf("epoll_ctl: %w", err)
+	}
+	return nil
+}
+
+// remove forgets c; closing its descriptor takes it out of the epoll set.
+func (p *muxPoller) remove(c *muxConn) {
+	p.mu.Lock()
+	if p.conns[c.pollTok] == c {
+		delete(p.conns, c.pollTok)
+	}
+	p.mu.Unlock()
+}
+
+// close stops the poller (its connections are closed by their server).
+func (p *muxPoller) close() { _ = p.ep.Close() }
+
+// run hands each readable connection to a burst of its own until close.
+func (p *muxPoller) run(rc syscall.RawConn) {
+	var evs [128]unix.EpollEvent
+	ready := make([]*muxConn, 0, len(evs))
+	for {
+		n := 0
+		var werr error
+		err := rc.Read(func(uintptr) bool {
+			for {
+				n, werr = unix.EpollWait(p.efd, evs[:], 0)
+				if werr != unix.EINTR { //nolint:errorlint // a raw errno
+					return n > 0 || werr != nil
+				}
+			}
+		})
+		if err != nil || werr != nil {
+			return // closed
+		}
+		ready = ready[:0]
+		p.mu.Lock()
+		for _, ev := range evs[:n] {
+			if c := p.conns[uint32(ev.Fd)]; c != nil {
+				ready = append(ready, c)
+			}
+		}
+		p.mu.Unlock()
+		for _, c := range ready {
+			if c.beginBurst() {
+				go c.burst()
+			}
+		}
+	}
+}
+
+// errWouldBlock is a read that found nothing to read (EAGAIN). It is a
+// temporary net.Error, so crypto/tls keeps a partly read record and the
+// connection usable.
+var errWouldBlock = wouldBlock{}
+
+type wouldBlock struct{}
+
+func (wouldBlock) Error() string   { return "read would block" }
+func (wouldBlock) Timeout() bool   { return true }
+func (wouldBlock) Temporary() bool { return true }
+
+// nowReader reads what the socket holds without waiting for more (one
+// read(2)); a gatedConn reads through it while its reader is in a burst.
+// One goroutine reads at a time, so the callback and its arguments are
+// kept here, built once per connection.
+type nowReader struct {
+	rc  syscall.RawConn
+	fn  func(uintptr) bool
+	b   []byte
+	n   int
+	err error
+}
+
+func newNowReader(rc syscall.RawConn) *nowReader {
+	r := &nowReader{rc: rc}
+	r.fn = r.readFD
+	return r
+}
+
+func (r *nowReader) readFD(fd uintptr) bool {
+	for {
+		r.n, r.err = syscall.Read(int(fd), r.b)
+		if r.err != syscall.EINTR { //nolint:errorlint // a raw errno
+			return true
+		}
+	}
+}
+
+func (r *nowReader) read(b []byte) (int, error) {
+	r.b = b
+	err := r.rc.Read(r.fn)
+	n, rerr := r.n, r.err
+	r.b, r.n, r.err = nil, 0, nil
+	switch {
+	case err != nil:
+		return 0, err
+	case errors.Is(rerr, syscall.EAGAIN):
+		return 0, errWouldBlock
+	case rerr != nil:
+		return 0, os.NewSyscallError("read", rerr)
+	case n == 0 && len(b) > 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
