@@ -311,7 +311,6 @@ type muxStream struct {
 	id     uint32
 	req    nodemux.Request
 	h      http.Handler
-	r      *http.Request
 	w      muxWriter
 	park   *httpapi.Park // set by the handler's goroutine (under c.mu), before it returns
 	done   atomic.Bool   // finished: its answer is sent or dropped
@@ -332,11 +331,12 @@ func (st *muxStream) giveUp() {
 func (st *muxStream) serve() {
 	defer st.end()
 	st.w.header = http.Header{}
-	if st.r = st.request(); st.r == nil {
+	r := st.request()
+	if r == nil {
 		st.w.aborted = true
 		return
 	}
-	st.h.ServeHTTP(&st.w, st.r)
+	st.h.ServeHTTP(&st.w, r)
 }
 
 // end is deferred by serve: it recovers a handler's panic (aborting the
@@ -361,11 +361,8 @@ func (st *muxStream) end() {
 func (st *muxStream) abort(p any) {
 	st.w.aborted = true
 	if p != http.ErrAbortHandler { //nolint:errorlint // the sentinel itself, as net/http compares it
-		target := ""
-		if st.r != nil {
-			target = st.r.Method + " " + st.r.URL.Path
-		}
-		st.c.s.log.Error("node API handler panicked", "remote", st.c.remote, "request", target, "panic", p)
+		st.c.s.log.Error("node API handler panicked", "remote", st.c.remote, "request", st.req.Method+" "+st.req.Target,
+			"panic", p)
 	}
 	st.finish()
 }
@@ -395,7 +392,7 @@ func (st *muxStream) request() *http.Request {
 	}
 	r.Header, r.RequestURI, r.RemoteAddr, r.TLS = st.req.Header, st.req.Target, c.remote, c.tls
 	r.Proto, r.ProtoMajor, r.ProtoMinor = nodemux.Proto, 1, 0
-	st.req = nodemux.Request{}
+	st.req.Header, st.req.Body = nil, nil // the request holds them; method and target stay for abort's log
 	return r
 }
 
