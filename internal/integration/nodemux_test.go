@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,24 @@ type noFallback struct{}
 
 func (noFallback) RoundTrip(*http.Request) (*http.Response, error) {
 	return nil, errors.New("fell back to HTTP/2")
+}
+
+// muxDial is a framed connection of its own with cert, offering only
+// nodemux.Proto: the test reads and writes its frames (no goroutine).
+func (e *env) muxDial(cert *tls.Certificate) *tls.Conn {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(e.srv.CAPEM())
+	c, err := tls.Dial("tcp", strings.TrimPrefix(e.nodeURL, "https://"), &tls.Config{RootCAs: pool,
+		MinVersion: tls.VersionTLS13, NextProtos: []string{nodemux.Proto}, ServerName: "127.0.0.1",
+		Certificates: []tls.Certificate{*cert}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if p := c.ConnectionState().NegotiatedProtocol; p != nodemux.Proto {
+		e.t.Fatalf("negotiated %q, want %s", p, nodemux.Proto)
+	}
+	e.t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // muxClient is a client of the node API over the framed connection
@@ -160,4 +179,72 @@ func TestExpiredCertificateOnOpenConnection(t *testing.T) {
 			t.Errorf("%s after expiry, same connection: %d %q, want 401 client_certificate_expired", name, st, code)
 		}
 	}
+}
+
+// TestNodeMuxIdleAgentsHoldNoGoroutine: agents whose framed connections
+// each hold a parked task long-poll cost the control plane no goroutine
+// (ADR 0019: the connections wait in the epoll poller, the long-polls
+// parked without their handlers); a task enqueued meanwhile is delivered
+// on one of them, and closing the connections frees every long-poll slot.
+func TestNodeMuxIdleAgentsHoldNoGoroutine(t *testing.T) {
+	const conns = 30
+	e := startEnv(t, openSQLite(t), func(c *server.Config) { c.NodeLongPollLimit = conns; c.MaxWait = time.Minute })
+	a := e.enroll("node-a", e.createHost("node-a").Token)
+	before := settledGoroutines()
+	cs := make([]*tls.Conn, conns)
+	for i := range cs {
+		cs[i] = e.muxDial(&a.cert)
+		if _, err := cs[i].Write(nodemux.AppendRequest(nil, 1, http.MethodGet, nodePath("node-a", "/tasks/wait?timeout=60s"),
+			nil, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitMetric(`drover_node_long_polls{route="tasks"}`, conns, 10*time.Second)
+	if grew := settledGoroutines() - before; grew >= conns/3 {
+		t.Fatalf("%d goroutines more for %d idle agents with a parked long-poll each, want none per agent", grew, conns)
+	}
+
+	task := e.enqueue("node-a", "diag.echo", map[string]any{"message": "to a parked poll"})
+	got := make(chan string, conns)
+	for _, c := range cs {
+		go func() {
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			var hdr [nodemux.HeaderLen]byte
+			f, err := nodemux.ReadFrame(c, &hdr, nodemux.MaxPayload)
+			if err != nil {
+				return
+			}
+			resp, err := nodemux.ParseResponse(f.Payload)
+			var d api.TaskDelivery
+			if err == nil && resp.Status == http.StatusOK && json.Unmarshal(resp.Body, &d) == nil {
+				got <- d.TaskID
+			}
+		}()
+	}
+	select {
+	case id := <-got:
+		if id != task.ID {
+			t.Fatalf("delivered %q, want %s", id, task.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no parked long-poll was delivered the task")
+	}
+	for _, c := range cs {
+		_ = c.Close()
+	}
+	e.waitMetric(`drover_node_long_polls{route="tasks"}`, 0, 10*time.Second)
+}
+
+// settledGoroutines is the goroutine count once it stops changing.
+func settledGoroutines() int {
+	n := runtime.NumGoroutine()
+	for range 100 {
+		time.Sleep(20 * time.Millisecond)
+		m := runtime.NumGoroutine()
+		if m == n {
+			return n
+		}
+		n = m
+	}
+	return n
 }
