@@ -173,23 +173,21 @@ func newHandshakeCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 // at the same total cost, and the other goroutines (the operator API) keep
 // getting CPU. After the handshake the connection reads straight through.
 //
-// A framed connection in the poller (muxPoller) then reads through now
-// while nonblock is set: the socket once, without waiting. Both are set
-// by the goroutine that reads.
+// While nonblock is set (by the goroutine that reads: muxConn.readReady)
+// it reads nothing: a read through its tls.Conn then returns only what
+// crypto/tls has buffered.
 type gatedConn struct {
 	net.Conn
-	cpu  chan struct{}
-	held bool // a slot; only the handshake's goroutine reads before done
-	done atomic.Bool
-
-	now      *nowReader
+	cpu      chan struct{}
+	held     bool // a slot; only the handshake's goroutine reads before done
+	done     atomic.Bool
 	nonblock bool
 }
 
 func (c *gatedConn) Read(b []byte) (int, error) {
 	if c.done.Load() {
 		if c.nonblock {
-			return c.now.read(b)
+			return 0, errWouldBlock
 		}
 		return c.Conn.Read(b)
 	}

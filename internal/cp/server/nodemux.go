@@ -88,7 +88,7 @@ func (s *muxServer) serve(c *tls.Conn, gc *gatedConn) {
 	s.conns[mc] = struct{}{}
 	s.mu.Unlock()
 	if mc.polled() {
-		mc.burst() // what came with the handshake, then the poller
+		mc.burst(false) // what came with the handshake, then the poller
 		return
 	}
 	mc.fail(mc.readLoop())

@@ -10,15 +10,27 @@ import (
 )
 
 // A connection in the poller is read in bursts: when it becomes readable
-// the poller starts a goroutine (burst) that reads every frame that has
-// arrived, without waiting for more, and hands the connection back to
-// the poller. crypto/tls keeps what it has read of the next record, and
-// may hold whole records past the last frame, so "nothing more" is a read
-// through tls.Conn in which the socket, read once without waiting, had
-// nothing (gatedConn.nonblock): only then is the connection re-armed.
+// the poller starts a goroutine (burst) that reads a frame from the
+// socket, then every frame crypto/tls has already buffered (whole records
+// read past the last frame), and hands the connection back to the poller,
+// which reports it again at once if the socket holds more (its epoll
+// registration is level-triggered). "Only what is buffered" is a read
+// through tls.Conn whose transport reads nothing (gatedConn.nonblock,
+// errWouldBlock: crypto/tls keeps a partial record over it).
 
 // errDrained is readReady's "no frame has begun".
 var errDrained = errors.New("nothing to read")
+
+// errWouldBlock is gatedConn's read while nonblock is set. It is a
+// temporary net.Error, so crypto/tls keeps a partly read record and the
+// connection usable.
+var errWouldBlock = wouldBlock{}
+
+type wouldBlock struct{}
+
+func (wouldBlock) Error() string   { return "read would block" }
+func (wouldBlock) Timeout() bool   { return true }
+func (wouldBlock) Temporary() bool { return true }
 
 // polled registers c with the server's poller; false leaves it to a
 // reader goroutine (no poller here, or a connection without a
@@ -45,7 +57,6 @@ func (c *muxConn) polled() bool {
 		c.rc = nil
 		return false
 	}
-	c.gc.now = newNowReader(rc)
 	return true
 }
 
@@ -68,13 +79,17 @@ func (c *muxConn) beginBurst() bool {
 }
 
 // burst reads the frames that have arrived and starts their requests,
-// then re-arms the poller. The last request runs on this goroutine, after
+// then re-arms the poller: the first from the socket when the poller
+// found it readable (fromSocket; the first burst, right after the
+// handshake, reads only what came with it), the rest only from what
+// crypto/tls has buffered. The last request runs on this goroutine, after
 // the re-arm (a long-poll parks and returns; the next frames are read by
 // the next burst); the others get goroutines of their own.
-func (c *muxConn) burst() {
+func (c *muxConn) burst(fromSocket bool) {
 	var last *muxStream
 	for {
-		f, err := c.readReady()
+		f, err := c.readReady(fromSocket)
+		fromSocket = false
 		if errors.Is(err, errDrained) {
 			break
 		}
@@ -106,19 +121,24 @@ func (c *muxConn) burst() {
 	}
 }
 
-// readReady reads the next frame if one has begun to arrive (errDrained
-// if not): its first bytes without waiting, the rest as the reader
-// goroutine would, under the payload deadline.
-func (c *muxConn) readReady() (nodemux.Frame, error) {
+// readReady reads the next frame: the first bytes from the socket
+// (fromSocket) or else only from what crypto/tls has buffered (errDrained
+// if nothing), the rest as the reader goroutine would, all under the
+// payload deadline (a peer that stops mid-frame is cut off).
+func (c *muxConn) readReady(fromSocket bool) (nodemux.Frame, error) {
 	var hdr [nodemux.HeaderLen]byte
-	c.gc.nonblock = true
-	n, err := c.nc.Read(hdr[:])
-	c.gc.nonblock = false
-	if n == 0 {
-		if errors.Is(err, errWouldBlock) {
-			return nodemux.Frame{}, errDrained
+	n := 0
+	if !fromSocket {
+		var err error
+		c.gc.nonblock = true
+		n, err = c.nc.Read(hdr[:])
+		c.gc.nonblock = false
+		if n == 0 {
+			if errors.Is(err, errWouldBlock) {
+				return nodemux.Frame{}, errDrained
+			}
+			return nodemux.Frame{}, err
 		}
-		return nodemux.Frame{}, err
 	}
 	if c.s.payload > 0 {
 		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.payload))

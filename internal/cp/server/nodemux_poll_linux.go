@@ -1,9 +1,7 @@
 package server
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 	"syscall"
@@ -123,64 +121,8 @@ func (p *muxPoller) run(rc syscall.RawConn) {
 		p.mu.Unlock()
 		for _, c := range ready {
 			if c.beginBurst() {
-				go c.burst()
+				go c.burst(true)
 			}
 		}
 	}
-}
-
-// errWouldBlock is a read that found nothing to read (EAGAIN). It is a
-// temporary net.Error, so crypto/tls keeps a partly read record and the
-// connection usable.
-var errWouldBlock = wouldBlock{}
-
-type wouldBlock struct{}
-
-func (wouldBlock) Error() string   { return "read would block" }
-func (wouldBlock) Timeout() bool   { return true }
-func (wouldBlock) Temporary() bool { return true }
-
-// nowReader reads what the socket holds without waiting for more (one
-// read(2)); a gatedConn reads through it while its reader is in a burst.
-// One goroutine reads at a time, so the callback and its arguments are
-// kept here, built once per connection.
-type nowReader struct {
-	rc  syscall.RawConn
-	fn  func(uintptr) bool
-	b   []byte
-	n   int
-	err error
-}
-
-func newNowReader(rc syscall.RawConn) *nowReader {
-	r := &nowReader{rc: rc}
-	r.fn = r.readFD
-	return r
-}
-
-func (r *nowReader) readFD(fd uintptr) bool {
-	for {
-		r.n, r.err = syscall.Read(int(fd), r.b)
-		if r.err != syscall.EINTR { //nolint:errorlint // a raw errno
-			return true
-		}
-	}
-}
-
-func (r *nowReader) read(b []byte) (int, error) {
-	r.b = b
-	err := r.rc.Read(r.fn)
-	n, rerr := r.n, r.err
-	r.b, r.n, r.err = nil, 0, nil
-	switch {
-	case err != nil:
-		return 0, err
-	case errors.Is(rerr, syscall.EAGAIN):
-		return 0, errWouldBlock
-	case rerr != nil:
-		return 0, os.NewSyscallError("read", rerr)
-	case n == 0 && len(b) > 0:
-		return 0, io.EOF
-	}
-	return n, nil
 }

@@ -16,10 +16,3 @@ func (*muxPoller) add(*muxConn, syscall.RawConn) error { return errors.ErrUnsupp
 func (*muxPoller) arm(*muxConn) error                  { return errors.ErrUnsupported }
 func (*muxPoller) remove(*muxConn)                     {}
 func (*muxPoller) close()                              {}
-
-var errWouldBlock = errors.ErrUnsupported
-
-type nowReader struct{}
-
-func newNowReader(syscall.RawConn) *nowReader { return nil }
-func (*nowReader) read([]byte) (int, error)   { return 0, errors.ErrUnsupported }
