@@ -158,6 +158,63 @@ func TestNodeMuxLongPoll(t *testing.T) {
 	}
 }
 
+// TestNodeMuxDesiredLongPoll: a desired-set long-poll parked on the framed
+// connection is answered with the changed set when an instance is placed
+// on its node, and long-polls the agent gives up end on the server at
+// once, freeing their node's slots.
+func TestNodeMuxDesiredLongPoll(t *testing.T) {
+	e := startEnv(t, openSQLite(t), func(c *server.Config) { c.NodeLongPollLimit = 2; c.VCPUAllocationRatio = 1 })
+	n := startAPINode(e, "node-a")
+	mc := e.muxClient(&n.id.cert)
+	get := func(path string) (int, api.NodeInstances) {
+		st, _, body := e.nodeCall(mc, http.MethodGet, path, nil)
+		var set api.NodeInstances
+		if st == http.StatusOK && json.Unmarshal(body, &set) != nil {
+			st = 0
+		}
+		return st, set
+	}
+	st, empty := get(nodePath("node-a", "/instances"))
+	if st != http.StatusOK || len(empty.Instances) != 0 {
+		t.Fatalf("empty set: %d %+v", st, empty)
+	}
+
+	got := make(chan api.NodeInstances, 1)
+	go func() {
+		st, set := get(nodePath("node-a", "/instances?wait=15s&etag="+empty.ETag))
+		if st != http.StatusOK {
+			t.Errorf("long-poll: %d", st)
+		}
+		got <- set
+	}()
+	e.waitMetric(`drover_node_long_polls{route="instances"}`, 1, 5*time.Second)
+	in := e.createInstance(api.CreateInstanceRequest{Name: "mux-1", HostID: "node-a", Spec: apiSpec(1, 64)})
+	var set api.NodeInstances
+	select {
+	case set = <-got:
+		if set.ETag == empty.ETag || len(set.Instances) != 1 || set.Instances[0].ID != in.ID {
+			t.Fatalf("answered %+v, want the set with %s", set, in.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parked long-poll was not answered the changed set")
+	}
+
+	wait := nodePath("node-a", "/instances?wait=15s&etag="+set.ETag)
+	polls := []*longPoll{e.startLongPoll(mc, wait), e.startLongPoll(mc, wait)}
+	e.waitMetric(`drover_node_long_polls{route="instances"}`, 2, 5*time.Second)
+	if st, code, _ := e.nodeGet(mc, wait); st != http.StatusTooManyRequests || code != "node_long_poll_limit" {
+		t.Fatalf("third long-poll: %d %s, want 429 node_long_poll_limit", st, code)
+	}
+	for _, p := range polls {
+		p.cancel()
+		<-p.done
+	}
+	e.waitMetric(`drover_node_long_polls{route="instances"}`, 0, 5*time.Second)
+	if st, again := get(nodePath("node-a", "/instances?wait=10ms&etag="+set.ETag)); st != http.StatusOK || again.ETag != set.ETag {
+		t.Fatalf("long-poll after the cancelled ones: %d %s, want 200 with the same ETag", st, again.ETag)
+	}
+}
+
 // TestExpiredCertificateOnOpenConnection: a connection opened with a valid
 // certificate does not keep it valid: once the certificate has expired,
 // requests on that same connection are refused 401

@@ -106,6 +106,12 @@ func (w *Waiters) Add(node string) (<-chan struct{}, func()) {
 // wake of node. Call the returned func to remove it; a second call does
 // nothing.
 func (w *Waiters) AddFunc(node string, wake func()) (remove func()) {
+	return w.addFunc(node, wake).remove
+}
+
+// addFunc is AddFunc, returning the waiter itself (a ParkedWait keeps it
+// rather than a remove closure).
+func (w *Waiters) addFunc(node string, wake func()) *funcWaiter {
 	fw := &funcWaiter{w: w, node: node, wake: wake}
 	w.mu.Lock()
 	if head := w.funcs[node]; head != nil {
@@ -114,7 +120,7 @@ func (w *Waiters) AddFunc(node string, wake func()) (remove func()) {
 	w.funcs[node] = fw
 	w.nfunc++
 	w.mu.Unlock()
-	return fw.remove
+	return fw
 }
 
 func (fw *funcWaiter) remove() {

@@ -108,19 +108,19 @@ func (s *Room) slotDevices(ctx context.Context, hostID string) (map[string][]str
 // set. With ?etag= equal to the current one and ?wait= > 0 it long-polls: it
 // sleeps until an instance or host change event for this node (never polling
 // the store), then answers with the fresh set, or with the same set when the
-// wait ends.
+// wait ends. On a transport that parks requests (httpapi.Parker: the framed
+// node connection) it sleeps without a goroutine (desiredParked); elsewhere
+// its goroutine blocks here, so its frame is kept small: the parameters and
+// the answer are functions of their own.
 func (s *Room) NodeDesired(w http.ResponseWriter, r *http.Request, nodeID string) error {
-	ctx := r.Context()
-	q := r.URL.Query()
-	var wait time.Duration
-	if v := q.Get("wait"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return httpapi.Invalid([]api.FieldError{{Field: "wait", Message: "must be a duration such as 30s"}})
-		}
-		wait = min(d, maxInstancesWait)
+	if _, ok := w.(httpapi.Parker); ok {
+		return s.desiredParked(w, r, nodeID)
 	}
-	etag := q.Get("etag")
+	wait, etag, err := desiredParams(r)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
 	// Register before reading, so a change committed in between still wakes us.
 	wake, done := s.waiters.Add(nodeID)
 	defer done()
@@ -145,6 +145,31 @@ func (s *Room) NodeDesired(w http.ResponseWriter, r *http.Request, nodeID string
 			}
 		}
 	}
+	return answerDesired(w, set, revoked)
+}
+
+// desiredParams are the desired-set long-poll's wait, ?wait= capped at
+// maxInstancesWait, and the agent's ETag, ?etag=.
+//
+//go:noinline
+func desiredParams(r *http.Request) (time.Duration, string, error) {
+	q := r.URL.Query()
+	var wait time.Duration
+	if v := q.Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return 0, "", httpapi.Invalid([]api.FieldError{{Field: "wait", Message: "must be a duration such as 30s"}})
+		}
+		wait = min(d, maxInstancesWait)
+	}
+	return wait, q.Get("etag"), nil
+}
+
+// answerDesired answers set with its ETag header, or 403 when the node was
+// revoked.
+//
+//go:noinline
+func answerDesired(w http.ResponseWriter, set api.NodeInstances, revoked bool) error {
 	if revoked {
 		return httpapi.Errorf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
 	}

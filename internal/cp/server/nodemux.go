@@ -25,11 +25,12 @@ import (
 // nodemux.Proto. Each request runs the node API's handler with r.TLS the
 // connection's state, so authentication, limits and every route are the
 // HTTP/2 ones. On Linux a connection is read only when it is readable
-// (muxPoller, muxConn.burst), and a task long-poll parks without its
-// handler's goroutine (httpapi.Parker): an idle agent then costs no
-// goroutine at all, instead of net/http's connection, frame-reader and
-// handler goroutines and its per-stream buffers (docs/adr/0018-node-mux.md).
-// Elsewhere each connection has a reader goroutine (readLoop).
+// (muxPoller, muxConn.burst), and the node's long-polls (tasks, desired
+// instances) park without their handlers' goroutines (httpapi.Parker): an
+// idle agent then costs no goroutine at all, instead of net/http's
+// connection, frame-reader and handler goroutines and its per-stream
+// buffers (docs/adr/0018-node-mux.md, 0019). Elsewhere each connection
+// has a reader goroutine (readLoop).
 type muxServer struct {
 	handler http.Handler
 	log     *slog.Logger

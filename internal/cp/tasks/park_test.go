@@ -318,9 +318,9 @@ func TestWaitParkedHoldsNoGoroutine(t *testing.T) {
 				pds[i].parked != nil, pds[i].ended(), pds[i].w.wrote)
 		}
 	}
-	if got := runtime.NumGoroutine() - before; got > n/10 {
-		t.Fatalf("%d goroutines more with %d parked waits", got, n)
-	}
+	// The SQLite driver's goroutines of the first claims end shortly after
+	// them: the count settles, a goroutine per parked wait would not.
+	eventually(t, "the parked waits hold no goroutine", func() bool { return runtime.NumGoroutine()-before <= n/10 })
 	if got := r.waiters.Count(); got != n {
 		t.Fatalf("%d waiters, want %d", got, n)
 	}
@@ -366,18 +366,16 @@ func TestWaitParkedWakeAtTimeout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, _ := newWaitRoom(t, time.Hour)
-			w := &parkRecorder{recorder: &recorder{ResponseRecorder: httptest.NewRecorder()}, ctx: t.Context(), done: make(chan struct{})}
-			pl := &poll{s: r, w: w, r: pollReq(t.Context(), "1m"), node: "n1", max: 1, state: pollRunning}
-			pl.remove = r.waiters.AddFunc("n1", pl.woken)
-			pl.park = w.Park()
-			pl.park.Then(pl.disarm)
-			pl.park.Returned()
-			pl.arm(time.Hour)
+			w := httptest.NewRecorder()
+			pl := &poll{s: r, w: w, r: pollReq(t.Context(), "1m"), max: 1}
+			pl.Start(pl, r.waiters, "n1") // run by this goroutine until it parks
 			if tc.wake {
 				r.Wake("n1") // the poll is running (here): only its flag is set
 			}
-			pl.timeout()
-			<-w.done
+			if err := pl.TimedOut(); err != nil {
+				t.Fatal(err)
+			}
+			pl.Stop()
 			if w.Code != http.StatusNoContent || r.waiters.Quiet("n1") != tc.wantQuiet || r.waiters.Count() != 0 {
 				t.Fatalf("status %d, quiet %v, %d waiters; want 204, quiet %v, none", w.Code, r.waiters.Quiet("n1"),
 					r.waiters.Count(), tc.wantQuiet)
