@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/httpapi"
@@ -125,13 +124,11 @@ type muxConn struct {
 	wmu    sync.Mutex // one answer at a time
 	closer sync.Once
 
-	// In the poller (rc set): its registration, and the idle timer
-	// that stands in for the reader's idle deadline.
-	rc      syscall.RawConn
-	pollTok uint32
-	idleT   *time.Timer
-
-	mu       sync.Mutex
+	mu sync.Mutex
+	// In the poller (reg set, under mu): its registration, and the idle
+	// timer that stands in for the reader's idle deadline.
+	reg      *pollReg
+	idleT    *time.Timer
 	streams  map[uint32]*muxStream // requests in flight
 	midFrame bool                  // the reader is reading a payload, under its deadline
 	reading  bool                  // a burst is reading (in the poller)
@@ -156,7 +153,7 @@ func (c *muxConn) close() {
 			st.giveUp()
 		}
 		_ = c.nc.Close()
-		if c.rc != nil {
+		if c.s.poll != nil {
 			c.s.poll.remove(c)
 		}
 		c.s.mu.Lock()
@@ -238,7 +235,7 @@ func (c *muxConn) armIdle() {
 		return
 	}
 	switch {
-	case c.rc == nil:
+	case c.reg == nil:
 		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.idle))
 	case c.reading: // the burst arms it when it ends
 	case c.idleT == nil:
@@ -284,7 +281,7 @@ func (c *muxConn) start(f nodemux.Frame) (*muxStream, error) {
 	st.ctx, st.cancel = context.WithCancel(context.Background())
 	st.w.st = st
 	c.streams[f.Stream] = st
-	if c.rc == nil {
+	if c.reg == nil {
 		_ = c.nc.SetReadDeadline(time.Time{}) // in flight: no idle deadline
 	}
 	c.mu.Unlock()

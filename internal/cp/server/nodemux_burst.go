@@ -52,9 +52,8 @@ func (c *muxConn) polled() bool {
 	c.mu.Unlock()
 	if err := c.s.poll.add(c, rc); err != nil {
 		c.mu.Lock()
-		c.reading = false
+		c.reading, c.reg = false, nil
 		c.mu.Unlock()
-		c.rc = nil
 		return false
 	}
 	return true

@@ -52,26 +52,65 @@ func (p *muxPoller) add(c *muxConn, rc syscall.RawConn) error {
 	p.mu.Lock()
 	for p.next++; p.conns[p.next] != nil || p.next == 0; p.next++ {
 	}
-	tok := p.next
-	p.conns[tok] = c
+	reg := &pollReg{tok: p.next, rc: rc, efd: p.efd}
+	reg.fn = reg.ctlFD
+	p.conns[reg.tok] = c
 	p.mu.Unlock()
-	c.pollTok, c.rc = tok, rc
-	err := p.ctl(c, unix.EPOLL_CTL_ADD, unix.EPOLLONESHOT) // disarmed (a hang-up still reports once)
+	c.mu.Lock()
+	c.reg = reg
+	c.mu.Unlock()
+	err := reg.ctl(unix.EPOLL_CTL_ADD, unix.EPOLLONESHOT) // disarmed (a hang-up still reports once)
 	if err != nil {
 		p.remove(c)
 	}
 	return err
 }
 
-// arm waits for c to become readable (or to hang up) once more.
+// arm waits for c to become readable (or to hang up) once more; only the
+// goroutine that reads c calls it.
 func (p *muxPoller) arm(c *muxConn) error {
-	return p.ctl(c, unix.EPOLL_CTL_MOD, unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLONESHOT)
+	return c.reg.ctl(unix.EPOLL_CTL_MOD, unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLONESHOT)
 }
 
-func (p *muxPoller) ctl(c *muxConn, op int, events uint32) error {
-	ev := unix.EpollEvent{Events: events, Fd: int32(c.pollTok)}
-	var err error
-	cerr := c.rc.Control(func(fd uintptr) { err = unix.EpollCtl(p.efd, op, int(fd), &ev) })
+// remove forgets c; closing its descriptor takes it out of the epoll set.
+func (p *muxPoller) remove(c *muxConn) {
+	c.mu.Lock()
+	reg := c.reg
+	c.mu.Unlock()
+	if reg == nil {
+		return
+	}
+	p.mu.Lock()
+	if p.conns[reg.tok] == c {
+		delete(p.conns, reg.tok)
+	}
+	p.mu.Unlock()
+}
+
+// pollReg is a connection's registration with the poller: its token (the
+// epoll event's data) and what epoll_ctl takes, kept so that re-arming
+// after every burst allocates nothing. mu orders its users: the re-arm
+// can start the next burst (which re-arms in turn) before the goroutine
+// that re-armed has read epoll_ctl's result.
+type pollReg struct {
+	tok uint32
+	rc  syscall.RawConn
+	efd int
+	fn  func(uintptr) // ctlFD, bound once
+
+	mu  sync.Mutex
+	op  int
+	ev  unix.EpollEvent
+	err error
+}
+
+func (r *pollReg) ctl(op int, events uint32) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.op, r.ev = op, unix.EpollEvent{Events: events, Fd: int32(r.tok)}
+	cerr := r.rc.Control(r.fn)
+	err := r.err
+	r.err = nil
 	if cerr != nil {
 		return cerr // the connection is closed
 	}
@@ -81,14 +120,7 @@ func (p *muxPoller) ctl(c *muxConn, op int, events uint32) error {
 	return nil
 }
 
-// remove forgets c; closing its descriptor takes it out of the epoll set.
-func (p *muxPoller) remove(c *muxConn) {
-	p.mu.Lock()
-	if p.conns[c.pollTok] == c {
-		delete(p.conns, c.pollTok)
-	}
-	p.mu.Unlock()
-}
+func (r *pollReg) ctlFD(fd uintptr) { r.err = unix.EpollCtl(r.efd, r.op, int(fd), &r.ev) }
 
 // close stops the poller (its connections are closed by their server).
 func (p *muxPoller) close() { _ = p.ep.Close() }

@@ -16,3 +16,6 @@ func (*muxPoller) add(*muxConn, syscall.RawConn) error { return errors.ErrUnsupp
 func (*muxPoller) arm(*muxConn) error                  { return errors.ErrUnsupported }
 func (*muxPoller) remove(*muxConn)                     {}
 func (*muxPoller) close()                              {}
+
+// pollReg is a connection's registration with the poller (none here).
+type pollReg struct{}
