@@ -173,7 +173,7 @@ func newHandshakeCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 // at the same total cost, and the other goroutines (the operator API) keep
 // getting CPU. After the handshake the connection reads straight through.
 //
-// While nonblock is set (by the goroutine that reads: muxConn.readReady)
+// While nonblock is set (by the goroutine that reads: muxConn.readNext)
 // it reads nothing: a read through its tls.Conn then returns only what
 // crypto/tls has buffered.
 type gatedConn struct {

@@ -41,6 +41,9 @@ type muxServer struct {
 	// flight (429 beyond).
 	idle, payload, write time.Duration
 	maxHead, maxStreams  int
+	// linger is how long a burst waits for a connection's next frame
+	// before handing it back to the poller (muxConn.burst).
+	linger time.Duration
 
 	mu     sync.Mutex
 	conns  map[*muxConn]struct{}
@@ -52,7 +55,7 @@ type muxServer struct {
 func newMuxServer(h http.Handler, cfg Config, log *slog.Logger, poll bool) *muxServer {
 	s := &muxServer{handler: h, log: log, idle: cfg.IdleTimeout, payload: cfg.ReadHeaderTimeout + cfg.BodyReadTimeout,
 		write: cfg.ReadHeaderTimeout + cfg.BodyReadTimeout, maxHead: cfg.MaxHeaderBytes, maxStreams: muxMaxStreams,
-		conns: map[*muxConn]struct{}{}}
+		linger: muxLinger, conns: map[*muxConn]struct{}{}}
 	if poll {
 		p, err := newMuxPoller()
 		if err != nil {
@@ -66,6 +69,13 @@ func newMuxServer(h http.Handler, cfg Config, log *slog.Logger, poll bool) *muxS
 // muxMaxStreams is a connection's requests in flight; HTTP/2's
 // net/http default is 250, an agent uses fewer than 16.
 const muxMaxStreams = 64
+
+// muxLinger is how long a connection in the poller keeps its reading
+// goroutine after a frame: an agent that sends more often (a fleet under
+// load) is read as by a goroutine of its own, at that cost in CPU, and one
+// at the default 5-second heartbeat holds a goroutine a fifth of the time
+// (docs/performance.md, "Idle agents without goroutines").
+const muxLinger = time.Second
 
 // serve serves c, whose handshake is done, until it closes; it runs on a
 // goroutine of its own (started by the node listener), which returns

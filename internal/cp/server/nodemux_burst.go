@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"io"
+	"os"
 	"syscall"
 	"time"
 
@@ -11,14 +12,17 @@ import (
 
 // A connection in the poller is read in bursts: when it becomes readable
 // the poller starts a goroutine (burst) that reads a frame from the
-// socket, then every frame crypto/tls has already buffered (whole records
-// read past the last frame), and hands the connection back to the poller,
-// which reports it again at once if the socket holds more (its epoll
-// registration is level-triggered). "Only what is buffered" is a read
-// through tls.Conn whose transport reads nothing (gatedConn.nonblock,
-// errWouldBlock: crypto/tls keeps a partial record over it).
+// socket, then goes on as a reader goroutine would while frames keep
+// coming (within the server's linger of each other), and hands the
+// connection back to the poller, which reports it again at once if the
+// socket holds more (its epoll registration is level-triggered). Records
+// that crypto/tls has buffered past the last frame are read before that:
+// a read through tls.Conn returns them without touching the socket, and
+// the first burst, which must not wait, reads through a transport that
+// reads nothing (gatedConn.nonblock, errWouldBlock: crypto/tls keeps a
+// partial record over it).
 
-// errDrained is readReady's "no frame has begun".
+// errDrained is readNext's "no frame has begun".
 var errDrained = errors.New("nothing to read")
 
 // errWouldBlock is gatedConn's read while nonblock is set. It is a
@@ -77,18 +81,21 @@ func (c *muxConn) beginBurst() bool {
 	return true
 }
 
-// burst reads the frames that have arrived and starts their requests,
-// then re-arms the poller: the first from the socket when the poller
-// found it readable (fromSocket; the first burst, right after the
-// handshake, reads only what came with it), the rest only from what
-// crypto/tls has buffered. The last request runs on this goroutine, after
-// the re-arm (a long-poll parks and returns; the next frames are read by
-// the next burst); the others get goroutines of their own.
+// burst reads frames and starts their requests, each on a goroutine of
+// its own, then hands the connection back to the poller. The first frame
+// comes from the socket when the poller found it readable (fromSocket);
+// the first burst, right after the handshake, takes only what came with
+// it (what crypto/tls has buffered). After each frame the burst waits up
+// to the server's linger for the next, as a reader goroutine would: a busy
+// agent's requests skip the poller (its wake, an epoll_wait and the
+// re-arm), and only a connection quiet for that long goes back to it.
 func (c *muxConn) burst(fromSocket bool) {
-	var last *muxStream
+	wait := readBuffered
+	if fromSocket {
+		wait = readArrived
+	}
 	for {
-		f, err := c.readReady(fromSocket)
-		fromSocket = false
+		f, err := c.readNext(wait)
 		if errors.Is(err, errDrained) {
 			break
 		}
@@ -101,11 +108,9 @@ func (c *muxConn) burst(fromSocket bool) {
 			return
 		}
 		if st != nil {
-			if last != nil {
-				go last.serve()
-			}
-			last = st
+			go st.serve()
 		}
+		wait = readLinger
 	}
 	c.mu.Lock()
 	c.reading = false
@@ -113,27 +118,39 @@ func (c *muxConn) burst(fromSocket bool) {
 	c.armIdle()
 	if err := c.s.poll.arm(c); err != nil {
 		c.fail(err)
-		return
-	}
-	if last != nil {
-		last.serve()
 	}
 }
 
-// readReady reads the next frame: the first bytes from the socket
-// (fromSocket) or else only from what crypto/tls has buffered (errDrained
-// if nothing), the rest as the reader goroutine would, all under the
-// payload deadline (a peer that stops mid-frame is cut off).
-func (c *muxConn) readReady(fromSocket bool) (nodemux.Frame, error) {
+// How readNext waits for a frame's first bytes.
+type readWait uint8
+
+const (
+	readArrived  readWait = iota // they have arrived (the poller said so)
+	readBuffered                 // only what crypto/tls has buffered
+	readLinger                   // up to the server's linger
+)
+
+// readNext reads the next frame, errDrained if none began as wait allows;
+// once its first bytes are in, the rest comes as the reader goroutine
+// reads it, under the payload deadline (a peer that stops mid-frame is
+// cut off).
+func (c *muxConn) readNext(wait readWait) (nodemux.Frame, error) {
 	var hdr [nodemux.HeaderLen]byte
 	n := 0
-	if !fromSocket {
+	if wait == readLinger && c.s.linger <= 0 {
+		wait = readBuffered
+	}
+	if wait != readArrived {
 		var err error
-		c.gc.nonblock = true
+		if wait == readLinger {
+			_ = c.nc.SetReadDeadline(time.Now().Add(c.s.linger))
+		} else {
+			c.gc.nonblock = true
+		}
 		n, err = c.nc.Read(hdr[:])
 		c.gc.nonblock = false
 		if n == 0 {
-			if errors.Is(err, errWouldBlock) {
+			if errors.Is(err, errWouldBlock) || errors.Is(err, os.ErrDeadlineExceeded) {
 				return nodemux.Frame{}, errDrained
 			}
 			return nodemux.Frame{}, err
@@ -141,6 +158,8 @@ func (c *muxConn) readReady(fromSocket bool) (nodemux.Frame, error) {
 	}
 	if c.s.payload > 0 {
 		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.payload))
+	} else {
+		_ = c.nc.SetReadDeadline(time.Time{})
 	}
 	defer func() { _ = c.nc.SetReadDeadline(time.Time{}) }()
 	if _, err := io.ReadFull(c.nc, hdr[n:]); err != nil {

@@ -17,7 +17,7 @@ import (
 // the connection, as a handler's panic does.
 func TestMuxParked(t *testing.T) { eachReader(t, testMuxParked) }
 
-func testMuxParked(t *testing.T, poll bool) {
+func testMuxParked(t *testing.T, rd readers) {
 	parks := make(chan *httpapi.Park, 1)
 	cancels := make(chan uint32, 4)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -32,7 +32,7 @@ func testMuxParked(t *testing.T, poll bool) {
 		p.Returned() // the top of the chain (NodeAuthID in the node API)
 		parks <- p
 	})
-	f := newMuxFixture(t, h, muxDefaults(), true, poll)
+	f := newMuxFixture(t, h, muxDefaults(), true, rd)
 	dial := func(t *testing.T) *muxTestConn {
 		c, proto, err := f.dial(t.Context())
 		if err != nil || proto != nodemux.Proto {

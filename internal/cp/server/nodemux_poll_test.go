@@ -39,8 +39,8 @@ func readAnswers(t *testing.T, c net.Conn, n int) map[uint32]int {
 // empty: nothing would wake the connection again).
 func TestMuxFramesAsTheyArrive(t *testing.T) { eachReader(t, testMuxFramesAsTheyArrive) }
 
-func testMuxFramesAsTheyArrive(t *testing.T, poll bool) {
-	f := newMuxFixture(t, echo, muxDefaults(), true, poll)
+func testMuxFramesAsTheyArrive(t *testing.T, rd readers) {
+	f := newMuxFixture(t, echo, muxDefaults(), true, rd)
 	req := func(stream uint32) []byte {
 		return nodemux.AppendRequest(nil, stream, http.MethodPost, "/x", nil, []byte("payload"))
 	}
@@ -101,15 +101,15 @@ func testMuxFramesAsTheyArrive(t *testing.T, poll bool) {
 }
 
 // TestMuxPollerIdleCostsNoGoroutine: in the poller an open connection
-// with nothing in flight has no goroutine of its own (with a reader
-// goroutine each, it has one).
+// with nothing in flight has no goroutine of its own once its linger is
+// over (with a reader goroutine each, it has one).
 func TestMuxPollerIdleCostsNoGoroutine(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the poller is epoll's: linux only")
 	}
 	const conns = 40
-	for _, poll := range []bool{true, false} {
-		f := newMuxFixture(t, echo, muxDefaults(), true, poll)
+	for _, rd := range []readers{{poll: true, linger: 100 * time.Millisecond}, {}} {
+		f := newMuxFixture(t, echo, muxDefaults(), true, rd)
 		before := settledGoroutines()
 		for i := range conns {
 			c, _, err := f.dial(t.Context())
@@ -124,12 +124,20 @@ func TestMuxPollerIdleCostsNoGoroutine(t *testing.T) {
 				t.Fatalf("connection %d: %v", i, got)
 			}
 		}
-		grew := settledGoroutines() - before
-		if poll && grew >= conns/4 {
-			t.Fatalf("poller: %d goroutines for %d idle connections", grew, conns)
+		if !rd.poll {
+			if grew := settledGoroutines() - before; grew < conns {
+				t.Fatalf("reader goroutines: %d goroutines for %d idle connections, want one each", grew, conns)
+			}
+			continue
 		}
-		if !poll && grew < conns {
-			t.Fatalf("reader goroutines: %d goroutines for %d idle connections, want one each", grew, conns)
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			grew := runtime.NumGoroutine() - before
+			if grew < conns/4 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("poller: %d goroutines for %d idle connections after their linger", grew, conns)
+			}
 		}
 	}
 }

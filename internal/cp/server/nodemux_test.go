@@ -22,15 +22,26 @@ import (
 	"github.com/drover-dev/drover/internal/wire/pki"
 )
 
+// readers is how a test's framed connections are read: by the poller
+// (linger: how long a burst waits for the next frame) or by a reader
+// goroutine each.
+type readers struct {
+	poll   bool
+	linger time.Duration
+}
+
 // eachReader runs test with the framed connections read by the poller
-// (on linux) and by a reader goroutine each.
-func eachReader(t *testing.T, test func(t *testing.T, poll bool)) {
-	for _, poll := range []bool{true, false} {
-		name := "poller"
-		if !poll {
-			name = "reader"
-		}
-		t.Run(name, func(t *testing.T) { test(t, poll) })
+// (on linux), with and without a linger, and by a reader goroutine each.
+func eachReader(t *testing.T, test func(t *testing.T, rd readers)) {
+	for _, tc := range []struct {
+		name string
+		rd   readers
+	}{
+		{"poller", readers{poll: true, linger: 50 * time.Millisecond}},
+		{"poller without linger", readers{poll: true}},
+		{"reader", readers{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { test(t, tc.rd) })
 	}
 }
 
@@ -43,17 +54,18 @@ type muxFixture struct {
 	client *tls.Config // offers nodemux.Proto first, with the node's certificate
 }
 
-func newMuxFixture(t *testing.T, h http.Handler, cfg Config, withMux, poll bool) *muxFixture {
+func newMuxFixture(t *testing.T, h http.Handler, cfg Config, withMux bool, rd readers) *muxFixture {
 	t.Helper()
 	ca, tcfg, cert := nodeTLSPair(t, "node-a")
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := newMuxServer(h, cfg, slog.New(slog.DiscardHandler), poll)
-	if poll && runtime.GOOS == "linux" && ms.poll == nil {
+	ms := newMuxServer(h, cfg, slog.New(slog.DiscardHandler), rd.poll)
+	if rd.poll && runtime.GOOS == "linux" && ms.poll == nil {
 		t.Fatal("no poller on linux")
 	}
+	ms.linger = rd.linger
 	lcfg := nodeListenerTLS(tcfg)
 	if !withMux { // a control plane that predates the framing
 		lcfg.NextProtos = []string{"h2", "http/1.1"}
@@ -127,9 +139,9 @@ func do(t *testing.T, rt http.RoundTripper, req *http.Request) (*http.Response, 
 // transport falls back to HTTP/2.
 func TestMuxRoundTrip(t *testing.T) { eachReader(t, testMuxRoundTrip) }
 
-func testMuxRoundTrip(t *testing.T, poll bool) {
+func testMuxRoundTrip(t *testing.T, rd readers) {
 	for _, withMux := range []bool{true, false} {
-		f := newMuxFixture(t, echo, muxDefaults(), withMux, poll)
+		f := newMuxFixture(t, echo, muxDefaults(), withMux, rd)
 		var dials atomic.Int32
 		tr := f.transport(&dials)
 		want := nodemux.Proto
@@ -155,7 +167,7 @@ func testMuxRoundTrip(t *testing.T, poll bool) {
 // context (as a reset HTTP/2 stream does), and the connection goes on.
 func TestMuxCancel(t *testing.T) { eachReader(t, testMuxCancel) }
 
-func testMuxCancel(t *testing.T, poll bool) {
+func testMuxCancel(t *testing.T, rd readers) {
 	ended := make(chan struct{}, 1)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/park" {
@@ -165,7 +177,7 @@ func testMuxCancel(t *testing.T, poll bool) {
 		}
 		echo(w, r)
 	})
-	f := newMuxFixture(t, h, muxDefaults(), true, poll)
+	f := newMuxFixture(t, h, muxDefaults(), true, rd)
 	tr := f.transport(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -189,7 +201,7 @@ func testMuxCancel(t *testing.T, poll bool) {
 // id; the requests in flight finish.
 func TestMuxStreamLimit(t *testing.T) { eachReader(t, testMuxStreamLimit) }
 
-func testMuxStreamLimit(t *testing.T, poll bool) {
+func testMuxStreamLimit(t *testing.T, rd readers) {
 	release := make(chan struct{})
 	var parked atomic.Int32
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -197,7 +209,7 @@ func testMuxStreamLimit(t *testing.T, poll bool) {
 		<-release
 		w.WriteHeader(http.StatusNoContent)
 	})
-	f := newMuxFixture(t, h, muxDefaults(), true, poll)
+	f := newMuxFixture(t, h, muxDefaults(), true, rd)
 	f.ms.maxStreams = 2
 	tr := f.transport(nil)
 	errc := make(chan error, 2)
@@ -236,10 +248,10 @@ func testMuxStreamLimit(t *testing.T, poll bool) {
 // MaxHeaderBytes is answered 431, as net/http answers it.
 func TestMuxHeaderLimit(t *testing.T) { eachReader(t, testMuxHeaderLimit) }
 
-func testMuxHeaderLimit(t *testing.T, poll bool) {
+func testMuxHeaderLimit(t *testing.T, rd readers) {
 	cfg := muxDefaults()
 	cfg.MaxHeaderBytes = 200
-	f := newMuxFixture(t, echo, cfg, true, poll)
+	f := newMuxFixture(t, echo, cfg, true, rd)
 	req, _ := http.NewRequest(http.MethodGet, f.url("/x"), nil)
 	req.Header.Set("X-Big", strings.Repeat("a", 300))
 	if resp, body := do(t, f.transport(nil), req); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge ||
@@ -253,14 +265,14 @@ func testMuxHeaderLimit(t *testing.T, poll bool) {
 // fails instead of waiting).
 func TestMuxBrokenFraming(t *testing.T) { eachReader(t, testMuxBrokenFraming) }
 
-func testMuxBrokenFraming(t *testing.T, poll bool) {
+func testMuxBrokenFraming(t *testing.T, rd readers) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/panic" {
 			panic("handler bug")
 		}
 		<-r.Context().Done()
 	})
-	f := newMuxFixture(t, h, muxDefaults(), true, poll)
+	f := newMuxFixture(t, h, muxDefaults(), true, rd)
 	request := func(stream uint32, method, target string) []byte {
 		return nodemux.AppendRequest(nil, stream, method, target, nil, nil)
 	}
@@ -298,7 +310,7 @@ func testMuxBrokenFraming(t *testing.T, poll bool) {
 // timeout; one with a request in flight does not.
 func TestMuxIdle(t *testing.T) { eachReader(t, testMuxIdle) }
 
-func testMuxIdle(t *testing.T, poll bool) {
+func testMuxIdle(t *testing.T, rd readers) {
 	release := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/park" {
@@ -307,7 +319,7 @@ func testMuxIdle(t *testing.T, poll bool) {
 	})
 	cfg := muxDefaults()
 	cfg.IdleTimeout = 300 * time.Millisecond
-	f := newMuxFixture(t, h, cfg, true, poll)
+	f := newMuxFixture(t, h, cfg, true, rd)
 	tr := f.transport(nil)
 	done := make(chan error, 1)
 	go func() {
@@ -342,13 +354,13 @@ func testMuxIdle(t *testing.T, poll bool) {
 // agents' requests in flight fail with nodemux.ErrConnClosed.
 func TestMuxClose(t *testing.T) { eachReader(t, testMuxClose) }
 
-func testMuxClose(t *testing.T, poll bool) {
+func testMuxClose(t *testing.T, rd readers) {
 	parked := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(parked)
 		<-r.Context().Done()
 	})
-	f := newMuxFixture(t, h, muxDefaults(), true, poll)
+	f := newMuxFixture(t, h, muxDefaults(), true, rd)
 	done := make(chan error, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodGet, f.url("/park"), nil)
@@ -373,13 +385,13 @@ func testMuxClose(t *testing.T, poll bool) {
 // would close it).
 func TestMuxRefusalsBounded(t *testing.T) { eachReader(t, testMuxRefusalsBounded) }
 
-func testMuxRefusalsBounded(t *testing.T, poll bool) {
+func testMuxRefusalsBounded(t *testing.T, rd readers) {
 	release := make(chan struct{})
 	defer close(release)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release })
 	cfg := muxDefaults()
 	cfg.ReadHeaderTimeout, cfg.BodyReadTimeout = time.Minute, time.Minute
-	f := newMuxFixture(t, h, cfg, true, poll)
+	f := newMuxFixture(t, h, cfg, true, rd)
 	f.ms.maxStreams = 2
 	c, _, err := f.dial(t.Context())
 	if err != nil {
@@ -412,11 +424,11 @@ func testMuxRefusalsBounded(t *testing.T, poll bool) {
 // connection.
 func TestMuxAnswerTooLarge(t *testing.T) { eachReader(t, testMuxAnswerTooLarge) }
 
-func testMuxAnswerTooLarge(t *testing.T, poll bool) {
+func testMuxAnswerTooLarge(t *testing.T, rd readers) {
 	h := httpapi.WithCorrelation(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(make([]byte, nodemux.MaxPayload+1))
 	}))
-	f := newMuxFixture(t, h, muxDefaults(), true, poll)
+	f := newMuxFixture(t, h, muxDefaults(), true, rd)
 	req, _ := http.NewRequest(http.MethodGet, f.url("/big"), nil)
 	req.Header.Set(api.HeaderCorrelationID, "cid-big")
 	resp, body := do(t, f.transport(nil), req)
