@@ -71,10 +71,11 @@ func newMuxServer(h http.Handler, cfg Config, log *slog.Logger, poll bool) *muxS
 const muxMaxStreams = 64
 
 // muxLinger is how long a connection in the poller keeps its reading
-// goroutine after a frame: an agent that sends more often (a fleet under
-// load) is read as by a goroutine of its own, at that cost in CPU, and one
-// at the default 5-second heartbeat holds a goroutine a fifth of the time
-// (docs/performance.md, "Idle agents without goroutines").
+// goroutine after a frame that came within as long of the one before: an
+// agent that sends that often (a fleet under load) is read as by a
+// goroutine of its own, and one at the default 5-second heartbeat holds
+// none between its requests (docs/performance.md, "Idle agents without
+// goroutines").
 const muxLinger = time.Second
 
 // serve serves c, whose handshake is done, until it closes; it runs on a
@@ -137,11 +138,14 @@ type muxConn struct {
 	mu sync.Mutex
 	// In the poller (reg set, under mu): its registration, and the idle
 	// timer that stands in for the reader's idle deadline.
-	reg      *pollReg
-	idleT    *time.Timer
-	streams  map[uint32]*muxStream // requests in flight
-	midFrame bool                  // the reader is reading a payload, under its deadline
-	reading  bool                  // a burst is reading (in the poller)
+	reg   *pollReg
+	idleT *time.Timer
+	// lastFrame is when the reading goroutine last read a frame (one
+	// reads at a time): a burst lingers only for a busy connection.
+	lastFrame time.Time
+	streams   map[uint32]*muxStream // requests in flight
+	midFrame  bool                  // the reader is reading a payload, under its deadline
+	reading   bool                  // a burst is reading (in the poller)
 }
 
 // close closes the connection, once: its requests are given up (their

@@ -85,10 +85,12 @@ func (c *muxConn) beginBurst() bool {
 // its own, then hands the connection back to the poller. The first frame
 // comes from the socket when the poller found it readable (fromSocket);
 // the first burst, right after the handshake, takes only what came with
-// it (what crypto/tls has buffered). After each frame the burst waits up
-// to the server's linger for the next, as a reader goroutine would: a busy
-// agent's requests skip the poller (its wake, an epoll_wait and the
-// re-arm), and only a connection quiet for that long goes back to it.
+// it (what crypto/tls has buffered). After a frame that came within the
+// server's linger of the one before it, the burst waits up to the linger
+// for the next, as a reader goroutine would: a busy agent's requests skip
+// the poller (its wake, an epoll_wait and the re-arm), and only a
+// connection quiet for that long goes back to it. An agent at the default
+// heartbeat holds no goroutine between its requests.
 func (c *muxConn) burst(fromSocket bool) {
 	wait := readBuffered
 	if fromSocket {
@@ -110,7 +112,12 @@ func (c *muxConn) burst(fromSocket bool) {
 		if st != nil {
 			go st.serve()
 		}
-		wait = readLinger
+		wait = readBuffered
+		now := time.Now()
+		if now.Sub(c.lastFrame) < c.s.linger {
+			wait = readLinger
+		}
+		c.lastFrame = now
 	}
 	c.mu.Lock()
 	c.reading = false
