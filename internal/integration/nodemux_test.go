@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/nodemux"
 )
@@ -247,7 +248,7 @@ func TestNodeMuxIdleAgentsHoldNoGoroutine(t *testing.T) {
 	const conns = 30
 	e := startEnv(t, openSQLite(t), func(c *server.Config) { c.NodeLongPollLimit = conns; c.MaxWait = time.Minute })
 	a := e.enroll("node-a", e.createHost("node-a").Token)
-	before := settledGoroutines()
+	before := testutil.SettledGoroutines()
 	cs := make([]*tls.Conn, conns)
 	for i := range cs {
 		cs[i] = e.muxDial(&a.cert)
@@ -297,18 +298,4 @@ func TestNodeMuxIdleAgentsHoldNoGoroutine(t *testing.T) {
 		_ = c.Close()
 	}
 	e.waitMetric(`drover_node_long_polls{route="tasks"}`, 0, 10*time.Second)
-}
-
-// settledGoroutines is the goroutine count once it stops changing.
-func settledGoroutines() int {
-	n := runtime.NumGoroutine()
-	for range 100 {
-		time.Sleep(20 * time.Millisecond)
-		m := runtime.NumGoroutine()
-		if m == n {
-			return n
-		}
-		n = m
-	}
-	return n
 }

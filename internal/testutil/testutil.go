@@ -1,8 +1,9 @@
 // Package testutil holds helpers shared by Drover's tests: golden-file
 // comparison, the expected GPU count of the machine running real-host
 // tests, qemu-img, a slow client for listener limits, an API request
-// served by a handler, skipping (or failing under CI) a test the machine
-// cannot run, and re-running a test in a network namespace of its own.
+// served by a handler, a settled goroutine count, skipping (or failing
+// under CI) a test the machine cannot run, and re-running a test in a
+// network namespace of its own.
 // Only _test.go files may import it.
 package testutil
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/drover-dev/drover/internal/wire/nodemux"
 )
 
@@ -110,7 +111,7 @@ func TestMuxPollerIdleCostsNoGoroutine(t *testing.T) {
 	const conns = 40
 	for _, rd := range []readers{{poll: true, linger: 100 * time.Millisecond}, {}} {
 		f := newMuxFixture(t, echo, muxDefaults(), true, rd)
-		before := settledGoroutines()
+		before := testutil.SettledGoroutines()
 		for i := range conns {
 			c, _, err := f.dial(t.Context())
 			if err != nil {
@@ -125,7 +126,7 @@ func TestMuxPollerIdleCostsNoGoroutine(t *testing.T) {
 			}
 		}
 		if !rd.poll {
-			if grew := settledGoroutines() - before; grew < conns {
+			if grew := testutil.SettledGoroutines() - before; grew < conns {
 				t.Fatalf("reader goroutines: %d goroutines for %d idle connections, want one each", grew, conns)
 			}
 			continue
@@ -140,19 +141,4 @@ func TestMuxPollerIdleCostsNoGoroutine(t *testing.T) {
 			}
 		}
 	}
-}
-
-// settledGoroutines is the goroutine count once the handshakes' and the
-// answers' goroutines have ended.
-func settledGoroutines() int {
-	n := runtime.NumGoroutine()
-	for range 50 {
-		time.Sleep(20 * time.Millisecond)
-		m := runtime.NumGoroutine()
-		if m == n {
-			return n
-		}
-		n = m
-	}
-	return n
 }
