@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -18,127 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/drover-dev/drover/internal/cp/httpapi"
+	"github.com/drover-dev/drover/internal/cp/httpapi/parktest"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
-
-// The long-poll test transport below (mode to pending.result) is the
-// tasks tests' (internal/cp/tasks/park_test.go), copied: a shared helper
-// would put test code in httpapi.
-
-// mode is how a test's long-polls are served.
-type mode struct {
-	name   string
-	parked bool // by a transport that parks requests (the framed node connection), else as net/http does
-}
-
-var modes = []mode{{"blocking", false}, {"parked", true}}
-
-// recorder is a ResponseRecorder that notes whether anything was written.
-type recorder struct {
-	*httptest.ResponseRecorder
-	wrote bool
-}
-
-func (w *recorder) WriteHeader(code int) { w.wrote = true; w.ResponseRecorder.WriteHeader(code) }
-
-func (w *recorder) Write(b []byte) (int, error) { w.wrote = true; return w.ResponseRecorder.Write(b) }
-
-// parkRecorder is a recorder of a transport that parks requests: done is
-// closed when the parked request ends (ends counts how often it did). As
-// the framed connection does, it gives a parked request up (Park.Cancel)
-// when the request's context ends.
-type parkRecorder struct {
-	*recorder
-	ctx     context.Context
-	done    chan struct{}
-	ends    atomic.Int32
-	aborted atomic.Value
-}
-
-func (w *parkRecorder) Park() *httpapi.Park {
-	end := func() {
-		if w.ends.Add(1) == 1 {
-			close(w.done)
-		}
-	}
-	p := httpapi.NewPark(end, func(v any) { w.aborted.Store(fmt.Sprint(v)); end() })
-	context.AfterFunc(w.ctx, p.Cancel)
-	return p
-}
-
-// pending is a long-poll in flight.
-type pending struct {
-	w      *recorder
-	pw     *parkRecorder // parked mode
-	parked *httpapi.Park // the Park its handler returned, if it parked
-	err    error         // the handler's, or the parked request's final error
-	done   chan struct{}
-}
-
-// start runs h for node n1's req. Parked: on the test's goroutine, which
-// it returns to (as the top of the request's chain, it then marks the
-// chain returned); blocking: on a goroutine of its own.
-func (m mode) start(t *testing.T, h httpapi.NodeHandler, req *http.Request) *pending {
-	t.Helper()
-	pd := &pending{w: &recorder{ResponseRecorder: httptest.NewRecorder()}, done: make(chan struct{})}
-	if !m.parked {
-		go func() { pd.err = h(pd.w, req, "n1"); close(pd.done) }()
-		return pd
-	}
-	pd.pw = &parkRecorder{recorder: pd.w, ctx: req.Context(), done: pd.done}
-	err := h(pd.pw, req, "n1")
-	p, ok := httpapi.ParkOf(err)
-	if !ok {
-		pd.err = err
-		close(pd.done)
-		return pd
-	}
-	pd.parked = p
-	p.Then(func(err error) error { pd.err = err; return nil })
-	p.Returned()
-	return pd
-}
-
-// ended reports whether the long-poll ended.
-func (pd *pending) ended() bool {
-	select {
-	case <-pd.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// result waits for the long-poll's end: its answer (nil when it wrote
-// none) and error.
-func (pd *pending) result(t *testing.T) (*httptest.ResponseRecorder, error) {
-	t.Helper()
-	select {
-	case <-pd.done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the long-poll did not end")
-	}
-	if pd.pw != nil {
-		if v := pd.pw.aborted.Load(); v != nil {
-			t.Fatalf("the parked request was aborted: %v", v)
-		}
-	}
-	if !pd.w.wrote {
-		return nil, pd.err
-	}
-	return pd.w.ResponseRecorder, pd.err
-}
-
-// eventually fails the test unless cond holds within 5 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not so after 5s: %s", what)
-		}
-	}
-}
 
 // desiredStore is a Store of host n1 and its instances, for the desired
 // set's reads (any other call panics); afterRead, when set, runs after
@@ -201,11 +83,11 @@ func desiredReq(ctx context.Context, etag, wait string) *http.Request {
 }
 
 // answeredSet is the set of a 200 answer, checked against its ETag header.
-func answeredSet(t *testing.T, w *httptest.ResponseRecorder, err error) api.NodeInstances {
+func answeredSet(t *testing.T, w *parktest.Recorder, err error) api.NodeInstances {
 	t.Helper()
 	var set api.NodeInstances
-	if err != nil || w == nil || w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), &set) != nil {
-		t.Fatalf("answer %v (%v), want a set", w, err)
+	if err != nil || !w.Wrote || w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), &set) != nil {
+		t.Fatalf("answer %v (%v), want a set", w.ResponseRecorder, err)
 	}
 	if got := w.Header().Get("ETag"); got != strconv.Quote(set.ETag) {
 		t.Fatalf("ETag header %s, set's %q", got, set.ETag)
@@ -220,7 +102,7 @@ func answeredSet(t *testing.T, w *httptest.ResponseRecorder, err error) api.Node
 // it waiting. A change during the first read is not lost.
 func TestNodeDesiredLongPoll(t *testing.T) {
 	bump := func(_ *store.Host, ins []store.Instance) { ins[0].Generation++ }
-	for _, m := range modes {
+	for _, m := range parktest.Modes() {
 		for _, tc := range []struct {
 			name    string
 			wait    string
@@ -240,23 +122,23 @@ func TestNodeDesiredLongPoll(t *testing.T) {
 				func(h *store.Host, _ []store.Instance) { h.Revoked = true }}, http.StatusForbidden, "", false},
 			{"a change during the first read", "1m", bump, nil, http.StatusOK, "web-1", true},
 		} {
-			t.Run(m.name+"/"+tc.name, func(t *testing.T) {
+			t.Run(m.String()+"/"+tc.name, func(t *testing.T) {
 				r, st, etag := newDesiredRoom(t)
 				if tc.during != nil {
 					once := sync.OnceFunc(func() { st.update(tc.during); r.Wake("n1") })
 					st.afterRead.Store(&once)
 				}
-				pd := m.start(t, r.NodeDesired, desiredReq(t.Context(), etag, tc.wait))
-				if m.parked && (pd.parked == nil || tc.changes != nil && pd.ended()) {
-					t.Fatalf("parked %v, ended %v; want parked, answered later", pd.parked != nil, pd.ended())
+				pd := m.Start(t, r.NodeDesired, desiredReq(t.Context(), etag, tc.wait), "n1")
+				if m == parktest.Parked && (pd.Park == nil || tc.changes != nil && pd.Ended()) {
+					t.Fatalf("parked %v, ended %v; want parked, answered later", pd.Park != nil, pd.Ended())
 				}
-				eventually(t, "the poll read", func() bool { return st.reads.Load() >= 2 }) // newDesiredRoom's read, then its
+				parktest.Eventually(t, "the poll read", func() bool { return st.reads.Load() >= 2 }) // newDesiredRoom's read, then its
 				for i, change := range tc.changes {
 					st.update(change)
 					r.Wake("n1")
-					eventually(t, "the wake re-read", func() bool { return st.reads.Load() == int32(i+3) })
+					parktest.Eventually(t, "the wake re-read", func() bool { return st.reads.Load() == int32(i+3) })
 				}
-				w, err := pd.result(t)
+				w, err := pd.Wait(t)
 				if tc.want == http.StatusForbidden {
 					var he *httpapi.Error
 					if !errors.As(err, &he) || he.Status != http.StatusForbidden || he.Code != "node_identity_revoked" {
@@ -277,7 +159,7 @@ func TestNodeDesiredLongPoll(t *testing.T) {
 // another ETag, no wait, a revoked node) is answered by its first read,
 // without parking, and leaves no waiter.
 func TestNodeDesiredAnswersAtOnce(t *testing.T) {
-	for _, m := range modes {
+	for _, m := range parktest.Modes() {
 		for _, tc := range []struct {
 			name, etag, wait string
 			revoked          bool
@@ -289,17 +171,17 @@ func TestNodeDesiredAnswersAtOnce(t *testing.T) {
 			{"revoked", "current", "1m", true, http.StatusForbidden},
 			{"bad wait", "current", "soon", false, http.StatusUnprocessableEntity},
 		} {
-			t.Run(m.name+"/"+tc.name, func(t *testing.T) {
+			t.Run(m.String()+"/"+tc.name, func(t *testing.T) {
 				r, st, etag := newDesiredRoom(t)
 				st.host.Revoked = tc.revoked
 				if tc.etag == "current" {
 					tc.etag = etag
 				}
-				pd := m.start(t, r.NodeDesired, desiredReq(t.Context(), tc.etag, tc.wait))
-				if pd.parked != nil {
+				pd := m.Start(t, r.NodeDesired, desiredReq(t.Context(), tc.etag, tc.wait), "n1")
+				if pd.Park != nil {
 					t.Fatal("parked")
 				}
-				w, err := pd.result(t)
+				w, err := pd.Wait(t)
 				var he *httpapi.Error
 				switch {
 				case tc.want == http.StatusOK:
@@ -321,28 +203,28 @@ func TestNodeDesiredAnswersAtOnce(t *testing.T) {
 // an answer, and frees its waiter and its long-poll slot, which it held
 // until then.
 func TestNodeDesiredCancelled(t *testing.T) {
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
+	for _, m := range parktest.Modes() {
+		t.Run(m.String(), func(t *testing.T) {
 			r, _, etag := newDesiredRoom(t)
 			reg := prometheus.NewRegistry()
 			h := httpapi.NewLongPolls("instances", 1, reg, httpapi.NewLimitRefusals(reg)).Limit(httpapi.WaitRequested, r.NodeDesired)
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			pd := m.start(t, h, desiredReq(ctx, etag, "1m"))
-			eventually(t, "the poll waits", func() bool { return r.waiters.Count() == 1 })
+			pd := m.Start(t, h, desiredReq(ctx, etag, "1m"), "n1")
+			parktest.Eventually(t, "the poll waits", func() bool { return r.waiters.Count() == 1 })
 			var he *httpapi.Error
-			if _, err := m.start(t, h, desiredReq(t.Context(), etag, "10ms")).result(t); !errors.As(err, &he) ||
+			if _, err := m.Start(t, h, desiredReq(t.Context(), etag, "10ms"), "n1").Wait(t); !errors.As(err, &he) ||
 				he.Status != http.StatusTooManyRequests {
 				t.Fatalf("a second poll while the first waits: %v, want 429", err)
 			}
 			cancel()
-			if w, err := pd.result(t); w != nil || err != nil {
-				t.Fatalf("cancelled poll: %v, wrote %v; want nothing", err, w != nil)
+			if w, err := pd.Wait(t); w.Wrote || err != nil {
+				t.Fatalf("cancelled poll: %v, wrote %v; want nothing", err, w.Wrote)
 			}
 			if n := r.waiters.Count(); n != 0 {
 				t.Fatalf("%d waiters left", n)
 			}
-			w, err := m.start(t, h, desiredReq(t.Context(), etag, "10ms")).result(t)
+			w, err := m.Start(t, h, desiredReq(t.Context(), etag, "10ms"), "n1").Wait(t)
 			answeredSet(t, w, err)
 		})
 	}
@@ -353,20 +235,16 @@ func TestNodeDesiredCancelled(t *testing.T) {
 // waiter and runs the rest of its chain with a nil error.
 func TestNodeDesiredParkedPanicOnWake(t *testing.T) {
 	r, st, etag := newDesiredRoom(t)
-	pd := modes[1].start(t, r.NodeDesired, desiredReq(t.Context(), etag, "1m"))
-	eventually(t, "the poll waits", func() bool { return r.waiters.Count() == 1 })
+	pd := parktest.Parked.Start(t, r.NodeDesired, desiredReq(t.Context(), etag, "1m"), "n1")
+	parktest.Eventually(t, "the poll waits", func() bool { return r.waiters.Count() == 1 })
 	st.panics.Store(true)
 	r.Wake("n1")
-	select {
-	case <-pd.done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the poll did not end")
-	}
-	if v := pd.pw.aborted.Load(); v != "host lookup bug" {
+	v, err := pd.WaitAbort(t)
+	if v != "host lookup bug" {
 		t.Fatalf("aborted with %v, want the panic's value", v)
 	}
-	if n := r.waiters.Count(); n != 0 || pd.err != nil {
-		t.Fatalf("%d waiters left, chain's error %v; want none, nil", n, pd.err)
+	if n := r.waiters.Count(); n != 0 || err != nil {
+		t.Fatalf("%d waiters left, chain's error %v; want none, nil", n, err)
 	}
 }
 
@@ -377,9 +255,9 @@ func TestNodeDesiredParkedHoldsNoGoroutine(t *testing.T) {
 	r, st, etag := newDesiredRoom(t)
 	const n = 50
 	before := runtime.NumGoroutine()
-	pds := make([]*pending, n)
+	pds := make([]*parktest.Pending, n)
 	for i := range pds {
-		if pds[i] = modes[1].start(t, r.NodeDesired, desiredReq(t.Context(), etag, "1m")); pds[i].parked == nil {
+		if pds[i] = parktest.Parked.Start(t, r.NodeDesired, desiredReq(t.Context(), etag, "1m"), "n1"); pds[i].Park == nil {
 			t.Fatalf("poll %d did not park", i)
 		}
 	}
@@ -387,12 +265,12 @@ func TestNodeDesiredParkedHoldsNoGoroutine(t *testing.T) {
 		t.Fatalf("%d goroutines more with %d parked polls", got, n)
 	}
 	r.WakeAll()
-	eventually(t, "every poll re-read", func() bool { return st.reads.Load() == 1+2*n })
-	eventually(t, "the woken polls parked again", func() bool { return runtime.NumGoroutine()-before <= n/10 })
+	parktest.Eventually(t, "every poll re-read", func() bool { return st.reads.Load() == 1+2*n })
+	parktest.Eventually(t, "the woken polls parked again", func() bool { return runtime.NumGoroutine()-before <= n/10 })
 	st.update(func(_ *store.Host, ins []store.Instance) { ins[0].DesiredState = api.DesiredStopped })
 	r.Wake("n1")
 	for _, pd := range pds {
-		if w, err := pd.result(t); answeredSet(t, w, err).ETag == etag {
+		if w, err := pd.Wait(t); answeredSet(t, w, err).ETag == etag {
 			t.Fatal("answered the old set")
 		}
 	}

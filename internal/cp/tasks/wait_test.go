@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/httpapi/parktest"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/cp/store/sqlite"
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -80,14 +81,14 @@ func newWaitRoom(t *testing.T, fallback time.Duration) (*Room, *countingStore) {
 }
 
 // wait runs one long-poll of n1 with a 30 ms timeout and returns its status.
-func wait(t *testing.T, r *Room, m mode) int {
+func wait(t *testing.T, r *Room, m parktest.Mode) int {
 	t.Helper()
 	req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/internal/v1/nodes/n1/tasks/wait?timeout=30ms", nil)
-	res := m.start(t, r.Wait, req).result(t)
-	if res.err != nil {
-		t.Fatalf("wait: %v", res.err)
+	w, err := m.Start(t, r.Wait, req, "n1").Wait(t)
+	if err != nil {
+		t.Fatalf("wait: %v", err)
 	}
-	return res.code
+	return w.Code
 }
 
 // echoTask is a queued diag.echo task for n1.
@@ -101,12 +102,12 @@ func echoTask(t *testing.T, r *Room) store.Task {
 // whose event was lost is delivered after the fallback check. Without the
 // fallback check every wait claims.
 func TestQuietNodeParksWithoutClaim(t *testing.T) {
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) { testQuietNodeParksWithoutClaim(t, m) })
+	for _, m := range parktest.Modes() {
+		t.Run(m.String(), func(t *testing.T) { testQuietNodeParksWithoutClaim(t, m) })
 	}
 }
 
-func testQuietNodeParksWithoutClaim(t *testing.T, m mode) {
+func testQuietNodeParksWithoutClaim(t *testing.T, m parktest.Mode) {
 	r, cs := newWaitRoom(t, time.Hour) // the fallback runs only when the test calls it
 	step := func(name string, wantStatus int, wantClaims int64) {
 		t.Helper()
