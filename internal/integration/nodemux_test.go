@@ -144,16 +144,7 @@ func TestNodeMuxLongPoll(t *testing.T) {
 		t.Fatal("the parked long-poll was not delivered its task")
 	}
 
-	polls := []*longPoll{e.startLongPoll(mc, wait), e.startLongPoll(mc, wait)}
-	e.waitMetric(`drover_node_long_polls{route="tasks"}`, 2, 5*time.Second)
-	if st, code, _ := e.nodeGet(mc, wait); st != http.StatusTooManyRequests || code != "node_long_poll_limit" {
-		t.Fatalf("third long-poll: %d %s, want 429 node_long_poll_limit", st, code)
-	}
-	for _, p := range polls {
-		p.cancel()
-		<-p.done
-	}
-	e.waitMetric(`drover_node_long_polls{route="tasks"}`, 0, 5*time.Second)
+	e.cancelledPollsFreeSlots(mc, wait, "tasks")
 	if st, code, _ := e.nodeGet(mc, nodePath("node-a", "/tasks/wait?timeout=10ms")); st != http.StatusNoContent {
 		t.Fatalf("long-poll after the cancelled ones: %d %s", st, code)
 	}
@@ -201,19 +192,28 @@ func TestNodeMuxDesiredLongPoll(t *testing.T) {
 	}
 
 	wait := nodePath("node-a", "/instances?wait=15s&etag="+set.ETag)
+	e.cancelledPollsFreeSlots(mc, wait, "instances")
+	if st, again := get(nodePath("node-a", "/instances?wait=10ms&etag="+set.ETag)); st != http.StatusOK || again.ETag != set.ETag {
+		t.Fatalf("long-poll after the cancelled ones: %d %s, want 200 with the same ETag", st, again.ETag)
+	}
+}
+
+// cancelledPollsFreeSlots holds the node's two long-polls of route (its
+// limit) on mc, checks that a third is refused 429 node_long_poll_limit,
+// then cancels the two and checks that the server let go of both at once.
+func (e *env) cancelledPollsFreeSlots(mc *http.Client, wait, route string) {
+	e.t.Helper()
+	series := `drover_node_long_polls{route="` + route + `"}`
 	polls := []*longPoll{e.startLongPoll(mc, wait), e.startLongPoll(mc, wait)}
-	e.waitMetric(`drover_node_long_polls{route="instances"}`, 2, 5*time.Second)
+	e.waitMetric(series, 2, 5*time.Second)
 	if st, code, _ := e.nodeGet(mc, wait); st != http.StatusTooManyRequests || code != "node_long_poll_limit" {
-		t.Fatalf("third long-poll: %d %s, want 429 node_long_poll_limit", st, code)
+		e.t.Fatalf("third long-poll: %d %s, want 429 node_long_poll_limit", st, code)
 	}
 	for _, p := range polls {
 		p.cancel()
 		<-p.done
 	}
-	e.waitMetric(`drover_node_long_polls{route="instances"}`, 0, 5*time.Second)
-	if st, again := get(nodePath("node-a", "/instances?wait=10ms&etag="+set.ETag)); st != http.StatusOK || again.ETag != set.ETag {
-		t.Fatalf("long-poll after the cancelled ones: %d %s, want 200 with the same ETag", st, again.ETag)
-	}
+	e.waitMetric(series, 0, 5*time.Second)
 }
 
 // TestExpiredCertificateOnOpenConnection: a connection opened with a valid
