@@ -2,8 +2,9 @@
 // shares: the error type (an api.CodedError with a status) and its JSON
 // envelope, strict JSON decoding, correlation ids, operator authentication
 // (bearer tokens and roles), per-client rate limits, per-key concurrency
-// caps, the per-node long-poll caps of the node routes (LongPolls) and
-// per-node long-poll waiters.
+// caps, the per-node long-poll caps of the node routes (LongPolls),
+// per-node long-poll waiters, and requests parked without a goroutine on a
+// transport that can hold them (Park, ParkedWait).
 package httpapi
 
 import (
