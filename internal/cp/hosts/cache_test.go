@@ -3,6 +3,7 @@ package hosts
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"sync"
 	"testing"
@@ -133,6 +134,40 @@ func TestHostCacheRefresh(t *testing.T) {
 	}
 	if gets, lists := f.counts(); gets != 2 || lists != 2 {
 		t.Fatalf("reads: %d single, %d lists; want 2 (deleted b, expired a) and 2", gets, lists)
+	}
+}
+
+// TestHostCacheRefreshLetsReadersIn: a refresh builds its entries (the
+// clock is read then) without holding the lock that every node request's
+// read waits for, and stores all of them.
+func TestHostCacheRefreshLetsReadersIn(t *testing.T) {
+	const n = 1000
+	f := &stateFake{hosts: map[string]store.HostState{}}
+	for i := range n {
+		f.hosts[fmt.Sprintf("h%04d", i)] = liveHost(fmt.Sprintf("h%04d", i))
+	}
+	var c *hostCache
+	reads, held := 0, 0
+	c = newHostCache(f, func() time.Time {
+		reads++
+		if !c.mu.TryLock() {
+			held++
+		} else {
+			c.mu.Unlock()
+		}
+		return time.Now()
+	})
+	if err := c.refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if reads == 0 || held != 0 {
+		t.Errorf("the cache's lock was held at %d of the refresh's %d clock reads", held, reads)
+	}
+	c.mu.RLock()
+	cached := len(c.hosts)
+	c.mu.RUnlock()
+	if cached != n {
+		t.Fatalf("%d hosts cached after the refresh, want %d", cached, n)
 	}
 }
 

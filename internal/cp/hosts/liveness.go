@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -22,25 +23,42 @@ const staleAfter = 3
 // statement per interval for every host heard from since the last one.
 //
 // A heartbeat that changes nothing (same status, no new failure, same
-// capacity) costs a map lookup under mu and no allocation: the host's
-// entry is made on its first heartbeat and reused, and the digest of its
-// last heartbeat body is kept with its decoded form, so an identical body
-// is not decoded again, and an agent may send the digest (If-Match, the
-// ETag it was answered) instead of the body. Entries of hosts not heard
-// from for staleAfter intervals are dropped at the next flush, so the map
-// holds at most the hosts heard from lately.
+// capacity) costs a map lookup under its shard's lock and no allocation:
+// the host's entry is made on its first heartbeat and reused, and the
+// digest of its last heartbeat body is kept with its decoded form, so an
+// identical body is not decoded again, and an agent may send the digest
+// (If-Match, the ETag it was answered) instead of the body. Entries of
+// hosts not heard from for staleAfter intervals are dropped at the next
+// flush, so the map holds at most the hosts heard from lately.
+//
+// The hosts are spread over liveShards locks by a hash of their id. With
+// one lock for the whole fleet, tens of thousands of heartbeats a second
+// queue on it whenever they arrive together (after a pause of the whole
+// process, or a wait on the host cache), and Go's mutex then hands it to
+// each waiter in turn, each waiting to be scheduled: a convoy that held
+// heartbeats for a second and more at 25,000/s (docs/performance.md,
+// "Heartbeat latency: lock convoys").
 type liveness struct {
 	s *Room
 	// started is when the replica started: it marks no host stale before
 	// it has been up for staleAfter intervals itself.
 	started time.Time
 
-	mu    sync.Mutex
-	hosts map[string]*beatEntry
+	seed   maphash.Seed
+	shards [liveShards]liveShard
 
 	// flushMu makes flushes one at a time; batch is their reused buffer.
 	flushMu sync.Mutex
 	batch   []store.Seen
+}
+
+// liveShards is how many locks liveness spreads its hosts over.
+const liveShards = 64
+
+// liveShard is one lock's share of the hosts.
+type liveShard struct {
+	mu    sync.Mutex
+	hosts map[string]*beatEntry
 }
 
 // beatEntry is what liveness keeps of one host.
@@ -66,15 +84,25 @@ func sumOf(body []byte) bodySum {
 func (b bodySum) etag() string { return `"` + hex.EncodeToString(b[:]) + `"` }
 
 func newLiveness(s *Room) *liveness {
-	return &liveness{s: s, started: s.cfg.Now(), hosts: make(map[string]*beatEntry)}
+	l := &liveness{s: s, started: s.cfg.Now(), seed: maphash.MakeSeed()}
+	for i := range l.shards {
+		l.shards[i].hosts = make(map[string]*beatEntry)
+	}
+	return l
+}
+
+// shard is the share of the hosts id is in.
+func (l *liveness) shard(id string) *liveShard {
+	return &l.shards[maphash.String(l.seed, id)%liveShards]
 }
 
 // decoded returns the heartbeat the host last sent, and its ETag, if that
 // body's digest is sum, so an unchanged heartbeat is not decoded again.
 func (l *liveness) decoded(id string, sum bodySum) (api.Heartbeat, []string, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if e := l.hosts[id]; e != nil && e.tag != nil && e.sum == sum {
+	sh := l.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.hosts[id]; e != nil && e.tag != nil && e.sum == sum {
 		return e.hb, e.tag, true
 	}
 	return api.Heartbeat{}, nil, false
@@ -83,9 +111,10 @@ func (l *liveness) decoded(id string, sum bodySum) (api.Heartbeat, []string, boo
 // matched returns the heartbeat the host last sent if etag is its ETag: a
 // body-less heartbeat with If-Match repeats that one.
 func (l *liveness) matched(id, etag string) (api.Heartbeat, []string, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if e := l.hosts[id]; e != nil && e.tag != nil && e.tag[0] == etag {
+	sh := l.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.hosts[id]; e != nil && e.tag != nil && e.tag[0] == etag {
 		return e.hb, e.tag, true
 	}
 	return api.Heartbeat{}, nil, false
@@ -95,21 +124,35 @@ func (l *liveness) matched(id, etag string) (api.Heartbeat, []string, bool) {
 // last heartbeat, and returns its ETag header value.
 func (l *liveness) remember(id string, sum bodySum, hb api.Heartbeat) []string {
 	tag := []string{sum.etag()} // never modified once set: shared by answers
-	l.mu.Lock()
-	e := l.entry(id)
+	sh := l.shard(id)
+	sh.mu.Lock()
+	e := sh.entry(id)
 	e.sum, e.tag, e.hb = sum, tag, hb
-	l.mu.Unlock()
+	sh.mu.Unlock()
 	return tag
 }
 
-// entry is id's entry, made on first use; l.mu must be held.
-func (l *liveness) entry(id string) *beatEntry {
-	e := l.hosts[id]
+// entry is id's entry, made on first use; sh.mu must be held.
+func (sh *liveShard) entry(id string) *beatEntry {
+	e := sh.hosts[id]
 	if e == nil {
 		e = &beatEntry{}
-		l.hosts[id] = e
+		sh.hosts[id] = e
 	}
 	return e
+}
+
+// seen records a heartbeat heard at at (never lowering a newer one); dirty
+// says it is still to be written.
+func (l *liveness) seen(id string, at time.Time, dirty bool) {
+	sh := l.shard(id)
+	sh.mu.Lock()
+	e := sh.entry(id)
+	if at.After(e.seen) {
+		e.seen = at
+	}
+	e.dirty = e.dirty || dirty
+	sh.mu.Unlock()
 }
 
 // beat records a heartbeat from a host whose cached state is hs and that
@@ -135,23 +178,13 @@ func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Ti
 			return err
 		}
 		l.s.cache.put(h)
-		l.mu.Lock()
-		if e := l.entry(id); at.After(e.seen) {
-			e.seen = at // written above: not dirty
-		}
-		l.mu.Unlock()
+		l.seen(id, at, false) // written above: not dirty unless a later one is
 		if prev != o.status {
 			l.s.statusChanged(id, prev, o.status, reason, o.cid)
 		}
 		return nil
 	}
-	l.mu.Lock()
-	e := l.entry(id)
-	if at.After(e.seen) {
-		e.seen = at
-	}
-	e.dirty = true
-	l.mu.Unlock()
+	l.seen(id, at, true)
 	return nil
 }
 
@@ -162,17 +195,20 @@ func (l *liveness) flush(ctx context.Context) {
 	defer l.flushMu.Unlock()
 	forget := l.s.cfg.Now().Add(-staleAfter * l.s.cfg.HeartbeatInterval)
 	batch := l.batch[:0]
-	l.mu.Lock()
-	for id, e := range l.hosts {
-		switch {
-		case e.dirty:
-			batch = append(batch, store.Seen{HostID: id, At: e.seen})
-			e.dirty = false
-		case e.seen.Before(forget):
-			delete(l.hosts, id)
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for id, e := range sh.hosts {
+			switch {
+			case e.dirty:
+				batch = append(batch, store.Seen{HostID: id, At: e.seen})
+				e.dirty = false
+			case e.seen.Before(forget):
+				delete(sh.hosts, id)
+			}
 		}
+		sh.mu.Unlock()
 	}
-	l.mu.Unlock()
 	l.batch = batch
 	if len(batch) == 0 {
 		return
@@ -185,15 +221,9 @@ func (l *liveness) flush(ctx context.Context) {
 	})
 	if err != nil {
 		l.s.log.Warn("flush heartbeats", "err", err, "hosts", len(batch))
-		l.mu.Lock() // keep them for the next flush; never lower a newer value
-		for _, b := range batch {
-			e := l.entry(b.HostID)
-			if b.At.After(e.seen) {
-				e.seen = b.At
-			}
-			e.dirty = true
+		for _, b := range batch { // keep them for the next flush
+			l.seen(b.HostID, b.At, true)
 		}
-		l.mu.Unlock()
 		return
 	}
 	for _, id := range revived {
@@ -248,9 +278,10 @@ func (l *liveness) sweep(ctx context.Context) {
 // for many to arrive so. MarkStale then leaves such a host as it is, with
 // no failure, audit record or status change, and stores the newer time.
 func (l *liveness) heardAfter(id string, cutoff time.Time) time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if e := l.hosts[id]; e != nil && e.seen.After(cutoff) {
+	sh := l.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.hosts[id]; e != nil && e.seen.After(cutoff) {
 		return e.seen
 	}
 	return time.Time{}

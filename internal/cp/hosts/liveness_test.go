@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -192,12 +193,47 @@ func TestHeartbeatUnchangedCoalesced(t *testing.T) {
 
 	allocs := testing.AllocsPerRun(200, func() {
 		s.live.beat(t.Context(), "n1", hostState{status: api.HostHealthy}, rs.clock.Now(), observation{status: api.HostHealthy})
-		if _, _, ok := s.live.decoded("n1", s.live.hosts["n1"].sum); !ok {
+		if _, _, ok := s.live.decoded("n1", s.live.shard("n1").hosts["n1"].sum); !ok {
 			t.Fatal("last body not remembered")
 		}
 	})
 	if allocs != 0 {
 		t.Errorf("unchanged beat: %v allocations, want 0", allocs)
+	}
+}
+
+// TestHeartbeatFleetCoalescedAcrossShards: the hosts of a fleet are spread
+// over liveness's locks, and one flush still writes every unchanged
+// heartbeat of every one of them, and a sweep drops none that was heard.
+func TestHeartbeatFleetCoalescedAcrossShards(t *testing.T) {
+	ids := make([]string, 4*liveShards)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("n%03d", i)
+	}
+	rs := newReplicas(t, ids...)
+	s := rs.room()
+	hb := api.Heartbeat{AgentVersion: "1"}
+	for _, id := range ids {
+		beat(t, s, id, hb) // unknown → healthy: written at once
+	}
+	used := 0
+	for i := range s.live.shards {
+		if len(s.live.shards[i].hosts) > 0 {
+			used++
+		}
+	}
+	if used < liveShards/2 {
+		t.Errorf("%d hosts in %d of %d shards", len(ids), used, liveShards)
+	}
+	rs.clock.advance(testInterval)
+	for _, id := range ids {
+		beat(t, s, id, hb) // unchanged: coalesced
+	}
+	s.live.sweep(t.Context())
+	for _, id := range ids {
+		if h := rs.host(t, id); !h.LastSeenAt.Equal(rs.clock.Now()) || h.Status != api.HostHealthy {
+			t.Fatalf("%s after the sweep: last seen %s, want %s; status %s", id, h.LastSeenAt, rs.clock.Now(), h.Status)
+		}
 	}
 }
 
@@ -231,7 +267,7 @@ func TestHeartbeatStopTurnsStale(t *testing.T) {
 	if rs.audited(t, "n1", "stale") != 1 {
 		t.Fatal("stale transition audited more or less than once")
 	}
-	if _, ok := a.live.hosts["n1"]; ok {
+	if _, ok := a.live.shard("n1").hosts["n1"]; ok {
 		t.Fatal("liveness entry of a host not heard from for three intervals kept")
 	}
 	beat(t, b, "n1", hb) // and back, written at once
