@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -17,6 +18,23 @@ const CodeNodeLongPollLimit = "node_long_poll_limit"
 // a held long-poll ends within the long-poll's maximum wait, usually much
 // sooner.
 const longPollRetryAfter = 5
+
+// LongPollWait is how long a long-poll asked to wait up to d waits before
+// it answers that nothing came: a random time between 3/4 of d and d.
+//
+// Agents poll again as soon as a wait ends. With waits of one length, a
+// fleet whose polls began together (every agent reconnecting after a
+// restart of the control plane) would time out together at every wait,
+// for ever: tens of thousands of answers and new polls in the same
+// instant, each time. Random waits spread them over a quarter of the
+// wait within a few rounds; Kubernetes' API server randomises its watch
+// timeouts for the same reason.
+func LongPollWait(d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	return d - rand.N(d/4+1)
+}
 
 // NodeHandler is a node route's handler after node authentication: it
 // takes the caller's node id.

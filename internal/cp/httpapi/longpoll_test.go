@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -145,3 +146,24 @@ type parkWriter struct {
 }
 
 func (w *parkWriter) Park() *Park { return w.p }
+
+// TestLongPollWait: a long-poll waits between 3/4 of what it asked and
+// what it asked, never longer, and waits of one length spread over that
+// range; no wait stays no wait.
+func TestLongPollWait(t *testing.T) {
+	const d = 30 * time.Second
+	lo, hi := d, time.Duration(0)
+	for range 2000 {
+		w := LongPollWait(d)
+		if w < d*3/4 || w > d {
+			t.Fatalf("LongPollWait(%s) = %s, want within [%s, %s]", d, w, d*3/4, d)
+		}
+		lo, hi = min(lo, w), max(hi, w)
+	}
+	if hi-lo < d/5 {
+		t.Errorf("2000 waits of %s spread over only %s (%s to %s)", d, hi-lo, lo, hi)
+	}
+	if w := LongPollWait(0); w != 0 {
+		t.Errorf("LongPollWait(0) = %s, want 0", w)
+	}
+}

@@ -149,7 +149,8 @@ func (s *Room) NodeDesired(w http.ResponseWriter, r *http.Request, nodeID string
 }
 
 // desiredParams are the desired-set long-poll's wait, ?wait= capped at
-// maxInstancesWait, and the agent's ETag, ?etag=.
+// maxInstancesWait and shortened at random (httpapi.LongPollWait), and
+// the agent's ETag, ?etag=.
 //
 //go:noinline
 func desiredParams(r *http.Request) (time.Duration, string, error) {
@@ -162,7 +163,7 @@ func desiredParams(r *http.Request) (time.Duration, string, error) {
 		}
 		wait = min(d, maxInstancesWait)
 	}
-	return wait, q.Get("etag"), nil
+	return httpapi.LongPollWait(wait), q.Get("etag"), nil
 }
 
 // answerDesired answers set with its ETag header, or 403 when the node was

@@ -69,8 +69,9 @@ func (s *Room) Wait(w http.ResponseWriter, r *http.Request, nodeID string) error
 	}
 }
 
-// waitParams are the long-poll's wait, ?timeout= capped at MaxWait, and
-// the most tasks it claims, ?max= (default 1) capped at api.MaxClaim.
+// waitParams are the long-poll's wait, ?timeout= capped at MaxWait and
+// shortened at random (httpapi.LongPollWait), and the most tasks it
+// claims, ?max= (default 1) capped at api.MaxClaim.
 //
 //go:noinline
 func (s *Room) waitParams(r *http.Request) (time.Duration, int, error) {
@@ -90,7 +91,7 @@ func (s *Room) waitParams(r *http.Request) (time.Duration, int, error) {
 		}
 		max = min(n, api.MaxClaim)
 	}
-	return wait, max, nil
+	return httpapi.LongPollWait(wait), max, nil
 }
 
 // firstClaim is a wait's claim once its waiter is registered (delivered
