@@ -28,8 +28,9 @@ func (c *cluster) consoleShowsError(want terminal.ErrorCode) string {
 		t.Logf("%s: %v: the console check is skipped", chromiumPath, err)
 		return "no chromium"
 	}
+	profile := t.TempDir() // TMPDIR too: Chromium leaves its singleton socket's directory there
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromiumPath), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1000, 700))
+		chromedp.DisableGPU, chromedp.UserDataDir(profile), chromedp.Env("TMPDIR="+profile), chromedp.WindowSize(1000, 700))
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelAlloc()
 	ctx, cancelTab := chromedp.NewContext(allocCtx)

@@ -47,6 +47,12 @@ func TestMain(m *testing.M) {
 	if pg != nil {
 		pg.Stop()
 	}
+	// The binaries built once for the whole test binary.
+	for _, bin := range []string{droverBin, agentBin, armBin} {
+		if bin != "" {
+			os.RemoveAll(filepath.Dir(bin))
+		}
+	}
 	os.Exit(code)
 }
 

@@ -63,6 +63,7 @@ func startBrowser(t *testing.T) *page {
 		chromedp.NoSandbox, // tests run as root, where the sandbox refuses to start
 		chromedp.DisableGPU,
 		chromedp.UserDataDir(profile),
+		chromedp.Env("TMPDIR="+profile), // where Chromium leaves its singleton socket's directory
 		chromedp.WindowSize(1000, 700),
 	)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
