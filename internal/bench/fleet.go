@@ -50,6 +50,9 @@ type Config struct {
 	Duration        time.Duration // heartbeat phase (default 10s)
 	Tasks           int           // tasks in the throughput phase (default 2000)
 	DispatchSamples int           // enqueue→receive samples (default 1000)
+	// HeartbeatWarmup is how long the agents heartbeat before the phase's
+	// figures begin (default 2s; negative: none).
+	HeartbeatWarmup time.Duration
 	// Enqueue is how the throughput phase queues its tasks: "single" (one
 	// POST /api/v1/tasks each, the default) or "batch" (POST
 	// /api/v1/tasks:batch with BatchSize tasks each).
@@ -116,6 +119,12 @@ func (c *Config) defaults() error {
 	}
 	if c.Duration == 0 {
 		c.Duration = 10 * time.Second
+	}
+	switch {
+	case c.HeartbeatWarmup == 0:
+		c.HeartbeatWarmup = 2 * time.Second
+	case c.HeartbeatWarmup < 0:
+		c.HeartbeatWarmup = 0
 	}
 	if c.Tasks == 0 {
 		c.Tasks = 2000

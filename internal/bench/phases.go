@@ -195,15 +195,17 @@ func (f *fleet) heartbeats(ctx context.Context) {
 	if err := f.beatAll(ctx, "heartbeats", hbAgents); err != nil {
 		f.logf("heartbeats: warm-up: %v", err)
 	}
-	metrics0, metricsErr := scrapeMetrics(ctx, f.t.opURL+"/metrics")
-	d := f.cfg.Duration
+	d, warm := f.cfg.Duration, f.cfg.HeartbeatWarmup
 	var lat recorder
 	var count, errs atomic.Int64
-	perSecond := make([]atomic.Int64, int((d+time.Second-1)/time.Second))
+	seconds := int((d + time.Second - 1) / time.Second)
+	perSecond := make([]atomic.Int64, seconds)
 	var wg sync.WaitGroup
-	rt0, rtErr := f.serverRuntime(ctx)
-	cpu0, srv0 := selfCPU(), f.serverCPU()
-	start := time.Now()
+	restoreGC := pauseHarnessGC(f.rep.Machine.MemTotalKB)
+	// The agents heartbeat from launch; what is scheduled before start
+	// (the warm-up) is neither counted nor timed.
+	launch := time.Now()
+	start := launch.Add(warm)
 	deadline := start.Add(d)
 	closed := f.cfg.HeartbeatRate <= 0
 	var period time.Duration
@@ -214,9 +216,14 @@ func (f *fleet) heartbeats(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			next := start
+			// Each agent keeps its own samples until the end: one lock
+			// for every heartbeat of the fleet would queue the agents on
+			// it (the harness's own lock convoy).
+			var mine []timedSample
+			defer func() { lat.addTimed(mine) }()
+			next := launch
 			if !closed {
-				next = start.Add(period * time.Duration(i) / time.Duration(len(hbAgents)))
+				next = launch.Add(period * time.Duration(i) / time.Duration(len(hbAgents)))
 			}
 			for ctx.Err() == nil {
 				if closed {
@@ -229,11 +236,14 @@ func (f *fleet) heartbeats(ctx context.Context) {
 				}
 				err := a.heartbeat(ctx)
 				now := time.Now()
+				counted := !next.Before(start)
 				if err != nil {
-					errs.Add(1)
+					if counted {
+						errs.Add(1)
+					}
 					sleep(ctx, 50*time.Millisecond)
-				} else {
-					lat.add(now.Sub(next))
+				} else if counted {
+					mine = append(mine, timedSample{at: int32(min(next.Sub(start)/time.Second, time.Duration(seconds-1))), d: now.Sub(next)})
 					if !now.After(deadline) {
 						count.Add(1)
 						perSecond[min(int(now.Sub(start)/time.Second), len(perSecond)-1)].Add(1)
@@ -243,9 +253,15 @@ func (f *fleet) heartbeats(ctx context.Context) {
 			}
 		}()
 	}
+	sleep(ctx, time.Until(start))
+	metrics0, metricsErr := scrapeMetrics(ctx, f.t.opURL+"/metrics")
+	rt0, rtErr := f.serverRuntime(ctx)
+	cpu0, srv0 := selfCPU(), f.serverCPU()
 	wg.Wait()
+	gc := restoreGC()
 	hb := HeartbeatReport{Agents: len(hbAgents), Mode: "closed-loop", DurationS: d.Seconds(), Count: count.Load(),
-		Errors: errs.Load(), PerSec: perSec(int(count.Load()), d), Latency: lat.summary()}
+		Errors: errs.Load(), PerSec: perSec(int(count.Load()), d), Latency: lat.summary(),
+		WarmupS: warm.Seconds(), HarnessGC: &gc, PerSecondP99Ms: lat.p99PerSecond(seconds)}
 	if !closed {
 		hb.Mode, hb.OfferedPerSec = "open-loop", f.cfg.HeartbeatRate
 	}

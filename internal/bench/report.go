@@ -87,8 +87,11 @@ type HeartbeatReport struct {
 	Errors        int64   `json:"errors"`
 	PerSec        float64 `json:"per_sec"`
 	Latency       Latency `json:"latency"`
-	// PerSecond is the heartbeats answered in each second of the phase.
-	PerSecond []int64 `json:"per_second,omitempty"`
+	// PerSecond is the heartbeats answered in each second of the phase,
+	// and PerSecondP99Ms the 99th percentile latency of those scheduled in
+	// each (where the stalls are).
+	PerSecond      []int64   `json:"per_second,omitempty"`
+	PerSecondP99Ms []float64 `json:"per_second_p99_ms,omitempty"`
 	// LongPollsOpen is how many idle long-polls stayed open meanwhile.
 	LongPollsOpen int `json:"long_polls_open"`
 	// StatusChanges are the host status transitions during the phase, by
@@ -104,6 +107,18 @@ type HeartbeatReport struct {
 	// Server is the server child's Go runtime over the phase
 	// (server-process mode only).
 	Server *ServerRuntime `json:"server,omitempty"`
+	// WarmupS is how long the agents heartbeated at the offered rate
+	// before the phase's counts, latencies and CPU figures began.
+	WarmupS float64 `json:"warmup_s,omitempty"`
+	// HarnessGC is what the harness's own garbage collector did.
+	HarnessGC *HarnessGC `json:"harness_gc,omitempty"`
+}
+
+// HarnessGC is how the harness ran its own garbage collector during the
+// heartbeat phase (pauseHarnessGC).
+type HarnessGC struct {
+	Mode   string `json:"mode"`
+	Cycles uint32 `json:"cycles"`
 }
 
 // ServerRuntime is what the server's garbage collector and allocator did

@@ -62,6 +62,48 @@ func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
 type recorder struct {
 	mu      sync.Mutex
 	samples []time.Duration
+	// seconds has, for the samples added by addTimed, the second of the
+	// phase each was scheduled in.
+	seconds []int32
+}
+
+// timedSample is a latency and the second of the phase it began in.
+type timedSample struct {
+	at int32
+	d  time.Duration
+}
+
+// addTimed adds samples taken by one goroutine.
+func (r *recorder) addTimed(ss []timedSample) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range ss {
+		r.samples = append(r.samples, s.d)
+		r.seconds = append(r.seconds, s.at)
+	}
+}
+
+// p99PerSecond is the 99th percentile of the samples begun in each of the
+// first n seconds (addTimed), in milliseconds (0 for a second with none).
+func (r *recorder) p99PerSecond(n int) []float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.seconds) == 0 {
+		return nil
+	}
+	by := make([][]time.Duration, n)
+	for i, at := range r.seconds {
+		if int(at) < n {
+			by[at] = append(by[at], r.samples[i])
+		}
+	}
+	out := make([]float64, n)
+	for i, ds := range by {
+		if len(ds) > 0 {
+			out[i] = Summarize(ds).P99Ms
+		}
+	}
+	return out
 }
 
 func (r *recorder) add(d time.Duration) {
@@ -73,6 +115,9 @@ func (r *recorder) add(d time.Duration) {
 func (r *recorder) summary() Latency {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.seconds != nil { // Summarize sorts; keep samples beside their seconds
+		return Summarize(slices.Clone(r.samples))
+	}
 	return Summarize(r.samples)
 }
 

@@ -95,3 +95,28 @@ func TestEvaluate(t *testing.T) {
 		t.Error("Check accepted an incomplete report")
 	}
 }
+
+// TestRecorderPerSecond: samples added by several agents keep the second
+// they were scheduled in, also after the whole phase's summary (which
+// sorts), so a stall shows as that second's 99th percentile.
+func TestRecorderPerSecond(t *testing.T) {
+	var r recorder
+	for agent := range 4 {
+		var mine []timedSample
+		for i := range 100 {
+			d := time.Millisecond
+			if agent == 0 && i%3 == 0 {
+				d = time.Second // one agent stalled through second 0
+			}
+			mine = append(mine, timedSample{at: int32(i % 3), d: d + time.Duration(i)*time.Microsecond})
+		}
+		r.addTimed(mine)
+	}
+	if all := r.summary(); all.Count != 400 || all.MaxMs < 1000 {
+		t.Fatalf("summary %+v, want 400 samples up to 1 s", all)
+	}
+	got := r.p99PerSecond(4)
+	if len(got) != 4 || got[0] < 1000 || got[1] > 2 || got[2] > 2 || got[3] != 0 {
+		t.Fatalf("p99 per second = %v, want [≥1000 ≈1 ≈1 0]", got)
+	}
+}

@@ -60,6 +60,7 @@ func (c *BenchPlotCmd) Run(_ context.Context, env *Env) error {
 type BenchFleetCmd struct {
 	Agents           int           `name:"agents" default:"1000" help:"Simulated agents, each with its own key, certificate and connection."`
 	Duration         time.Duration `name:"duration" default:"10s" help:"Length of the heartbeat phase."`
+	HeartbeatWarmup  time.Duration `name:"heartbeat-warmup" default:"2s" help:"How long the agents heartbeat before the heartbeat phase's figures begin (0: none)."`
 	LongPolls        int           `name:"long-polls" help:"Agents holding idle long-polls (default: --agents)."`
 	HeartbeatAgents  int           `name:"heartbeat-agents" help:"Agents heartbeating in the heartbeat phase (default: --agents)."`
 	HeartbeatRate    float64       `name:"heartbeat-rate" help:"Offered heartbeats/s in total, paced per agent (open loop); 0: every agent as fast as answered (closed loop)."`
@@ -92,8 +93,12 @@ type BenchFleetCmd struct {
 
 // Run implements the command.
 func (c *BenchFleetCmd) Run(ctx context.Context, env *Env) error {
+	warm := c.HeartbeatWarmup
+	if warm == 0 {
+		warm = -1 // bench.Config's "none"
+	}
 	cfg := bench.Config{Agents: c.Agents, LongPolls: c.LongPolls, HeartbeatAgents: c.HeartbeatAgents,
-		HeartbeatRate: c.HeartbeatRate, Duration: c.Duration, Tasks: c.Tasks, DispatchSamples: c.DispatchSamples,
+		HeartbeatRate: c.HeartbeatRate, Duration: c.Duration, HeartbeatWarmup: warm, Tasks: c.Tasks, DispatchSamples: c.DispatchSamples,
 		Enqueue: c.Enqueue, BatchSize: c.BatchSize, TaskType: c.TaskType, ClaimMax: c.ClaimMax,
 		Store: c.Store, ServerProcess: c.ServerProcess, ServerBin: c.ServerBin, ServerGOMAXPROCS: c.ServerProcs, ServerGOGC: c.ServerGOGC,
 		KEKFile: c.KEKFile,
