@@ -121,3 +121,26 @@ func TestReadPayloadGrowsAsBytesArrive(t *testing.T) {
 		t.Fatalf("large payload: %d bytes, %v", len(f.Payload), err)
 	}
 }
+
+// TestParseRequestAllocations: a heartbeat's request frame (a few fields)
+// decodes with a fixed, small number of allocations: the fields' map,
+// one string for every name and value, one array for the values, and the
+// target; the method is not copied.
+func TestParseRequestAllocations(t *testing.T) {
+	h := http.Header{"If-Match": {`"0123456789abcdef0123456789abcdef"`}, "Prefer": {"return=minimal"},
+		"X-Correlation-Id": {"cid_0123456789abcdef"}, "Content-Type": {"application/json"}}
+	p := AppendRequest(nil, 1, "POST", "/internal/v1/nodes/n/heartbeat", h, nil)[HeaderLen:]
+	var r Request
+	allocs := testing.AllocsPerRun(100, func() {
+		var err error
+		if r, err = ParseRequest(p); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !reflect.DeepEqual(r.Header, h) || r.Method != http.MethodPost {
+		t.Fatalf("parsed %+v", r)
+	}
+	if allocs > 5 {
+		t.Errorf("%v allocations to decode a request with %d fields, want at most 5", allocs, len(h))
+	}
+}
