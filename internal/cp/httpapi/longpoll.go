@@ -36,6 +36,17 @@ func LongPollWait(d time.Duration) time.Duration {
 	return d - rand.N(d/4+1)
 }
 
+// GivenUp is a long-poll's error err, unless the agent gave the request
+// up meanwhile (its context ended, and the store read with it): then nil,
+// as for a wait cancelled while it slept. Nobody is there to answer, and
+// the error is not the server's to log.
+func GivenUp(r *http.Request, err error) error {
+	if err != nil && r.Context().Err() != nil {
+		return nil
+	}
+	return err
+}
+
 // NodeHandler is a node route's handler after node authentication: it
 // takes the caller's node id.
 type NodeHandler = func(w http.ResponseWriter, r *http.Request, nodeID string) error

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -165,5 +166,30 @@ func TestLongPollWait(t *testing.T) {
 	}
 	if w := LongPollWait(0); w != 0 {
 		t.Errorf("LongPollWait(0) = %s, want 0", w)
+	}
+}
+
+// TestGivenUp: a long-poll's error stands while its request is live, and
+// is nothing once the agent gave the request up.
+func TestGivenUp(t *testing.T) {
+	live := httptest.NewRequest(http.MethodGet, "/", nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	gone := live.WithContext(ctx)
+	failed := errors.New("read the store: boom")
+	for _, tc := range []struct {
+		name string
+		r    *http.Request
+		err  error
+		want error
+	}{
+		{"live, no error", live, nil, nil},
+		{"live, error", live, failed, failed},
+		{"given up, error", gone, fmt.Errorf("claim: %w", context.Canceled), nil},
+		{"given up, no error", gone, nil, nil},
+	} {
+		if got := GivenUp(tc.r, tc.err); !errors.Is(got, tc.want) || (got == nil) != (tc.want == nil) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

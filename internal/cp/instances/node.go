@@ -136,7 +136,7 @@ func (s *Room) NodeDesired(w http.ResponseWriter, r *http.Request, nodeID string
 			select {
 			case <-wake:
 				if set, revoked, err = s.desiredSet(ctx, nodeID); err != nil {
-					return err
+					return httpapi.GivenUp(r, err)
 				}
 			case <-timer.C:
 				break poll

@@ -58,7 +58,7 @@ type desiredPoll struct {
 func (dp *desiredPoll) Woken() (bool, error) {
 	set, revoked, err := dp.s.desiredSet(dp.r.Context(), dp.Node())
 	if err != nil {
-		return true, err
+		return true, httpapi.GivenUp(dp.r, err)
 	}
 	if !revoked && set.ETag == dp.set.ETag {
 		dp.set = set

@@ -115,7 +115,7 @@ func (s *Room) firstClaim(w http.ResponseWriter, r *http.Request, nodeID string,
 //go:noinline
 func (s *Room) claimOnWake(w http.ResponseWriter, r *http.Request, nodeID string, max int) (bool, error) {
 	if err := s.revokedOnWake(r, nodeID); err != nil {
-		return false, err
+		return false, httpapi.GivenUp(r, err)
 	}
 	return s.claimAndDeliver(w, r, nodeID, max)
 }
@@ -127,8 +127,10 @@ func (s *Room) claimOnWake(w http.ResponseWriter, r *http.Request, nodeID string
 func (s *Room) claimAndDeliver(w http.ResponseWriter, r *http.Request, nodeID string, max int) (bool, error) {
 	now := s.cfg.Now().UTC()
 	ts, err := s.store.ClaimTasks(r.Context(), nodeID, now, s.claimLeases(now), max)
+	// A claim that committed although its request was given up is
+	// leased, and requeued when its lease ends, as any lost delivery.
 	if err != nil || len(ts) == 0 {
-		return false, err
+		return false, httpapi.GivenUp(r, err)
 	}
 	return true, s.deliver(w, r, nodeID, ts)
 }

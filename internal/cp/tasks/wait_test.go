@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,7 +24,9 @@ import (
 )
 
 // countingStore counts the claims that reach the store; afterClaim, when
-// set, runs after each (before the claim's answer is used).
+// set, runs after each (before the claim's answer is used). A claim whose
+// request ended meanwhile fails with the context's error, as the store's
+// own would had the agent left during it.
 type countingStore struct {
 	store.Store
 	claims     atomic.Int64
@@ -35,6 +38,9 @@ func (c *countingStore) ClaimTasks(ctx context.Context, nodeID string, now time.
 	ts, err := c.Store.ClaimTasks(ctx, nodeID, now, l, max)
 	if f := c.afterClaim.Load(); f != nil {
 		(*f)()
+	}
+	if err == nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("look for a queued task: %w", ctx.Err())
 	}
 	return ts, err
 }
