@@ -20,8 +20,10 @@ const benchFleet = 20000
 // store of benchFleet enrolled hosts (small capabilities, no inventory):
 // one host at a time as it did before the refresh existed (the whole row:
 // get-host), one host at a time now (the narrow state: get-state; a
-// missing or expired entry), and the whole fleet in one refresh. ns/host
-// is the cost per host in each.
+// missing or expired entry), the whole fleet in one refresh (refresh-full:
+// the first, and one in hostCacheFullEvery), and a refresh of changes
+// when none changed for longer than hostCacheSkew (refresh-changes: the
+// others, in a quiet fleet). ns/host is the cost per host in each.
 //
 //	go test ./internal/cp/hosts -run '^$' -bench BenchmarkHostCache -benchtime 3x
 func BenchmarkHostCache(b *testing.B) {
@@ -30,7 +32,7 @@ func BenchmarkHostCache(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	now := time.Now()
+	now := time.Now().Add(-time.Hour)
 	caps, _ := json.Marshal(api.Capabilities{Hostname: "h", OSFamily: api.OSLinux, Arch: "amd64", CPUCores: 32,
 		RAMTotalMB: 128 << 10, Runtimes: []string{"qemu", "docker"}})
 	capa, _ := json.Marshal(api.CapacityReport{Total: api.Capacity{VCPUs: 32, MemoryMiB: 128 << 10}})
@@ -39,7 +41,7 @@ func BenchmarkHostCache(b *testing.B) {
 		ids[i] = fmt.Sprintf("host-%05d", i)
 		if err := st.CreateHost(b.Context(), store.Host{ID: ids[i], OSFamily: api.OSLinux, Enabled: true,
 			Status: api.HostHealthy, Capabilities: caps, Capacity: capa, EnrolledAt: now, LastSeenAt: now,
-			Labels: map[string]string{"rack": "r1"}}); err != nil {
+			CreatedAt: now, Labels: map[string]string{"rack": "r1"}}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -67,13 +69,21 @@ func BenchmarkHostCache(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchFleet), "ns/host")
 	})
-	b.Run("refresh", func(b *testing.B) {
-		c := newHostCache(st, time.Now)
-		for b.Loop() {
+	for _, full := range []bool{true, false} {
+		name := map[bool]string{true: "refresh-full", false: "refresh-changes"}[full]
+		b.Run(name, func(b *testing.B) {
+			c := newHostCache(st, time.Now)
 			if err := c.refresh(b.Context()); err != nil {
 				b.Fatal(err)
 			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchFleet), "ns/host")
-	})
+			for b.Loop() {
+				c.fullNext = full
+				c.round = 1 // never a full one by count
+				if err := c.refresh(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchFleet), "ns/host")
+		})
+	}
 }

@@ -16,9 +16,10 @@ import (
 // stateFake is a stateStore whose reads can be held after they took their
 // snapshot: the snapshot is then older than what happens meanwhile.
 type stateFake struct {
-	mu          sync.Mutex
-	hosts       map[string]store.HostState
-	gets, lists int
+	mu                  sync.Mutex
+	hosts               map[string]store.HostState
+	gets, lists, sinces int
+	since               time.Time // of the last ListHostStatesSince
 	// hold, when set, makes the next read signal taken once it has its
 	// snapshot and wait for release before returning it.
 	hold *heldRead
@@ -67,6 +68,22 @@ func (f *stateFake) ListHostStates(context.Context) ([]store.HostState, error) {
 	return out, nil
 }
 
+func (f *stateFake) ListHostStatesSince(_ context.Context, since time.Time) ([]store.HostState, error) {
+	snap, h := f.snapshot()
+	f.mu.Lock()
+	f.sinces++
+	f.since = since
+	f.mu.Unlock()
+	f.wait(h)
+	var out []store.HostState
+	for _, hs := range snap {
+		if !hs.UpdatedAt.Before(since) {
+			out = append(out, hs)
+		}
+	}
+	return out, nil
+}
+
 func (f *stateFake) set(hs store.HostState) {
 	f.mu.Lock()
 	f.hosts[hs.ID] = hs
@@ -77,6 +94,12 @@ func (f *stateFake) counts() (gets, lists int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.gets, f.lists
+}
+
+func (f *stateFake) sinceCount() (int, time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sinces, f.since
 }
 
 // holdNext holds the next read after its snapshot; the returned function
@@ -94,46 +117,154 @@ func liveHost(id string) store.HostState {
 		Capacity: json.RawMessage(`{"total":{"vcpus":4},"reserved":{},"allocated":{},"free":{"vcpus":4}}`)}
 }
 
-// TestHostCacheRefresh: one refresh answers every host's requests from
-// memory until hostCacheTTL, keeps the decoded capacity when the stored
-// bytes did not change, and drops hosts that no longer exist.
+// TestHostCacheRefresh: the first refresh reads every host and answers
+// their requests from memory; the next ones read only the hosts changed
+// since, and keep the others' entries verified past hostCacheTTL. A host
+// listed again keeps its decoded capacity when the stored bytes did not
+// change. Every hostCacheFullEvery refreshes one reads every host again
+// and drops the hosts that no longer exist. With no refresh, an entry
+// older than hostCacheTTL is read again.
 func TestHostCacheRefresh(t *testing.T) {
 	clock := &testClock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
 	f := &stateFake{hosts: map[string]store.HostState{"a": liveHost("a"), "b": liveHost("b")}}
+	for id, hs := range f.hosts {
+		hs.UpdatedAt = clock.Now().Add(-time.Hour)
+		f.hosts[id] = hs
+	}
 	c := newHostCache(f, clock.Now)
-	if err := c.refresh(t.Context()); err != nil {
-		t.Fatal(err)
+	refresh := func() {
+		t.Helper()
+		clock.advance(hostCacheRefresh)
+		if err := c.refresh(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 	}
-	first, err := c.get(t.Context(), "a")
-	if err != nil || !first.enabled || first.capacity == nil || first.capacity.Free.VCPUs != 4 {
-		t.Fatalf("a after refresh = %+v, %v", first, err)
+	get := func(id string) hostState {
+		t.Helper()
+		hs, err := c.get(t.Context(), id)
+		if err != nil {
+			t.Fatalf("get %s: %v", id, err)
+		}
+		return hs
 	}
-	if _, err := c.get(t.Context(), "b"); err != nil {
-		t.Fatal(err)
+	refresh()
+	first := get("a")
+	if !first.enabled || first.capacity == nil || first.capacity.Free.VCPUs != 4 {
+		t.Fatalf("a after refresh = %+v", first)
 	}
-	if gets, _ := f.counts(); gets != 0 {
-		t.Fatalf("%d single reads after a refresh, want 0", gets)
+	get("b")
+	if gets, lists := f.counts(); gets != 0 || lists != 1 {
+		t.Fatalf("%d single reads and %d full ones after the first refresh, want 0 and 1", gets, lists)
 	}
 
-	delete(f.hosts, "b") // b deleted; a unchanged
-	clock.advance(hostCacheRefresh)
-	if err := c.refresh(t.Context()); err != nil {
-		t.Fatal(err)
+	// a is disabled; b does not change for longer than hostCacheTTL.
+	disabled := f.hosts["a"]
+	disabled.Enabled, disabled.UpdatedAt = false, clock.Now()
+	f.set(disabled)
+	for range 3 {
+		refresh()
 	}
-	again, _ := c.get(t.Context(), "a")
-	if again.capacity != first.capacity {
+	if get("a").enabled {
+		t.Fatal("a change the refreshes read is not cached")
+	}
+	if get("b").capacity == nil {
+		t.Fatal("b lost its entry")
+	}
+	if gets, lists := f.counts(); gets != 0 || lists != 1 {
+		t.Fatalf("%d single reads and %d full ones, want 0 and 1: the refreshes of changes did not verify b", gets, lists)
+	}
+	if n, _ := f.sinceCount(); n != 3 {
+		t.Fatalf("%d reads of changes, want 3", n)
+	}
+
+	delete(f.hosts, "b")
+	for range hostCacheFullEvery - 4 {
+		refresh()
+	}
+	get("b") // only a full read sees that b no longer exists
+	if _, lists := f.counts(); lists != 1 {
+		t.Fatalf("%d full reads before the %dth refresh, want 1", lists, hostCacheFullEvery+1)
+	}
+	refresh()
+	if _, lists := f.counts(); lists != 2 {
+		t.Fatalf("%d full reads after the %dth refresh, want 2", lists, hostCacheFullEvery+1)
+	}
+	if get("a").capacity != first.capacity {
 		t.Error("an unchanged capacity was decoded again")
 	}
 	if _, err := c.get(t.Context(), "b"); err == nil {
-		t.Fatal("a deleted host is still cached after a refresh")
+		t.Fatal("a deleted host is still cached after a full refresh")
 	}
 
 	clock.advance(hostCacheTTL) // no refresh: a's entry is too old
-	if _, err := c.get(t.Context(), "a"); err != nil {
-		t.Fatal(err)
+	get("a")
+	if gets, _ := f.counts(); gets != 2 {
+		t.Fatalf("%d single reads; want 2 (deleted b, expired a)", gets)
 	}
-	if gets, lists := f.counts(); gets != 2 || lists != 2 {
-		t.Fatalf("reads: %d single, %d lists; want 2 (deleted b, expired a) and 2", gets, lists)
+}
+
+// TestHostCacheRefreshSince: a refresh of changes reads from
+// hostCacheSkew before the last refresh began, so a change dated a little
+// earlier (by a replica whose clock is behind, or a write that committed
+// late) is read. One dated earlier still is read by the next full
+// refresh. After change events were lost, the next refresh reads every
+// host.
+func TestHostCacheRefreshSince(t *testing.T) {
+	clock := &testClock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	f := &stateFake{hosts: map[string]store.HostState{"a": liveHost("a"), "b": liveHost("b")}}
+	c := newHostCache(f, clock.Now)
+	refresh := func() time.Time {
+		t.Helper()
+		began := clock.Now()
+		if err := c.refresh(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		clock.advance(hostCacheRefresh)
+		return began
+	}
+	cached := func(id string) hostState {
+		t.Helper()
+		hs, err := c.get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hs
+	}
+	last := refresh() // full
+	revoked := f.hosts["b"]
+	revoked.Revoked, revoked.UpdatedAt = true, last.Add(-hostCacheSkew)
+	f.set(revoked)
+	began := refresh()
+	if _, since := f.sinceCount(); !since.Equal(last.Add(-hostCacheSkew)) {
+		t.Fatalf("read changes since %v, want %v", since, last.Add(-hostCacheSkew))
+	}
+	if !cached("b").revoked {
+		t.Fatal("a revocation dated before the last refresh began was missed")
+	}
+
+	disabled := f.hosts["a"]
+	disabled.Enabled, disabled.UpdatedAt = false, began.Add(-hostCacheSkew-time.Millisecond)
+	f.set(disabled)
+	for range hostCacheFullEvery - 2 {
+		refresh()
+	}
+	if !cached("a").enabled {
+		t.Fatal("a change dated beyond hostCacheSkew was read by a refresh of changes (the test's premise is off)")
+	}
+	refresh() // the full one
+	if cached("a").enabled {
+		t.Fatal("the full refresh did not read a change dated beyond hostCacheSkew")
+	}
+
+	c.invalidateAll()
+	_, lists := f.counts()
+	refresh()
+	if _, after := f.counts(); after != lists+1 {
+		t.Fatal("the refresh after lost events did not read every host")
+	}
+	refresh()
+	if _, after := f.counts(); after != lists+1 {
+		t.Fatal("the refresh after that read every host again")
 	}
 }
 
@@ -182,18 +313,21 @@ func TestHostCacheReadRacesChange(t *testing.T) {
 		name   string
 		read   func(c *hostCache) error
 		change func(c *hostCache, f *stateFake)
+		// lost says change events were lost: the next refresh reads every
+		// host again.
+		lost bool
 	}{
 		{"refresh, then event", func(c *hostCache) error { return c.refresh(context.Background()) },
-			func(c *hostCache, f *stateFake) { f.set(revoked); c.invalidate("n1") }},
+			func(c *hostCache, f *stateFake) { f.set(revoked); c.invalidate("n1") }, false},
 		{"single read, then event", func(c *hostCache) error { _, err := c.get(context.Background(), "n1"); return err },
-			func(c *hostCache, f *stateFake) { f.set(revoked); c.invalidate("n1") }},
+			func(c *hostCache, f *stateFake) { f.set(revoked); c.invalidate("n1") }, false},
 		{"refresh, then events lost", func(c *hostCache) error { return c.refresh(context.Background()) },
-			func(c *hostCache, f *stateFake) { f.set(revoked); c.invalidateAll() }},
+			func(c *hostCache, f *stateFake) { f.set(revoked); c.invalidateAll() }, true},
 		{"refresh, then this replica's write", func(c *hostCache) error { return c.refresh(context.Background()) },
 			func(c *hostCache, f *stateFake) {
 				f.set(revoked)
 				c.put(store.Host{ID: "n1", Enabled: true, Revoked: true, Status: api.HostHealthy})
-			}},
+			}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := &testClock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
@@ -222,6 +356,13 @@ func TestHostCacheReadRacesChange(t *testing.T) {
 			}
 			if after, _ := f.counts(); after != before {
 				t.Fatalf("a read after the race was not cached (%d single reads, then %d)", before, after)
+			}
+			_, lists := f.counts()
+			if err := c.refresh(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if _, after := f.counts(); (after > lists) != (tc.lost || lists == 0) {
+				t.Fatalf("the next refresh read every host: %v, want %v", after > lists, tc.lost || lists == 0)
 			}
 		})
 	}

@@ -61,12 +61,16 @@ type HostState struct {
 	LastSeenAt  time.Time
 	Capacity    json.RawMessage // api.CapacityReport, or nil
 	LastFailure Failure
+	// UpdatedAt is the record's: every change to the fields above but
+	// LastSeenAt sets it (ListHostStatesSince).
+	UpdatedAt time.Time
 }
 
 // State is h's HostState.
 func (h Host) State() HostState {
 	return HostState{ID: h.ID, Enabled: h.Enabled, Revoked: h.Revoked, Status: h.Status,
-		EnrolledAt: h.EnrolledAt, LastSeenAt: h.LastSeenAt, Capacity: h.Capacity, LastFailure: h.LastFailure}
+		EnrolledAt: h.EnrolledAt, LastSeenAt: h.LastSeenAt, Capacity: h.Capacity, LastFailure: h.LastFailure,
+		UpdatedAt: h.UpdatedAt}
 }
 
 // Health is a host's last health probe result: State is "" before any.
@@ -140,6 +144,10 @@ type HostStore interface {
 	// read: the hosts room fills and refreshes its cache with it, the
 	// health probe scheduler picks the hosts to probe.
 	ListHostStates(ctx context.Context) ([]HostState, error)
+	// ListHostStatesSince returns the HostState of every host whose
+	// UpdatedAt is at or after since, ordered by id: the hosts room's cache
+	// refresh reads only what changed since its last read.
+	ListHostStatesSince(ctx context.Context, since time.Time) ([]HostState, error)
 	// UpdateHost reads the host, applies fn and writes the result in one
 	// transaction that locks the row; if fn returns an error nothing is
 	// written and that error is returned. Publishes EventHost.

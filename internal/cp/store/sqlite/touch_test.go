@@ -3,7 +3,26 @@ package sqlite
 import (
 	"strings"
 	"testing"
+
+	"github.com/drover-dev/drover/internal/cp/store/sqlstore"
 )
+
+// TestHostStatesSinceUsesIndex: the host cache's refresh of changes finds
+// the changed hosts through index hosts_updated_at. A scan of the table
+// (a plan SQLite picks for an ORDER BY id) read every host, capabilities
+// included, each refresh: 5 ms at 20,000 hosts where the index takes
+// 0.05 ms (BenchmarkHostCache).
+func TestHostStatesSinceUsesIndex(t *testing.T) {
+	s, err := Open(t.Context(), t.TempDir()+"/d.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	plan := queryPlan(t, s, sqlstore.HostStatesSinceSQL, 0)
+	if len(plan) != 1 || !strings.HasPrefix(plan[0].detail, "SEARCH hosts USING INDEX hosts_updated_at") {
+		t.Fatalf("plan:\n%s", planText(plan))
+	}
+}
 
 // TestTouchHostsReadsBatchOnce: each of touchHosts' statements reads the
 // batch (json_each) once, whatever the hosts' statuses: as the outermost
@@ -18,7 +37,7 @@ func TestTouchHostsReadsBatchOnce(t *testing.T) {
 	}
 	defer s.Close()
 	for name, q := range map[string]string{"revive": reviveHosts, "raise last seen": raiseLastSeen} {
-		plan := queryPlan(t, s, q)
+		plan := queryPlan(t, s, q, `[]`, 0)
 		if msg := batchReadOnce(plan); msg != "" {
 			t.Errorf("%s: %s; plan:\n%s", name, msg, planText(plan))
 		}
@@ -30,9 +49,9 @@ type planRow struct {
 	detail     string
 }
 
-func queryPlan(t *testing.T, s *Store, q string) []planRow {
+func queryPlan(t *testing.T, s *Store, q string, args ...any) []planRow {
 	t.Helper()
-	rows, err := s.db.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, `[]`, 0)
+	rows, err := s.db.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

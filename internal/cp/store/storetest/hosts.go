@@ -20,6 +20,7 @@ var hostCases = []testCase{
 	{"Host/TimestampsUTC", testHostTimestampsUTC},
 	{"Host/List", testHostList},
 	{"Host/States", testHostStates},
+	{"Host/StatesSince", testHostStatesSince},
 	{"Host/Update", testHostUpdate},
 	{"Host/UpdateFnError", testHostUpdateFnError},
 	{"Host/UpdateNotFound", testHostUpdateNotFound},
@@ -170,6 +171,49 @@ func testHostStates(t *testing.T, s store.Store) {
 		must(t, err)
 		diff(t, "state of "+got.ID, one, h.State())
 	}
+}
+
+// testHostStatesSince: ListHostStatesSince lists the hosts whose record
+// changed at or after since, in id order, as GetHostState reads them:
+// a write, a revival by heartbeat and a stale mark are changes; a
+// heartbeat's last-seen time alone is not.
+func testHostStatesSince(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	edge := newHost("edge")
+	edge.UpdatedAt = at(2 * time.Minute)
+	createHost(t, s, edge)
+	for _, h := range []store.Host{hostWith("heard", api.HostHealthy, at(time.Minute)),
+		hostWith("silent", api.HostHealthy, at(time.Minute)), hostWith("stale", api.HostStale, at(time.Minute)),
+		newHost("edited")} {
+		h.UpdatedAt = at(time.Minute)
+		createHost(t, s, h)
+	}
+	since := func(from time.Time, want ...string) {
+		t.Helper()
+		states, err := s.ListHostStatesSince(ctx, from)
+		must(t, err)
+		if got := ids(states, func(h store.HostState) string { return h.ID }); len(got)+len(want) > 0 {
+			diff(t, "ids since "+from.String(), got, want)
+		}
+		for _, got := range states {
+			one, err := s.GetHostState(ctx, got.ID)
+			must(t, err)
+			diff(t, "listed state of "+got.ID, got, one)
+		}
+	}
+	since(at(2*time.Minute), "edge")
+	since(at(2 * time.Minute).Add(time.Millisecond))
+
+	revived, err := s.TouchHosts(ctx, []store.Seen{{HostID: "heard", At: at(5 * time.Minute)},
+		{HostID: "stale", At: at(5 * time.Minute)}}, nil)
+	must(t, err)
+	diff(t, "revived", revived, []string{"stale"})
+	marked, err := s.MarkStale(ctx, at(3*time.Minute), nil)
+	must(t, err)
+	diff(t, "marked stale", marked, []string{"silent"})
+	_, err = s.UpdateHost(ctx, "edited", func(h *store.Host) error { h.Enabled = false; return nil })
+	must(t, err)
+	since(at(2*time.Minute), "edge", "edited", "silent", "stale")
 }
 
 func testHostUpdate(t *testing.T, s store.Store) {
