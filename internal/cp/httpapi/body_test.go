@@ -106,3 +106,38 @@ func TestWithCorrelation(t *testing.T) {
 		t.Error("correlation id outside a request")
 	}
 }
+
+// TestCorrelatedRequestNotCopied: a request whose context Correlated made
+// (as the node listener's framed connections do) reaches the handler under
+// WithCorrelation as it is, with the id of its header field, echoed once
+// on the writer it was made for and on any other writer it is served to.
+func TestCorrelatedRequestNotCopied(t *testing.T) {
+	var got *http.Request
+	h := WithCorrelation(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = r }))
+	for _, tc := range []struct {
+		name, in   string
+		sameWriter bool
+	}{{"its writer", "cid-agent-1", true}, {"another writer", "cid-agent-2", false}, {"malformed id", "bad id", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			resp := w.Header()
+			if !tc.sameWriter {
+				resp = http.Header{}
+			}
+			req := http.Header{correlationHeaderKey: {tc.in}}
+			r := httptest.NewRequestWithContext(Correlated(t.Context(), req, resp), "GET", "/", nil)
+			r.Header = req
+			h.ServeHTTP(w, r)
+			if got != r {
+				t.Fatal("the handler got a copy of the request")
+			}
+			cid := CorrelationID(got.Context())
+			if (tc.in == "bad id") != strings.HasPrefix(cid, "cid_") || (tc.in != "bad id" && cid != tc.in) {
+				t.Fatalf("correlation id %q for header %q", cid, tc.in)
+			}
+			if echoed := w.Header()[correlationHeaderKey]; len(echoed) != 1 || echoed[0] != cid {
+				t.Fatalf("echoed %q, want [%s]", echoed, cid)
+			}
+		})
+	}
+}

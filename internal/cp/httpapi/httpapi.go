@@ -57,7 +57,8 @@ func NewID(prefix string) string {
 func ValidCorrelationID(cid string) bool { return correlationRE.MatchString(cid) }
 
 // WithCorrelation reads X-Correlation-ID (generating one when absent or
-// malformed), stores it in the context and echoes it on the response.
+// malformed), stores it in the context and echoes it on the response. A
+// request whose context Correlated made is passed on as it is.
 func WithCorrelation(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, correlate(w, r)) // long-polls park below this frame: keep it small
@@ -68,17 +69,40 @@ func WithCorrelation(next http.Handler) http.Handler {
 //
 //go:noinline
 func correlate(w http.ResponseWriter, r *http.Request) *http.Request {
-	var cid string // net/http canonicalises request header keys: no Get, which would canonicalise again
-	if v := r.Header[correlationHeaderKey]; len(v) > 0 {
+	if c, ok := r.Context().(*correlationCtx); ok {
+		if _, echoed := w.Header()[correlationHeaderKey]; !echoed {
+			w.Header()[correlationHeaderKey] = c.header[:]
+		}
+		return r
+	}
+	return r.WithContext(correlated(r.Context(), r.Header, w.Header()))
+}
+
+// Correlated is the context of a request with header fields req, to be
+// answered with header fields resp, for a server that makes its own
+// *http.Request (the node listener's framed connections): parent with the
+// request's correlation id (X-Correlation-ID, or a new one when absent or
+// malformed), echoed in resp. WithCorrelation passes a request made with
+// it on as it is, instead of copying it to change its context: a copy
+// for each of tens of thousands of heartbeats a second.
+func Correlated(parent context.Context, req, resp http.Header) context.Context {
+	return correlated(parent, req, resp)
+}
+
+// correlated is Correlated; net/http canonicalises request header keys,
+// as nodemux does, so there is no Get, which would canonicalise again.
+func correlated(parent context.Context, req, resp http.Header) *correlationCtx {
+	var cid string
+	if v := req[correlationHeaderKey]; len(v) > 0 {
 		cid = v[0]
 	}
 	if !ValidCorrelationID(cid) {
 		cid = NewID("cid_")
 	}
-	c := &correlationCtx{Context: r.Context(), cid: cid}
+	c := &correlationCtx{Context: parent, cid: cid}
 	c.header[0] = cid
-	w.Header()[correlationHeaderKey] = c.header[:] // one allocation for the header and the context
-	return r.WithContext(c)
+	resp[correlationHeaderKey] = c.header[:] // one allocation for the header and the context
+	return c
 }
 
 // correlationCtx carries a request's correlation id (what

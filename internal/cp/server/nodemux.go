@@ -45,10 +45,18 @@ type muxServer struct {
 	// before handing it back to the poller (muxConn.burst).
 	linger time.Duration
 
+	// frames are answer frames' buffers, reused once written: every
+	// heartbeat is answered with one.
+	frames sync.Pool
+
 	mu     sync.Mutex
 	conns  map[*muxConn]struct{}
 	closed bool
 }
+
+// maxPooledFrame bounds the answer buffers muxServer.frames keeps: a
+// large answer (a batch of tasks) does not pin its buffer.
+const maxPooledFrame = 16 << 10
 
 // newMuxServer serves h; poll (the platform's muxPoller) reads the idle
 // connections, or without it a reader goroutine each.
@@ -397,7 +405,9 @@ func (st *muxStream) request() *http.Request {
 	if len(st.req.Body) > 0 {
 		body = bytes.NewReader(st.req.Body)
 	}
-	r, err := http.NewRequestWithContext(st.ctx, st.req.Method, "https://"+c.host+st.req.Target, body)
+	// The correlation id goes in now: WithCorrelation then has no request to copy.
+	ctx := httpapi.Correlated(st.ctx, st.req.Header, st.w.header)
+	r, err := http.NewRequestWithContext(ctx, st.req.Method, "https://"+c.host+st.req.Target, body)
 	if err != nil {
 		c.s.log.Debug("node listener: framed request target", "remote", c.remote, "err", err)
 		return nil
@@ -435,7 +445,17 @@ func (c *muxConn) answer(stream uint32, w *muxWriter) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	frame := nodemux.AppendResponse(make([]byte, 0, nodemux.HeaderLen+256+w.body.Len()), stream, w.status, w.header, w.body.Bytes())
+	buf, _ := c.s.frames.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
+	}
+	frame := nodemux.AppendResponse((*buf)[:0], stream, w.status, w.header, w.body.Bytes())
+	defer func() {
+		if cap(frame) <= maxPooledFrame {
+			*buf = frame
+			c.s.frames.Put(buf)
+		}
+	}()
 	if len(frame)-nodemux.HeaderLen > nodemux.MaxPayload {
 		cid := w.header.Get(api.HeaderCorrelationID)
 		c.s.log.Error("node API answer too large for a frame", "remote", c.remote, "bytes", w.body.Len(), "correlation_id", cid)
