@@ -64,14 +64,14 @@ type stateStore interface {
 // hostCache keeps node-request authorisation off the database hot path.
 //
 // Entries come from three places: a read of one host when an entry is
-// missing or older than hostCacheTTL (get), a read of the hosts changed
-// since the last such read every hostCacheRefresh, and of every host at
-// start and every hostCacheFullEvery refreshes (refresh), and the record a
-// write returned (put). A change event drops the entry (invalidate). A read that was in
-// flight when the event came may hold the state from before the change,
-// so while reads are in flight the cache remembers what was invalidated,
-// and such a read caches nothing for it: a revocation is never undone by a
-// snapshot read before it.
+// missing or older than hostCacheTTL (get); a read of the hosts changed
+// since the last refresh every hostCacheRefresh, and of every host at
+// start and every hostCacheFullEvery refreshes (refresh); and the record a
+// write returned (put). A change event drops the entry (invalidate). A
+// read that was in flight when the event came may hold the state from
+// before the change, so while reads are in flight the cache remembers
+// what was invalidated, and such a read caches nothing for it: a
+// revocation is never undone by a snapshot read before it.
 type hostCache struct {
 	st  stateStore
 	now func() time.Time
@@ -131,7 +131,7 @@ func (c *hostCache) get(ctx context.Context, id string) (hostState, error) {
 // what the cache holds, so an entry a refresh did not read is unchanged
 // since the one before, which verified it.
 //
-// Reading every host each time cost ≈ 75 ms of CPU and ≈ 47 MB of
+// Reading every host each time cost ≈ 60–75 ms of CPU and ≈ 48 MB of
 // allocation per refresh at 20,000 hosts (BenchmarkHostCache), a burst
 // that heartbeats queued behind every few seconds on a busy machine.
 // Hosts are never deleted (a decommissioned one is revoked, which is a
