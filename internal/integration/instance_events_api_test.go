@@ -152,13 +152,37 @@ func TestInstanceEventsAPI(t *testing.T) {
 	}
 }
 
-// eventProbe checks, as each instance update returns, that a transition
-// it wrote (phase, reason or desired state) is already in the events: a
-// reader that sees the new status must find its event.
+// eventProbe checks, as each instance create or update returns, that
+// the record it wrote (a new instance; a new phase, reason, desired state
+// or generation) is already in the events: a reader that sees it must
+// find its event.
 type eventProbe struct {
 	store.Store
 	mu     sync.Mutex
 	missed []string
+}
+
+func (p *eventProbe) miss(format string, args ...any) {
+	p.mu.Lock()
+	p.missed = append(p.missed, fmt.Sprintf(format, args...))
+	p.mu.Unlock()
+}
+
+func (p *eventProbe) CreateInstance(ctx context.Context, in store.Instance) error {
+	p.miss("%s created without its event", in.Name)
+	return p.Store.CreateInstance(ctx, in)
+}
+
+func (p *eventProbe) CreateInstanceRecorded(ctx context.Context, in store.Instance, ev store.InstanceEvent) error {
+	err := p.Store.CreateInstanceRecorded(ctx, in, ev)
+	if err != nil {
+		return err
+	}
+	if evs, lerr := p.Store.ListInstanceEvents(ctx, in.ID, 0); lerr != nil || len(evs) != 1 || evs[0].Phase != in.Phase ||
+		evs[0].Generation != in.Generation {
+		p.miss("%s created; events %+v, %v", in.Name, evs, lerr)
+	}
+	return nil
 }
 
 func (p *eventProbe) UpdateInstance(ctx context.Context, id string, fn func(*store.Instance) error) (store.Instance, error) {
@@ -169,24 +193,24 @@ func (p *eventProbe) UpdateInstanceRecorded(ctx context.Context, id string, fn f
 	record func(before, after store.Instance) *store.InstanceEvent) (store.Instance, error) {
 	before, _ := p.Store.GetInstance(ctx, id)
 	out, err := p.Store.UpdateInstanceRecorded(ctx, id, fn, record)
-	if err != nil || (out.Phase == before.Phase && out.ReasonCode == before.ReasonCode && out.DesiredState == before.DesiredState) {
+	if err != nil || (out.Phase == before.Phase && out.ReasonCode == before.ReasonCode && out.DesiredState == before.DesiredState &&
+		out.Generation == before.Generation) {
 		return out, err
 	}
 	evs, lerr := p.Store.ListInstanceEvents(ctx, id, 1)
 	if lerr != nil || len(evs) == 0 || evs[0].Phase != out.Phase || evs[0].ReasonCode != out.ReasonCode ||
-		evs[0].DesiredState != out.DesiredState {
-		p.mu.Lock()
-		p.missed = append(p.missed, fmt.Sprintf("%s %s/%s desired %s (last event %+v, %v)", id, out.Phase, out.ReasonCode,
-			out.DesiredState, evs, lerr))
-		p.mu.Unlock()
+		evs[0].DesiredState != out.DesiredState || evs[0].Generation != out.Generation {
+		p.miss("%s %s/%s desired %s generation %d (last event %+v, %v)", id, out.Phase, out.ReasonCode,
+			out.DesiredState, out.Generation, evs, lerr)
 	}
 	return out, err
 }
 
-// TestInstanceTransitionsStoredWithEvents: a node's status report and an
-// operator's stop and delete store the instance's event with the
-// transition, so a client that sees the new phase (as waitPhase does)
-// always finds its event.
+// TestInstanceTransitionsStoredWithEvents: an operator's create, a node's
+// status report and an operator's stop and delete store the instance's
+// event with the change, so a client that sees the new phase (as
+// waitPhase does) always finds its event. (TestPresets runs the same probe
+// over the agent-declared local workloads.)
 func TestInstanceTransitionsStoredWithEvents(t *testing.T) {
 	p := &eventProbe{Store: openSQLite(t)}
 	e := startEnv(t, p, func(c *server.Config) { c.VCPUAllocationRatio = 1 })

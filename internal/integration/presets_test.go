@@ -49,7 +49,8 @@ func gpuCaps(gpus int, local ...api.PresetRequest) api.Capabilities {
 // <host>-<preset> pinned to it, created by node:<id>, updated and deleted
 // as the declaration changes.
 func TestPresets(t *testing.T) {
-	e := startEnv(t, openSQLite(t), func(c *server.Config) { c.VCPUAllocationRatio = 1 })
+	p := &eventProbe{Store: openSQLite(t)} // every record written with its event
+	e := startEnv(t, p, func(c *server.Config) { c.VCPUAllocationRatio = 1 })
 	gpu, cpu := startGPUNode(e, "gpu-1", 2), startGPUNode(e, "cpu-1", 0)
 	put := func(id nodeIdentity, c api.Capabilities) {
 		t.Helper()
@@ -123,5 +124,10 @@ func TestPresets(t *testing.T) {
 			!strings.Contains(string(raw), `"field":"`+tc.field+`"`) {
 			t.Errorf("%+v: %d %s, want a field error on %s", tc.req.Preset, st, raw, tc.field)
 		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.missed) > 0 {
+		t.Fatalf("records visible before their events:\n%s", strings.Join(p.missed, "\n"))
 	}
 }

@@ -13,16 +13,6 @@ import (
 // defaultEventsLimit is GET .../events' page without ?limit=.
 const defaultEventsLimit = 100
 
-// recordEvent appends a status transition of in (as it now is) by actor.
-// The transition itself is already committed, so a failure to record it is
-// logged, not returned: the history misses a line, the instance is right.
-func (s *Room) recordEvent(ctx context.Context, in store.Instance, actor, message string) {
-	ev := s.eventOf(ctx, in, actor, message)
-	if err := s.store.AppendInstanceEvent(context.WithoutCancel(ctx), ev); err != nil {
-		httpapi.Logger(ctx, s.log).Warn("instance event not recorded", "instance_id", in.ID, "phase", in.Phase, "err", err)
-	}
-}
-
 // eventOf is the event of a status transition of in (as it now is) by
 // actor.
 func (s *Room) eventOf(ctx context.Context, in store.Instance, actor, message string) store.InstanceEvent {

@@ -108,7 +108,7 @@ func (s *Room) createPlaced(ctx context.Context, f *fleet, req api.CreateInstanc
 		in := store.Instance{ID: newInstanceID(), Name: req.Name, Group: req.Group, HostID: hostID, Labels: req.Labels,
 			Spec: spec, DesiredState: api.DesiredRunning, Generation: 1, Phase: api.InstancePending,
 			CreatedBy: httpapi.Actor(ctx), CreatedAt: now, UpdatedAt: now}
-		if err := s.store.CreateInstance(ctx, in); err != nil {
+		if err := s.store.CreateInstanceRecorded(ctx, in, s.eventOf(ctx, in, httpapi.Actor(ctx), "created on host "+hostID)); err != nil {
 			if errors.Is(err, store.ErrConflict) {
 				return store.Instance{}, httpapi.Errorf(http.StatusConflict, "instance_exists", "an instance named %q exists", req.Name)
 			}
@@ -118,7 +118,6 @@ func (s *Room) createPlaced(ctx context.Context, f *fleet, req api.CreateInstanc
 		if err == nil && ok {
 			s.waiters.Wake(hostID) // same replica: do not wait for the event round trip
 			f.add(hostID, in.Name, in.DesiredState, req.Spec)
-			s.recordEvent(ctx, in, httpapi.Actor(ctx), "created on host "+hostID)
 			s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.create", Target: in.ID, Result: "ok",
 				CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s host=%s group=%s", in.Name, hostID, in.Group)})
 			return in, nil

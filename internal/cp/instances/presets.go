@@ -172,12 +172,15 @@ func (s *Room) updateLocal(ctx context.Context, in store.Instance, spec api.Inst
 	if bytes.Equal(b, in.Spec) || in.DesiredState == api.DesiredDeleted {
 		return nil
 	}
-	out, err := s.store.UpdateInstance(ctx, in.ID, func(i *store.Instance) error {
+	out, err := s.store.UpdateInstanceRecorded(ctx, in.ID, func(i *store.Instance) error {
 		if bytes.Equal(b, i.Spec) {
 			return errNoChange
 		}
 		i.Spec, i.Generation = b, i.Generation+1
 		return nil
+	}, func(_, after store.Instance) *store.InstanceEvent {
+		ev := s.eventOf(ctx, after, httpapi.Actor(ctx), "spec updated from the agent's local workload flags")
+		return &ev
 	})
 	switch {
 	case errors.Is(err, errNoChange):
@@ -186,7 +189,6 @@ func (s *Room) updateLocal(ctx context.Context, in store.Instance, spec api.Inst
 		return err
 	}
 	s.waiters.Wake(out.HostID)
-	s.recordEvent(ctx, out, httpapi.Actor(ctx), "spec updated from the agent's local workload flags")
 	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.update", Target: out.ID, Result: "ok",
 		CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s generation=%d", out.Name, out.Generation)})
 	return nil

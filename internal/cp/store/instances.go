@@ -65,6 +65,10 @@ type InstanceStore interface {
 	// CreateInstance inserts an instance; ErrConflict if the id or the name
 	// exists. Publishes EventInstance for its host.
 	CreateInstance(ctx context.Context, in Instance) error
+	// CreateInstanceRecorded is CreateInstance that also appends ev as the
+	// instance's first event in the same transaction (ev.InstanceID is
+	// in.ID): a reader never sees a created instance without it (ADR 0016).
+	CreateInstanceRecorded(ctx context.Context, in Instance, ev InstanceEvent) error
 	// GetInstance returns an instance or ErrNotFound.
 	GetInstance(ctx context.Context, id string) (Instance, error)
 	// GetInstanceByName returns an instance or ErrNotFound.

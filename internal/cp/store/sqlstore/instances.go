@@ -51,6 +51,16 @@ func instanceArgs(in store.Instance) ([]any, error) {
 // CreateInstance implements store.Store. Defaults: DesiredState running,
 // Generation 1, Phase Pending, CreatedAt now, UpdatedAt CreatedAt.
 func (s *Store) CreateInstance(ctx context.Context, in store.Instance) error {
+	return s.createInstance(ctx, in, nil)
+}
+
+// CreateInstanceRecorded implements store.Store.
+func (s *Store) CreateInstanceRecorded(ctx context.Context, in store.Instance, ev store.InstanceEvent) error {
+	return s.createInstance(ctx, in, &ev)
+}
+
+// createInstance inserts in and, when ev is not nil, its first event.
+func (s *Store) createInstance(ctx context.Context, in store.Instance, ev *store.InstanceEvent) error {
 	switch {
 	case in.ID == "":
 		return errors.New("create instance: empty id")
@@ -89,6 +99,10 @@ func (s *Store) CreateInstance(ctx context.Context, in store.Instance) error {
 		}
 		if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventInstance, ID: in.HostID}); err != nil {
 			return fmt.Errorf("create instance %q: notify: %w", in.ID, err)
+		}
+		if ev != nil {
+			ev.InstanceID = in.ID
+			return s.appendInstanceEventTx(ctx, tx, *ev)
 		}
 		return nil
 	})

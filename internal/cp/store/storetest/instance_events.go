@@ -17,6 +17,35 @@ var instanceEventCases = []testCase{
 	{"InstanceEvent/DeletedWithInstance", testInstanceEventDeleted},
 	{"InstanceEvent/ConcurrentAppends", testInstanceEventConcurrent},
 	{"InstanceEvent/UpdateRecorded", testInstanceUpdateRecorded},
+	{"InstanceEvent/CreateRecorded", testInstanceCreateRecorded},
+}
+
+// testInstanceCreateRecorded: CreateInstanceRecorded stores the instance
+// with ev as its first event, whatever instance id ev named; a create
+// that conflicts stores neither.
+func testInstanceCreateRecorded(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	ev := store.InstanceEvent{InstanceID: "i-other", Seq: 7, At: base, Phase: api.InstancePending,
+		DesiredState: api.DesiredRunning, Generation: 1, Actor: "operator:alice", CorrelationID: "cid-create",
+		Message: "created on host h1"}
+	must(t, s.CreateInstanceRecorded(ctx, newInstance("i-1", "one", "h1"), ev))
+	got, err := s.ListInstanceEvents(ctx, "i-1", 0)
+	must(t, err)
+	want := ev
+	want.InstanceID, want.Seq = "i-1", 1
+	diff(t, "events of i-1", got, []store.InstanceEvent{want})
+
+	wantErr(t, s.CreateInstanceRecorded(ctx, newInstance("i-2", "one", "h1"), ev), store.ErrConflict)
+	for id, n := range map[string]int{"i-1": 1, "i-2": 0, "i-other": 0} {
+		evs, err := s.ListInstanceEvents(ctx, id, 0)
+		must(t, err)
+		if len(evs) != n {
+			t.Errorf("%s has %d events after the conflicting create, want %d", id, len(evs), n)
+		}
+	}
+	if _, err := s.GetInstance(ctx, "i-2"); err == nil {
+		t.Error("the conflicting create stored its instance")
+	}
 }
 
 func seqs(evs []store.InstanceEvent) []int64 {
