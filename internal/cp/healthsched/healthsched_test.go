@@ -56,15 +56,15 @@ func (f *fakeStore) add(h store.Host, live bool) {
 	f.hosts, f.live[h.ID] = append(f.hosts, h), live
 }
 
-func (f *fakeStore) ListHostStates(context.Context) ([]store.HostState, error) {
+func (f *fakeStore) ListHostLiveness(context.Context) ([]store.HostLiveness, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]store.HostState, 0, len(f.hosts))
+	out := make([]store.HostLiveness, 0, len(f.hosts))
 	for _, h := range f.hosts {
 		if f.live[h.ID] {
 			h.LastSeenAt = f.clk.Now()
 		}
-		out = append(out, h.State())
+		out = append(out, h.Liveness())
 	}
 	return out, nil
 }

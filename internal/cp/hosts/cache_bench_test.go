@@ -23,7 +23,9 @@ const benchFleet = 20000
 // missing or expired entry), the whole fleet in one refresh (refresh-full:
 // the first, and one in hostCacheFullEvery), and a refresh of changes
 // when none changed for longer than hostCacheSkew (refresh-changes: the
-// others, in a quiet fleet). ns/host is the cost per host in each.
+// others, in a quiet fleet); and, for comparison, the health probe
+// scheduler's listing of every host each tick (list-liveness). ns/host is
+// the cost per host in each.
 //
 //	go test ./internal/cp/hosts -run '^$' -bench BenchmarkHostCache -benchtime 3x
 func BenchmarkHostCache(b *testing.B) {
@@ -65,6 +67,14 @@ func BenchmarkHostCache(b *testing.B) {
 				if _, err := c.get(b.Context(), id); err != nil {
 					b.Fatal(err)
 				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchFleet), "ns/host")
+	})
+	b.Run("list-liveness", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := st.ListHostLiveness(b.Context()); err != nil {
+				b.Fatal(err)
 			}
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchFleet), "ns/host")

@@ -50,8 +50,8 @@ type Host struct {
 // often: what authorises a node request (enabled, revoked, when it
 // enrolled), what a heartbeat is compared with so an unchanged one writes
 // nothing (status, capacity, last failure) and when the host was last
-// seen. The hosts room caches it and the health probe scheduler lists it;
-// the store reads it without the large columns (capabilities, labels).
+// seen. The hosts room caches it; the store reads it without the large
+// columns (capabilities, labels).
 type HostState struct {
 	ID          string
 	Enabled     bool
@@ -71,6 +71,21 @@ func (h Host) State() HostState {
 	return HostState{ID: h.ID, Enabled: h.Enabled, Revoked: h.Revoked, Status: h.Status,
 		EnrolledAt: h.EnrolledAt, LastSeenAt: h.LastSeenAt, Capacity: h.Capacity, LastFailure: h.LastFailure,
 		UpdatedAt: h.UpdatedAt}
+}
+
+// HostLiveness is what the health probe scheduler reads of every host
+// each tick: whether it may be probed. The store reads only these columns.
+type HostLiveness struct {
+	ID         string
+	Enabled    bool
+	Revoked    bool
+	Status     api.HostStatus
+	LastSeenAt time.Time
+}
+
+// Liveness is h's HostLiveness.
+func (h Host) Liveness() HostLiveness {
+	return HostLiveness{ID: h.ID, Enabled: h.Enabled, Revoked: h.Revoked, Status: h.Status, LastSeenAt: h.LastSeenAt}
 }
 
 // Health is a host's last health probe result: State is "" before any.
@@ -148,6 +163,9 @@ type HostStore interface {
 	// UpdatedAt is at or after since, ordered by id: the hosts room's cache
 	// refresh reads only what changed since its last read.
 	ListHostStatesSince(ctx context.Context, since time.Time) ([]HostState, error)
+	// ListHostLiveness returns every host's HostLiveness ordered by id: the
+	// health probe scheduler reads it every tick.
+	ListHostLiveness(ctx context.Context) ([]HostLiveness, error)
 	// UpdateHost reads the host, applies fn and writes the result in one
 	// transaction that locks the row; if fn returns an error nothing is
 	// written and that error is returned. Publishes EventHost.

@@ -180,6 +180,27 @@ func (s *Store) ListHostStates(ctx context.Context) ([]store.HostState, error) {
 	return out, nil
 }
 
+// ListHostLiveness implements store.Store.
+func (s *Store) ListHostLiveness(ctx context.Context) ([]store.HostLiveness, error) {
+	out, err := collect(func(r Row) (store.HostLiveness, error) {
+		var (
+			h                store.HostLiveness
+			enabled, revoked int64
+			status           string
+			seen             int64
+		)
+		if err := r.Scan(&h.ID, &enabled, &revoked, &status, &seen); err != nil {
+			return store.HostLiveness{}, err
+		}
+		h.Enabled, h.Revoked, h.Status, h.LastSeenAt = enabled != 0, revoked != 0, api.HostStatus(status), tm(seen)
+		return h, nil
+	})(s.db.Query(ctx, `SELECT id, enabled, revoked, status, last_seen_at FROM hosts ORDER BY id`))
+	if err != nil {
+		return nil, fmt.Errorf("list host liveness: %w", err)
+	}
+	return out, nil
+}
+
 // HostStatesSinceSQL is ListHostStatesSince's statement, $1 the time in
 // unix ms. It has no ORDER BY: with one, SQLite scans the whole table in
 // id order instead of the few rows index hosts_updated_at finds

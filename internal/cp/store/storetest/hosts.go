@@ -144,8 +144,9 @@ func testHostList(t *testing.T, s store.Store) {
 	diff(t, "ids", ids(hs, func(h store.Host) string { return h.ID }), []string{"a", "b", "c"})
 }
 
-// testHostStates: GetHostState and ListHostStates read the same fields as
-// GetHost, for every host, in id order; an unknown id is ErrNotFound.
+// testHostStates: GetHostState, ListHostStates and ListHostLiveness read
+// the same fields as GetHost, for every host, in id order; an unknown id
+// is ErrNotFound.
 func testHostStates(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	states, err := s.ListHostStates(ctx)
@@ -170,6 +171,14 @@ func testHostStates(t *testing.T, s store.Store) {
 		one, err := s.GetHostState(ctx, got.ID)
 		must(t, err)
 		diff(t, "state of "+got.ID, one, h.State())
+	}
+	live, err := s.ListHostLiveness(ctx)
+	must(t, err)
+	diff(t, "liveness ids", ids(live, func(h store.HostLiveness) string { return h.ID }), []string{"a-full", "h-full", "h-min"})
+	for _, got := range live {
+		h, err := s.GetHost(ctx, got.ID)
+		must(t, err)
+		diff(t, "liveness of "+got.ID, got, h.Liveness())
 	}
 }
 
