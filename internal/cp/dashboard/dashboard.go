@@ -7,7 +7,9 @@
 // the same handlers in-process (Config.API) with the session's operator
 // token as its bearer token, so the UI, the CLI and the API never disagree
 // and every role check and audit record is the API's own. Sessions live in
-// memory in the replica that issued them (a restart or another replica
+// the store, their operator tokens sealed with the key-encryption key, so
+// any replica serves them and a logout ends them everywhere; a replica
+// without a KEK keeps them in its memory (a restart or another replica
 // asks for the token again).
 package dashboard
 
@@ -38,7 +40,7 @@ const (
 	csrfField     = "csrf"
 	// SessionTTL is how long a session lasts without a new login.
 	SessionTTL = 12 * time.Hour
-	// maxSessions and maxStreams bound the in-memory state and the live
+	// maxSessions and maxStreams bound the in-memory sessions and the live
 	// fleet streams of one replica.
 	maxSessions = 10000
 	maxStreams  = 64
@@ -57,6 +59,11 @@ type Config struct {
 	// those that came over TLS: set when a proxy in front terminates TLS
 	// (drover server --public-url https://...).
 	SecureCookies bool
+	// Sessions and Sealer, when both are set, keep the sessions in the
+	// store with their tokens sealed, for every replica; otherwise they
+	// live in this replica's memory.
+	Sessions SessionStore
+	Sealer   Sealer
 }
 
 // session is one logged-in browser.
@@ -71,7 +78,7 @@ type session struct {
 type UI struct {
 	cfg     Config
 	mu      sync.Mutex
-	byHash  map[string]*session // keyed by the SHA-256 of the cookie value
+	byHash  map[string]*session // without Config.Sessions: keyed by the SHA-256 of the cookie value
 	streams chan struct{}       // a slot per live fleet stream
 	tmpl    *template.Template
 }
@@ -155,15 +162,7 @@ func (u *UI) sessionOf(r *http.Request) *session {
 	if err != nil || c.Value == "" {
 		return nil
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	key := hashOf(c.Value)
-	s := u.byHash[key]
-	if s != nil && !u.cfg.Now().Before(s.expires) {
-		delete(u.byHash, key)
-		return nil
-	}
-	return s
+	return u.lookup(r, hashOf(c.Value))
 }
 
 // withSession serves h for a logged-in browser; others go to the login
@@ -226,19 +225,14 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	}
 	cookie := randomToken()
 	s := &session{token: r.PostFormValue("token"), p: p, csrf: randomToken(), expires: u.cfg.Now().Add(SessionTTL)}
-	u.mu.Lock()
-	now := u.cfg.Now()
-	for k, old := range u.byHash {
-		if !now.Before(old.expires) {
-			delete(u.byHash, k)
-		}
+	kept, err := u.keep(r.Context(), hashOf(cookie), s)
+	if err != nil {
+		cid := correlationOf(r)
+		u.cfg.Log.Error("dashboard session not stored", "err", err, "correlation_id", cid)
+		http.Error(w, "the session could not be stored (correlation id "+cid+")", http.StatusServiceUnavailable)
+		return
 	}
-	full := len(u.byHash) >= maxSessions
-	if !full {
-		u.byHash[hashOf(cookie)] = s
-	}
-	u.mu.Unlock()
-	if full {
+	if !kept {
 		http.Error(w, "too many sessions", http.StatusServiceUnavailable)
 		return
 	}
@@ -251,16 +245,35 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 // endSession forgets the request's session.
 func (u *UI) endSession(r *http.Request) {
 	if c, err := r.Cookie(sessionCookie); err == nil {
-		u.mu.Lock()
-		delete(u.byHash, hashOf(c.Value))
-		u.mu.Unlock()
+		if err := u.forget(r.Context(), hashOf(c.Value)); err != nil {
+			httpapi.Logger(r.Context(), u.cfg.Log).Warn("dashboard session not removed", "err", err)
+		}
 	}
 }
 
+// logout ends the session on every replica; if the store cannot remove
+// it, the browser is told so (the session stays valid until it expires)
+// instead of being shown the login page as if it had ended.
 func (u *UI) logout(w http.ResponseWriter, r *http.Request, _ *session) {
-	u.endSession(r)
+	c, _ := r.Cookie(sessionCookie) // withSession found it
+	if err := u.forget(r.Context(), hashOf(c.Value)); err != nil {
+		cid := correlationOf(r)
+		u.cfg.Log.Error("dashboard logout: session not removed", "err", err, "correlation_id", cid)
+		http.Error(w, "logout failed: the session could not be removed; try again (correlation id "+cid+")",
+			http.StatusServiceUnavailable)
+		return
+	}
 	u.setCookie(w, r, sessionCookie, "", -1)
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+}
+
+// correlationOf is the request's correlation id (the operator listener
+// gives every request one), or a new one to report an error under.
+func correlationOf(r *http.Request) string {
+	if cid := httpapi.CorrelationID(r.Context()); cid != "" {
+		return cid
+	}
+	return httpapi.NewID("cid_")
 }
 
 // recorder is the in-process response of an API call.

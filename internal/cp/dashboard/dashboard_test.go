@@ -19,6 +19,11 @@ import (
 
 // fakeAPI answers the hosts list and records POSTs; tokens "op" and "view".
 func newTestServer(t *testing.T) (*httptest.Server, *[]string) {
+	return newTestServerWith(t, nil)
+}
+
+// newTestServerWith is newTestServer with its Config changed by with.
+func newTestServerWith(t *testing.T, with func(*Config)) (*httptest.Server, *[]string) {
 	var posts []string
 	apiMux := http.NewServeMux()
 	apiMux.HandleFunc("GET /api/v1/hosts", func(w http.ResponseWriter, r *http.Request) {
@@ -34,9 +39,9 @@ func newTestServer(t *testing.T) (*httptest.Server, *[]string) {
 		posts = append(posts, r.URL.Path+" "+r.Header.Get("Authorization"))
 		httpapi.WriteJSON(w, 200, map[string]any{})
 	})
-	u := New(Config{API: apiMux, Authenticate: func(_ context.Context, tok string) (httpapi.Principal, error) {
+	cfg := Config{API: apiMux, Authenticate: func(_ context.Context, tok string) (httpapi.Principal, error) {
 		switch tok {
-		case "op":
+		case "op", longToken:
 			return httpapi.Principal{Name: "alice", Role: api.RoleOperator}, nil
 		case "gone": // valid at login, revoked by the first page
 			return httpapi.Principal{Name: "carol", Role: api.RoleOperator}, nil
@@ -44,7 +49,11 @@ func newTestServer(t *testing.T) (*httptest.Server, *[]string) {
 			return httpapi.Principal{Name: "bob", Role: api.RoleViewer}, nil
 		}
 		return httpapi.Principal{}, httpapi.Errorf(401, "operator_token_invalid", "no")
-	}})
+	}}
+	if with != nil {
+		with(&cfg)
+	}
+	u := New(cfg)
 	mux := http.NewServeMux()
 	for _, rt := range u.Routes() {
 		mux.Handle(rt.Pattern, rt.Handler)
@@ -53,6 +62,10 @@ func newTestServer(t *testing.T) (*httptest.Server, *[]string) {
 	t.Cleanup(ts.Close)
 	return ts, &posts
 }
+
+// longToken is an operator token long enough not to occur by chance in
+// its sealed form.
+const longToken = "drv_op_0123456789abcdef0123456789abcdef"
 
 var csrfRe = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 

@@ -26,14 +26,19 @@ func (s *Server) OperatorHandler() http.Handler {
 
 // newDashboard builds the dashboard on a mux of exactly operatorRoutes:
 // its pages call the operator API in-process with the session's token.
+// With a KEK its sessions live in the store, so any replica serves them.
 func (s *Server) newDashboard() *dashboard.UI {
 	mux := http.NewServeMux()
 	for _, rt := range s.operatorRoutes() {
 		registerOperatorRoute(mux, s, rt)
 	}
 	a := &httpapi.Auth{Tokens: s.store, Now: s.cfg.Now, Log: s.log}
-	return dashboard.New(dashboard.Config{API: httpapi.WithCorrelation(mux), Authenticate: a.Authenticate,
-		Now: s.cfg.Now, Log: s.log, SecureCookies: strings.HasPrefix(s.cfg.PublicURL, "https://")})
+	cfg := dashboard.Config{API: httpapi.WithCorrelation(mux), Authenticate: a.Authenticate,
+		Now: s.cfg.Now, Log: s.log, SecureCookies: strings.HasPrefix(s.cfg.PublicURL, "https://")}
+	if s.cfg.KEK != nil { // sessions for every replica, their tokens sealed; in memory without a KEK (dev)
+		cfg.Sessions, cfg.Sealer = s.store, s.cfg.KEK
+	}
+	return dashboard.New(cfg)
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {

@@ -9,8 +9,9 @@
 // AllocationStore (allocations.go), TerminalStore (terminals.go),
 // OperatorTokenStore (operator_tokens.go), AuditStore (audit.go), KeyStore
 // (keys.go), EventStore (events.go), PreflightStore (preflight.go),
-// WorkloadSecretStore (workload_secrets.go) and SliceFlowStore (slices.go),
-// each with its models and filters.
+// WorkloadSecretStore (workload_secrets.go), SliceFlowStore (slices.go) and
+// DashboardSessionStore (dashboard_sessions.go), each with its models and
+// filters.
 // Store is their composition; a room declares the small interface it needs,
 // embedding a whole XxxStore where it uses all of it.
 package store
@@ -45,6 +46,7 @@ type Store interface {
 	PreflightStore
 	WorkloadSecretStore
 	SliceFlowStore
+	DashboardSessionStore
 
 	// Ping checks the database is reachable (for /readyz).
 	Ping(ctx context.Context) error

@@ -37,8 +37,8 @@ func TestUpDownUpSQLite(t *testing.T) {
 		}
 		return n
 	}
-	if n := tables(); n != 18 {
-		t.Fatalf("%d tables after up, want 18", n)
+	if n := tables(); n != 19 {
+		t.Fatalf("%d tables after up, want 19", n)
 	}
 	p, err := migrations.NewProvider(db, goose.DialectSQLite3)
 	if err != nil {

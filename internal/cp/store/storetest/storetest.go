@@ -48,6 +48,7 @@ func Run(t *testing.T, open Opener) {
 	cases = append(cases, workloadSecretCases...)
 	cases = append(cases, healthCases...)
 	cases = append(cases, sliceCases...)
+	cases = append(cases, dashboardSessionCases...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,174 @@
+package dashboard
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/httpapi"
+	"github.com/drover-dev/drover/internal/cp/kek"
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/cp/store/sqlite"
+)
+
+// sharedSessions is a store and a KEK ring for replicas that share their
+// sessions.
+func sharedSessions(t *testing.T) (*sqlite.Store, *kek.Ring) {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), sqlite.MemoryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	raw := make([]byte, kek.Size)
+	rand.Read(raw)
+	k, err := kek.New(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, kek.NewRing(k)
+}
+
+// sessionCookieOf is the browser's session cookie as it would send it to ts.
+func sessionCookieOf(t *testing.T, c *http.Client, ts *httptest.Server) *http.Cookie {
+	t.Helper()
+	u, _ := url.Parse(ts.URL + "/ui/")
+	for _, ck := range c.Jar.Cookies(u) {
+		if ck.Name == sessionCookie {
+			return ck
+		}
+	}
+	t.Fatal("no session cookie")
+	return nil
+}
+
+// fleetWith asks ts for the fleet page with only the session cookie ck
+// and reports whether it was served (not sent to the login page).
+func fleetWith(t *testing.T, ts *httptest.Server, ck *http.Cookie) bool {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, ts.URL+"/ui/fleet", nil)
+	req.AddCookie(ck)
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// TestSessionsSharedByReplicas: with a store and a KEK, a session begun on
+// one replica serves the browser on another, its operator token is sealed
+// in the store (never the cookie, nor the token in plaintext), a logout
+// on either ends it on both, and so do its expiry and its token's
+// revocation.
+func TestSessionsSharedByReplicas(t *testing.T) {
+	st, ring := sharedSessions(t)
+	var skew atomic.Int64 // added to the replicas' clocks
+	var revoked atomic.Bool
+	share := func(c *Config) {
+		c.Sessions, c.Sealer = st, ring
+		c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+		auth := c.Authenticate
+		c.Authenticate = func(ctx context.Context, tok string) (httpapi.Principal, error) {
+			if revoked.Load() {
+				return httpapi.Principal{}, httpapi.Errorf(http.StatusUnauthorized, "operator_token_invalid", "revoked")
+			}
+			return auth(ctx, tok)
+		}
+	}
+	a, _ := newTestServerWith(t, share)
+	b, _ := newTestServerWith(t, share)
+
+	c, csrf := login(t, a, longToken)
+	ck := sessionCookieOf(t, c, a)
+	if !fleetWith(t, b, ck) {
+		t.Fatal("the other replica did not serve the session")
+	}
+	ds, err := st.GetDashboardSession(t.Context(), hashOf(ck.Value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(ds.Token, []byte(longToken)) || bytes.Contains(ds.Token, []byte(ck.Value)) {
+		t.Fatal("the store holds the operator token or the cookie in plaintext")
+	}
+	if ds.CSRF != csrf {
+		t.Fatalf("stored CSRF token %q, the page's %q", ds.CSRF, csrf)
+	}
+
+	if st := post(t, c, b.URL+"/ui/logout", url.Values{"csrf": {csrf}}); st != http.StatusOK {
+		t.Fatalf("logout on the other replica: %d", st)
+	}
+	if fleetWith(t, a, ck) || fleetWith(t, b, ck) {
+		t.Fatal("the session outlived its logout on a replica")
+	}
+
+	c, _ = login(t, b, longToken)
+	ck = sessionCookieOf(t, c, b)
+	skew.Store(int64(SessionTTL))
+	if fleetWith(t, a, ck) {
+		t.Fatal("an expired session was served")
+	}
+	skew.Store(0)
+
+	c, _ = login(t, a, longToken)
+	ck = sessionCookieOf(t, c, a)
+	revoked.Store(true)
+	if fleetWith(t, b, ck) {
+		t.Fatal("a revoked token's session was served")
+	}
+}
+
+// TestSessionsWithoutKEKStayInMemory: without a KEK (or without a store)
+// sessions are the replica's own, and nothing is written to the store.
+func TestSessionsWithoutKEKStayInMemory(t *testing.T) {
+	st, _ := sharedSessions(t)
+	noKEK := func(c *Config) { c.Sessions = st }
+	a, _ := newTestServerWith(t, noKEK)
+	b, _ := newTestServerWith(t, noKEK)
+	c, _ := login(t, a, longToken)
+	ck := sessionCookieOf(t, c, a)
+	if !fleetWith(t, a, ck) || fleetWith(t, b, ck) {
+		t.Fatal("a session in memory was not served by its replica only")
+	}
+	if _, err := st.GetDashboardSession(t.Context(), hashOf(ck.Value)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a session without a KEK reached the store: %v", err)
+	}
+}
+
+// failingDelete is a session store whose deletes fail.
+type failingDelete struct{ SessionStore }
+
+func (failingDelete) DeleteDashboardSession(context.Context, string) error {
+	return errors.New("store unreachable")
+}
+
+// TestLogoutThatCannotRemoveTheSession: a logout the store cannot record
+// says so, with a correlation id, and keeps the browser's cookie, instead
+// of showing the login page while the session still works elsewhere.
+func TestLogoutThatCannotRemoveTheSession(t *testing.T) {
+	st, ring := sharedSessions(t)
+	a, _ := newTestServerWith(t, func(c *Config) { c.Sessions, c.Sealer = failingDelete{st}, ring })
+	c, csrf := login(t, a, longToken)
+	resp, err := c.PostForm(a.URL+"/ui/logout", url.Values{"csrf": {csrf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "correlation id cid_") {
+		t.Fatalf("logout with a failing store: %d %s", resp.StatusCode, body)
+	}
+	if !fleetWith(t, a, sessionCookieOf(t, c, a)) {
+		t.Fatal("the browser lost a session that still exists")
+	}
+}

@@ -1,0 +1,35 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// DashboardSession is one logged-in browser of the operator dashboard.
+// Token is the operator token the session acts with, sealed with the
+// key-encryption key: the store never sees it in plaintext, nor the
+// session cookie (IDHash is its SHA-256).
+type DashboardSession struct {
+	IDHash    string
+	Token     []byte // sealed
+	CSRF      string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
+// DashboardSessionStore is the dashboard's sessions, shared by the
+// replicas: the dashboard (cp/dashboard) embeds it whole.
+type DashboardSessionStore interface {
+	// CreateDashboardSession stores a new session; ErrConflict if its
+	// IDHash exists.
+	CreateDashboardSession(ctx context.Context, s DashboardSession) error
+	// GetDashboardSession returns a session, or ErrNotFound. It does not
+	// look at ExpiresAt.
+	GetDashboardSession(ctx context.Context, idHash string) (DashboardSession, error)
+	// DeleteDashboardSession removes a session (a logout); removing one
+	// that is not there is not an error.
+	DeleteDashboardSession(ctx context.Context, idHash string) error
+	// DeleteExpiredDashboardSessions removes the sessions whose ExpiresAt
+	// is not after now, and returns how many.
+	DeleteExpiredDashboardSessions(ctx context.Context, now time.Time) (int, error)
+}

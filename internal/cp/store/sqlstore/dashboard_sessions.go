@@ -1,0 +1,68 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+)
+
+// CreateDashboardSession implements store.Store.
+func (s *Store) CreateDashboardSession(ctx context.Context, ds store.DashboardSession) error {
+	switch {
+	case ds.IDHash == "":
+		return errors.New("create dashboard session: empty id hash")
+	case len(ds.Token) == 0:
+		return errors.New("create dashboard session: empty sealed token")
+	}
+	if ds.CreatedAt.IsZero() {
+		ds.CreatedAt = s.now()
+	}
+	_, err := s.db.Exec(ctx, `INSERT INTO dashboard_sessions (id_hash, token, csrf, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5)`, ds.IDHash, b64(ds.Token), ds.CSRF, ms(ds.CreatedAt), ms(ds.ExpiresAt))
+	if err != nil {
+		if s.d.IsUniqueViolation(err) {
+			return fmt.Errorf("create dashboard session: %w", store.ErrConflict)
+		}
+		return fmt.Errorf("create dashboard session: %w", err)
+	}
+	return nil
+}
+
+// GetDashboardSession implements store.Store.
+func (s *Store) GetDashboardSession(ctx context.Context, idHash string) (store.DashboardSession, error) {
+	var (
+		ds               store.DashboardSession
+		token            string
+		created, expires int64
+	)
+	err := s.db.QueryRow(ctx, `SELECT id_hash, token, csrf, created_at, expires_at FROM dashboard_sessions
+		WHERE id_hash = $1`, idHash).Scan(&ds.IDHash, &token, &ds.CSRF, &created, &expires)
+	if err != nil {
+		return store.DashboardSession{}, notFound(err, "get dashboard session")
+	}
+	if ds.Token, err = unb64(token); err != nil {
+		return store.DashboardSession{}, fmt.Errorf("get dashboard session: token: %w", err)
+	}
+	ds.CreatedAt, ds.ExpiresAt = tm(created), tm(expires)
+	return ds, nil
+}
+
+// DeleteDashboardSession implements store.Store.
+func (s *Store) DeleteDashboardSession(ctx context.Context, idHash string) error {
+	if _, err := s.db.Exec(ctx, `DELETE FROM dashboard_sessions WHERE id_hash = $1`, idHash); err != nil {
+		return fmt.Errorf("delete dashboard session: %w", err)
+	}
+	return nil
+}
+
+// DeleteExpiredDashboardSessions implements store.Store.
+func (s *Store) DeleteExpiredDashboardSessions(ctx context.Context, now time.Time) (int, error) {
+	n, err := s.db.Exec(ctx, `DELETE FROM dashboard_sessions WHERE expires_at <= $1`, ms(now))
+	if err != nil {
+		return 0, fmt.Errorf("delete expired dashboard sessions: %w", err)
+	}
+	return int(n), nil
+}
