@@ -81,7 +81,8 @@ type TaskStore interface {
 	// revoked, each claimed by one caller only. max < 1 is one.
 	ClaimTasks(ctx context.Context, nodeID string, now time.Time, leases ClaimLeases, max int) ([]Task, error)
 	// QueuedTaskNodes returns the distinct node ids with a queued task that
-	// has not expired at now: the long-poll fallback wakes those of its
+	// has not expired at now and that ClaimTasks would hand out (not of a
+	// disabled or revoked host): the long-poll fallback wakes those of its
 	// parked nodes, in case their change event was lost.
 	QueuedTaskNodes(ctx context.Context, now time.Time) ([]string, error)
 	// StartTask moves a dispatched task of nodeID to running and extends its

@@ -250,7 +250,10 @@ func OldestFirst(a, b store.Task) int {
 // QueuedTaskNodes implements store.Store (one statement over the
 // tasks_state_expires index).
 func (s *Store) QueuedTaskNodes(ctx context.Context, now time.Time) ([]string, error) {
-	rows, err := s.db.Query(ctx, `SELECT DISTINCT node_id FROM tasks WHERE state = 'queued' AND expires_at > $1`, ms(now))
+	// The hosts are looked up once per node, not once per queued task.
+	rows, err := s.db.Query(ctx, `SELECT q.node_id FROM (SELECT DISTINCT node_id FROM tasks
+		WHERE state = 'queued' AND expires_at > $1) AS q
+		WHERE NOT EXISTS (SELECT 1 FROM hosts WHERE hosts.id = q.node_id AND (hosts.enabled = 0 OR hosts.revoked = 1))`, ms(now))
 	if err != nil {
 		return nil, fmt.Errorf("queued task nodes: %w", err)
 	}

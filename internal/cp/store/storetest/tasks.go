@@ -157,19 +157,27 @@ func testClaimSkipsExpired(t *testing.T, s store.Store) {
 }
 
 // testQueuedTaskNodes: each node with a claimable task once; claimed,
-// expired and other nodes' finished tasks do not count.
+// expired and other nodes' finished tasks do not count, nor the tasks of a
+// disabled or revoked host, which no claim hands out (the fallback would
+// wake such a node's parked poll every interval for nothing).
 func testQueuedTaskNodes(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	old := newTask("old", "n3", 0)
 	old.ExpiresAt = at(time.Minute)
-	enqueue(t, s, newTask("a1", "n1", 0), newTask("a2", "n1", time.Second), newTask("b1", "n2", 0), old)
+	disabled, revoked, enabled := newHost("n4"), newHost("n5"), newHost("n6")
+	disabled.Enabled, revoked.Revoked = false, true
+	for _, h := range []store.Host{disabled, revoked, enabled} {
+		createHost(t, s, h)
+	}
+	enqueue(t, s, newTask("a1", "n1", 0), newTask("a2", "n1", time.Second), newTask("b1", "n2", 0), old,
+		newTask("d1", "n4", 0), newTask("r1", "n5", 0), newTask("e1", "n6", 0))
 	claim(t, s, "n2", 10*time.Second, time.Minute)
 	got, err := s.QueuedTaskNodes(ctx, at(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(got)
-	diff(t, "nodes with queued tasks", got, []string{"n1"})
+	diff(t, "nodes with queued tasks", got, []string{"n1", "n6"})
 }
 
 // testClaimConcurrent: 8 claimers drain 200 tasks; each task is claimed
