@@ -123,9 +123,9 @@ func (c *hostCache) get(ctx context.Context, id string) (hostState, error) {
 }
 
 // refresh rereads the store: the hosts changed since the last refresh
-// (their UpdatedAt at most hostCacheSkew before it began), or every host
-// at the first refresh, after lost change events and every
-// hostCacheFullEvery. It replaces the entries of the hosts read
+// (those whose UpdatedAt is at most hostCacheSkew before the last refresh
+// began), or every host at the first refresh, after lost change events
+// and every hostCacheFullEvery. It replaces the entries of the hosts read
 // and marks every entry verified; a full read also drops the entries of
 // hosts that no longer exist. The store sets UpdatedAt on every change to
 // what the cache holds, so an entry a refresh did not read is unchanged

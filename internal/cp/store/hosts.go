@@ -156,8 +156,8 @@ type HostStore interface {
 	// GetHostState returns one host's HostState, or ErrNotFound.
 	GetHostState(ctx context.Context, id string) (HostState, error)
 	// ListHostStates returns every host's HostState ordered by id, in one
-	// read: the hosts room fills and refreshes its cache with it, the
-	// health probe scheduler picks the hosts to probe.
+	// read: the hosts room fills its cache with it, and reads it again
+	// once a minute and after lost change events.
 	ListHostStates(ctx context.Context) ([]HostState, error)
 	// ListHostStatesSince returns the HostState of every host whose
 	// UpdatedAt is at or after since, ordered by id: the hosts room's cache
