@@ -340,9 +340,16 @@ func TestTerminalDeadlines(t *testing.T) {
 		// The unclaimed terminal.open is cancelled: a late agent never opens it.
 		var tasks []api.Task
 		e.op(http.MethodGet, "/api/v1/tasks?node_id=node-quiet", nil, &tasks)
+		if len(tasks) == 0 {
+			t.Fatal("no terminal.open queued for node-quiet")
+		}
 		for _, tk := range tasks {
 			if tk.Type == "terminal.open" && !tk.State.Terminal() {
 				t.Fatalf("terminal.open left %s", tk.State)
+			}
+			// The gateway's cancel is audited, with the task's correlation id.
+			if tk.Type == "terminal.open" && !e.auditHas("task.cancel", tk.ID, "canceled") {
+				t.Errorf("cancel of %s not audited", tk.ID)
 			}
 		}
 	})

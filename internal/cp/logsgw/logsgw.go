@@ -76,7 +76,7 @@ type Store interface {
 	GetInstance(ctx context.Context, id string) (store.Instance, error)
 	GetInstanceByName(ctx context.Context, name string) (store.Instance, error)
 	GetTask(ctx context.Context, id string) (store.Task, error)
-	CancelTask(ctx context.Context, id string, now time.Time) (store.Task, error)
+	CancelTask(ctx context.Context, id string, now time.Time, audit func(store.Task) []store.AuditEvent) (store.Task, error)
 }
 
 // Nodes says whether a node's agent is heard from.

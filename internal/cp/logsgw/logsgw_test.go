@@ -20,13 +20,14 @@ import (
 	"github.com/drover-dev/drover/internal/cp/audit"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/cp/store/sqlite"
+	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/logstream"
 	"github.com/drover-dev/drover/internal/wire/task"
 )
 
-// fakeStore knows one instance "i1" on node "n1"; tasks are never read
-// back (GetTask: not found).
-type fakeStore struct{}
+// fakeStore knows one instance "i1" on node "n1"; its tasks are those of
+// a real store.
+type fakeStore struct{ tasks store.Store }
 
 func (fakeStore) GetInstance(_ context.Context, id string) (store.Instance, error) {
 	if id == "i1" {
@@ -40,21 +41,27 @@ func (f fakeStore) GetInstanceByName(ctx context.Context, name string) (store.In
 	}
 	return store.Instance{}, store.ErrNotFound
 }
-func (fakeStore) GetTask(context.Context, string) (store.Task, error) {
-	return store.Task{}, store.ErrNotFound
+func (f fakeStore) GetTask(ctx context.Context, id string) (store.Task, error) {
+	return f.tasks.GetTask(ctx, id)
 }
-func (fakeStore) CancelTask(context.Context, string, time.Time) (store.Task, error) {
-	return store.Task{}, store.ErrNotFound
+func (f fakeStore) CancelTask(ctx context.Context, id string, at time.Time, audit func(store.Task) []store.AuditEvent) (store.Task, error) {
+	return f.tasks.CancelTask(ctx, id, at, audit)
 }
 
 type online struct{}
 
 func (online) NodeOnline(context.Context, string) bool { return true }
 
-// fakeTasks hands each queued logs.open to node.
-type fakeTasks struct{ node func(task.LogsOpenParams) }
+// fakeTasks stores each logs.open and hands it to node.
+type fakeTasks struct {
+	st   store.Store
+	node func(task.LogsOpenParams)
+}
 
-func (f fakeTasks) Enqueue(_ context.Context, t store.Task) error {
+func (f fakeTasks) Enqueue(ctx context.Context, t store.Task) error {
+	if err := f.st.EnqueueTask(ctx, t); err != nil {
+		return err
+	}
 	var p task.LogsOpenParams
 	if err := json.Unmarshal(t.Params, &p); err != nil {
 		return err
@@ -67,7 +74,7 @@ func (f fakeTasks) Enqueue(_ context.Context, t store.Task) error {
 
 // gateway serves the API route and the node route of a gateway whose node
 // behaves as node.
-func gateway(t *testing.T, cfg Config, node func(nodeURL string, p task.LogsOpenParams)) (apiURL string) {
+func gateway(t *testing.T, cfg Config, node func(nodeURL string, p task.LogsOpenParams)) (apiURL string, st store.Store) {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "a.db"))
 	if err != nil {
@@ -76,11 +83,11 @@ func gateway(t *testing.T, cfg Config, node func(nodeURL string, p task.LogsOpen
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var nodeURL string
-	ft := fakeTasks{}
+	ft := fakeTasks{st: st}
 	if node != nil {
 		ft.node = func(p task.LogsOpenParams) { node(nodeURL, p) }
 	}
-	g := New(cfg, fakeStore{}, online{}, ft, audit.New(st, time.Now, log), log, time.Now)
+	g := New(cfg, fakeStore{tasks: st}, online{}, ft, audit.New(st, time.Now, log), log, time.Now)
 	nmux := http.NewServeMux()
 	nmux.HandleFunc("GET /n/{session_id}", func(w http.ResponseWriter, r *http.Request) {
 		if err := g.NodeStream(w, r, "n1"); err != nil {
@@ -99,7 +106,7 @@ func gateway(t *testing.T, cfg Config, node func(nodeURL string, p task.LogsOpen
 	})
 	as := httptest.NewServer(amux)
 	t.Cleanup(as.Close)
-	return as.URL
+	return as.URL, st
 }
 
 func dialNode(t *testing.T, nodeURL string, p task.LogsOpenParams) *websocket.Conn {
@@ -114,9 +121,10 @@ func dialNode(t *testing.T, nodeURL string, p task.LogsOpenParams) *websocket.Co
 	return c
 }
 
-// TestStreamTimeout: a node that never dials is a bounded 504 wait.
+// TestStreamTimeout: a node that never dials is a bounded 504 wait, and
+// its logs.open, still queued, is canceled with its record.
 func TestStreamTimeout(t *testing.T) {
-	apiURL := gateway(t, Config{StreamTimeout: 300 * time.Millisecond}, nil)
+	apiURL, st := gateway(t, Config{StreamTimeout: 300 * time.Millisecond}, nil)
 	t0 := time.Now()
 	resp, err := http.Get(apiURL + "/api/v1/instances/web/logs")
 	if err != nil {
@@ -127,12 +135,20 @@ func TestStreamTimeout(t *testing.T) {
 	if !strings.Contains(string(body), codeStreamTimeout) || time.Since(t0) > 3*time.Second {
 		t.Errorf("no stream = %q after %s, want %s within 3s", body, time.Since(t0), codeStreamTimeout)
 	}
+	ts, err := st.ListTasks(t.Context(), store.TaskFilter{NodeID: "n1"})
+	if err != nil || len(ts) != 1 || ts[0].State != api.TaskCanceled {
+		t.Fatalf("logs.open after the timeout: %+v %v", ts, err)
+	}
+	evs, err := st.ListAudit(t.Context(), store.AuditFilter{Target: ts[0].ID, Action: "task.cancel"})
+	if err != nil || len(evs) != 1 || evs[0].Actor != "logs-gateway" || evs[0].CorrelationID != ts[0].CorrelationID {
+		t.Errorf("cancel records %+v %v", evs, err)
+	}
 }
 
 // TestWrongNonceRefused: the node route wants the session's nonce.
 func TestWrongNonceRefused(t *testing.T) {
 	refused := make(chan error, 1)
-	apiURL := gateway(t, Config{StreamTimeout: time.Second}, func(nodeURL string, p task.LogsOpenParams) {
+	apiURL, _ := gateway(t, Config{StreamTimeout: time.Second}, func(nodeURL string, p task.LogsOpenParams) {
 		hdr := http.Header{}
 		hdr.Set(logstream.HeaderNonce, strings.Repeat("0", 64))
 		_, _, err := websocket.Dial(context.Background(), nodeURL+"/n/"+p.SessionID,
@@ -156,7 +172,7 @@ func TestBackpressureAndClose(t *testing.T) {
 	var sent atomic.Int64
 	nodeDone := make(chan error, 1)
 	var once sync.Once
-	apiURL := gateway(t, Config{}, func(nodeURL string, p task.LogsOpenParams) {
+	apiURL, _ := gateway(t, Config{}, func(nodeURL string, p task.LogsOpenParams) {
 		c := dialNode(t, nodeURL, p)
 		if c == nil {
 			return

@@ -215,13 +215,17 @@ func openFailure(result json.RawMessage) *httpapi.Error {
 	return httpapi.Errorf(status, res.Error.Code, "node: %s", res.Error.Message)
 }
 
-// cancelTask cancels a logs.open nobody waits for, if still queued.
+// cancelTask cancels a logs.open nobody waits for, if still queued, with
+// its task.cancel record.
 func (g *Gateway) cancelTask(ctx context.Context, id string) {
 	bg := context.WithoutCancel(ctx)
 	if t, err := g.store.GetTask(bg, id); err != nil || t.State != api.TaskQueued {
 		return
 	}
-	if _, err := g.store.CancelTask(bg, id, g.now().UTC()); err != nil &&
+	if _, err := g.store.CancelTask(bg, id, g.now().UTC(), func(t store.Task) []store.AuditEvent {
+		return []store.AuditEvent{g.audit.Event(ctx, audit.Entry{Actor: "logs-gateway", Action: "task.cancel", Target: id,
+			Result: "canceled", CID: t.CorrelationID, Detail: "log stream ended before a node took the task"})}
+	}); err != nil &&
 		!errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
 		g.log.Warn("cancel logs.open", "task_id", id, "err", err)
 	}

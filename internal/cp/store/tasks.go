@@ -57,12 +57,15 @@ type ClaimLeases struct {
 // of their own.
 type TaskStore interface {
 	// EnqueueTask inserts a queued task and publishes EventTask for its node
-	// (in the same transaction where the database supports it).
-	EnqueueTask(ctx context.Context, t Task) error
+	// (in the same transaction where the database supports it), with the
+	// audit records that describe it: a claim can never be recorded before
+	// its task's enqueue (ADR 0016).
+	EnqueueTask(ctx context.Context, t Task, audit ...AuditEvent) error
 	// InsertTasks enqueues tasks as EnqueueTask does, all in one
-	// transaction: either every task is stored (and EventTask published once
-	// per node) or none is (a duplicate id is ErrConflict).
-	InsertTasks(ctx context.Context, ts []Task) error
+	// transaction with the audit records: either every task and record is
+	// stored (and EventTask published once per node) or none is (a duplicate
+	// id is ErrConflict).
+	InsertTasks(ctx context.Context, ts []Task, audit ...AuditEvent) error
 	// GetTask returns a task or ErrNotFound.
 	GetTask(ctx context.Context, id string) (Task, error)
 	// ListTasks returns tasks newest first.
@@ -95,7 +98,9 @@ type TaskStore interface {
 	// belong to nodeID.
 	CompleteTask(ctx context.Context, nodeID, taskID string, state api.TaskState, result json.RawMessage, resultHash string, at time.Time) (Task, error)
 	// CancelTask cancels a task that is not terminal; ErrConflict otherwise.
-	CancelTask(ctx context.Context, id string, at time.Time) (Task, error)
+	// The records audit (when not nil) returns for the canceled task are
+	// appended in the same transaction; it must not call the store.
+	CancelTask(ctx context.Context, id string, at time.Time, audit func(Task) []AuditEvent) (Task, error)
 	// ReapTasks requeues dispatched or running tasks whose lease ended before
 	// now (publishing EventTask) and expires unfinished tasks whose
 	// ExpiresAt is before now. The records audit (when not nil) returns for

@@ -61,25 +61,29 @@ func (s *Room) CreateBatch(w http.ResponseWriter, r *http.Request) error {
 	if len(fields) > 0 {
 		return httpapi.Invalid(fields)
 	}
-	if err := s.store.InsertTasks(ctx, ts); err != nil {
-		return fmt.Errorf("enqueue batch of %d tasks (correlation id %s): %w", len(ts), httpapi.CorrelationID(ctx), err)
-	}
 	var nodes, types []string
-	out := api.EnqueueTaskBatchResponse{Tasks: make([]api.Task, 0, len(ts))}
 	for _, t := range ts {
 		if !slices.Contains(nodes, t.NodeID) {
 			nodes = append(nodes, t.NodeID)
-			s.waiters.Wake(t.NodeID) // same replica: do not wait for the event round trip
 		}
 		if !slices.Contains(types, t.Type) {
 			types = append(types, t.Type)
 		}
-		out.Tasks = append(out.Tasks, View(t))
 	}
-	s.metrics.Enqueued.Add(float64(len(ts)))
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "task.enqueue_batch", Target: ts[0].ID, Result: "queued",
+	rec := s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "task.enqueue_batch", Target: ts[0].ID, Result: "queued",
 		CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("count=%d nodes=%s types=%s first=%s last=%s", len(ts),
 			listOrCount(nodes), listOrCount(types), ts[0].ID, ts[len(ts)-1].ID)})
+	if err := s.store.InsertTasks(ctx, ts, rec); err != nil {
+		return fmt.Errorf("enqueue batch of %d tasks (correlation id %s): %w", len(ts), httpapi.CorrelationID(ctx), err)
+	}
+	for _, n := range nodes {
+		s.waiters.Wake(n) // same replica: do not wait for the event round trip
+	}
+	s.metrics.Enqueued.Add(float64(len(ts)))
+	out := api.EnqueueTaskBatchResponse{Tasks: make([]api.Task, 0, len(ts))}
+	for _, t := range ts {
+		out.Tasks = append(out.Tasks, View(t))
+	}
 	httpapi.WriteJSON(w, http.StatusCreated, out)
 	return nil
 }

@@ -67,13 +67,9 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	if len(fields) > 0 {
 		return httpapi.Invalid(fields)
 	}
-	if err := s.store.EnqueueTask(ctx, t); err != nil {
+	if err := s.Enqueue(ctx, t); err != nil {
 		return err
 	}
-	s.waiters.Wake(t.NodeID) // same replica: do not wait for the event round trip
-	s.metrics.Enqueued.Inc()
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "task.enqueue", Target: t.ID, Result: "queued",
-		CID: t.CorrelationID, Detail: "node=" + t.NodeID + " type=" + t.Type})
 	httpapi.WriteJSON(w, http.StatusCreated, View(t))
 	return nil
 }
@@ -221,11 +217,13 @@ func (s *Room) Show(w http.ResponseWriter, r *http.Request) error {
 func (s *Room) Cancel(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	id := r.PathValue("id")
-	t, err := s.store.CancelTask(ctx, id, s.cfg.Now().UTC())
+	t, err := s.store.CancelTask(ctx, id, s.cfg.Now().UTC(), func(t store.Task) []store.AuditEvent {
+		return []store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "task.cancel", Target: id,
+			Result: "canceled", CID: t.CorrelationID})}
+	})
 	if err != nil {
 		return httpapi.StoreError(err, "task", id)
 	}
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "task.cancel", Target: id, Result: "canceled", CID: t.CorrelationID})
 	httpapi.WriteJSON(w, http.StatusOK, View(t))
 	return nil
 }

@@ -113,15 +113,16 @@ func (s *Room) NewTask(ctx context.Context, nodeID, typ string, params json.RawM
 		CorrelationID: httpapi.CorrelationID(ctx), CreatedBy: orSystem(httpapi.Actor(ctx)), CreatedAt: now, ExpiresAt: now.Add(ttl)}
 }
 
-// Enqueue stores t, wakes its node's long-poll on this replica and audits.
+// Enqueue stores t with its audit record and wakes its node's long-poll on
+// this replica (same replica: no wait for the event's round trip).
 func (s *Room) Enqueue(ctx context.Context, t store.Task) error {
-	if err := s.store.EnqueueTask(ctx, t); err != nil {
+	rec := s.audit.Event(ctx, audit.Entry{Actor: t.CreatedBy, Action: "task.enqueue", Target: t.ID, Result: "queued",
+		CID: t.CorrelationID, Detail: "node=" + t.NodeID + " type=" + t.Type})
+	if err := s.store.EnqueueTask(ctx, t, rec); err != nil {
 		return err
 	}
 	s.waiters.Wake(t.NodeID)
 	s.metrics.Enqueued.Inc()
-	s.audit.Record(ctx, audit.Entry{Actor: t.CreatedBy, Action: "task.enqueue", Target: t.ID, Result: "queued",
-		CID: t.CorrelationID, Detail: "node=" + t.NodeID + " type=" + t.Type})
 	return nil
 }
 

@@ -285,13 +285,17 @@ func (s *Gateway) runTerminal(ctx context.Context, br *websocket.Conn, sess stor
 }
 
 // cancelTerminalTask cancels a terminal.open the session no longer needs,
-// if no node has picked it up yet. A picked-up one is left to finish: the
-// node's stream is refused (410) and its result recorded as it reports it.
+// if no node has picked it up yet, with its task.cancel record. A
+// picked-up one is left to finish: the node's stream is refused (410) and
+// its result recorded as it reports it.
 func (s *Gateway) cancelTerminalTask(ctx context.Context, id string) {
 	if t, err := s.store.GetTask(context.WithoutCancel(ctx), id); err != nil || t.State != api.TaskQueued {
 		return
 	}
-	if _, err := s.store.CancelTask(context.WithoutCancel(ctx), id, s.now().UTC()); err != nil &&
+	if _, err := s.store.CancelTask(context.WithoutCancel(ctx), id, s.now().UTC(), func(t store.Task) []store.AuditEvent {
+		return []store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: "terminal-gateway", Action: "task.cancel", Target: id,
+			Result: "canceled", CID: t.CorrelationID, Detail: "terminal session ended before a node took the task"})}
+	}); err != nil &&
 		!errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
 		s.log.Warn("cancel terminal.open", "task_id", id, "err", err)
 	}

@@ -34,7 +34,7 @@ type Store interface {
 	GetHost(ctx context.Context, id string) (store.Host, error)
 	GetOperatorToken(ctx context.Context, id string) (store.OperatorToken, error)
 	GetTask(ctx context.Context, id string) (store.Task, error)
-	CancelTask(ctx context.Context, id string, now time.Time) (store.Task, error)
+	CancelTask(ctx context.Context, id string, now time.Time, audit func(store.Task) []store.AuditEvent) (store.Task, error)
 }
 
 // Nodes says whether a node's agent is heard from and allowed in.

@@ -48,14 +48,14 @@ func collectTasks(rows Rows, err error) ([]store.Task, error) { return collect(s
 // attempts, dispatch, lease, finish or result whatever t says; a zero
 // CreatedAt is now. ExpiresAt is required: a task without one could never be
 // claimed (claims need expires_at > now).
-func (s *Store) EnqueueTask(ctx context.Context, t store.Task) error {
-	return s.InsertTasks(ctx, []store.Task{t})
+func (s *Store) EnqueueTask(ctx context.Context, t store.Task, audit ...store.AuditEvent) error {
+	return s.InsertTasks(ctx, []store.Task{t}, audit...)
 }
 
 // InsertTasks implements store.Store: one transaction, one prepared INSERT
-// per task, then one EventTask per node. Each task is checked as
-// EnqueueTask checks it before anything is written.
-func (s *Store) InsertTasks(ctx context.Context, ts []store.Task) error {
+// per task, the audit records, then one EventTask per node. Each task is
+// checked as EnqueueTask checks it before anything is written.
+func (s *Store) InsertTasks(ctx context.Context, ts []store.Task, audit ...store.AuditEvent) error {
 	now := s.now()
 	for i := range ts {
 		t := &ts[i]
@@ -88,6 +88,9 @@ func (s *Store) InsertTasks(ctx context.Context, ts []store.Task) error {
 			if !slices.Contains(nodes, t.NodeID) {
 				nodes = append(nodes, t.NodeID)
 			}
+		}
+		if err := s.appendAuditsTx(ctx, tx, audit); err != nil {
+			return fmt.Errorf("enqueue tasks: audit: %w", err)
 		}
 		for _, n := range nodes {
 			if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventTask, ID: n}); err != nil {
@@ -361,7 +364,7 @@ func (s *Store) CompleteTask(ctx context.Context, nodeID, taskID string, state a
 }
 
 // CancelTask implements store.Store. A zero at is now.
-func (s *Store) CancelTask(ctx context.Context, id string, at time.Time) (store.Task, error) {
+func (s *Store) CancelTask(ctx context.Context, id string, at time.Time, audit func(store.Task) []store.AuditEvent) (store.Task, error) {
 	if at.IsZero() {
 		at = s.now()
 	}
@@ -379,6 +382,11 @@ func (s *Store) CancelTask(ctx context.Context, id string, at time.Time) (store.
 			return fmt.Errorf("cancel task %q: %w", id, err)
 		}
 		t.State, t.FinishedAt, t.LeaseExpiresAt = api.TaskCanceled, tm(ms(at)), time.Time{}
+		if audit != nil {
+			if err := s.appendAuditsTx(ctx, tx, audit(t)); err != nil {
+				return fmt.Errorf("cancel task %q: audit: %w", id, err)
+			}
+		}
 		out = t
 		return nil
 	})

@@ -330,7 +330,7 @@ func testCompleteRejects(t *testing.T, s store.Store) {
 	expiring := newTask("expired", "n1", 0)
 	expiring.ExpiresAt = at(time.Minute)
 	enqueue(t, s, newTask("canceled", "n1", 0), expiring, newTask("queued", "n1", time.Second))
-	_, err := s.CancelTask(ctx, "canceled", at(time.Second))
+	_, err := s.CancelTask(ctx, "canceled", at(time.Second), nil)
 	must(t, err)
 	_, expired, err := s.ReapTasks(ctx, at(time.Minute), nil)
 	must(t, err)
@@ -355,16 +355,16 @@ func testCancelTask(t *testing.T, s store.Store) {
 	enqueue(t, s, newTask("q", "n1", 0), newTask("d", "n1", time.Second))
 	claim(t, s, "n1", time.Second, time.Minute) // q
 	for _, id := range []string{"q", "d"} {
-		got, err := s.CancelTask(ctx, id, at(2*time.Second))
+		got, err := s.CancelTask(ctx, id, at(2*time.Second), nil)
 		must(t, err)
 		if got.State != api.TaskCanceled || !got.FinishedAt.Equal(at(2*time.Second)) || !got.LeaseExpiresAt.IsZero() {
 			t.Fatalf("canceled task %+v", got)
 		}
 		diff(t, "stored canceled task", getTask(t, s, id), got)
-		_, err = s.CancelTask(ctx, id, at(3*time.Second))
+		_, err = s.CancelTask(ctx, id, at(3*time.Second), nil)
 		wantErr(t, err, store.ErrConflict)
 	}
-	_, err := s.CancelTask(ctx, "nope", at(time.Second))
+	_, err := s.CancelTask(ctx, "nope", at(time.Second), nil)
 	wantErr(t, err, store.ErrNotFound)
 	if _, ok, err := s.ClaimTask(ctx, "n1", at(4*time.Second), at(time.Minute)); err != nil || ok {
 		t.Fatalf("canceled task claimable: %v %v", ok, err)

@@ -1,0 +1,108 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drover-dev/drover/internal/cp/store"
+	"github.com/drover-dev/drover/internal/wire/api"
+)
+
+// auditProbe checks, as each task enqueue or cancel returns, that its
+// audit record is already stored: a claim, or a reader, that sees the
+// change must find its record (ADR 0016).
+type auditProbe struct {
+	store.Store
+	mu     sync.Mutex
+	missed []string
+}
+
+// check notes a miss unless target has a record of action.
+func (p *auditProbe) check(ctx context.Context, target, action string) {
+	evs, err := p.Store.ListAudit(ctx, store.AuditFilter{Target: target, Action: action})
+	if err != nil || len(evs) == 0 {
+		p.mu.Lock()
+		p.missed = append(p.missed, fmt.Sprintf("%s of %s stored without its record (%v)", action, target, err))
+		p.mu.Unlock()
+	}
+}
+
+func (p *auditProbe) EnqueueTask(ctx context.Context, t store.Task, audit ...store.AuditEvent) error {
+	if err := p.Store.EnqueueTask(ctx, t, audit...); err != nil {
+		return err
+	}
+	p.check(ctx, t.ID, "task.enqueue")
+	return nil
+}
+
+func (p *auditProbe) InsertTasks(ctx context.Context, ts []store.Task, audit ...store.AuditEvent) error {
+	if err := p.Store.InsertTasks(ctx, ts, audit...); err != nil {
+		return err
+	}
+	p.check(ctx, ts[0].ID, "task.enqueue_batch")
+	return nil
+}
+
+func (p *auditProbe) CancelTask(ctx context.Context, id string, at time.Time, audit func(store.Task) []store.AuditEvent) (store.Task, error) {
+	t, err := p.Store.CancelTask(ctx, id, at, audit)
+	if err == nil {
+		p.check(ctx, id, "task.cancel")
+	}
+	return t, err
+}
+
+// TestTaskChangesStoredWithAudit: an operator's enqueue, batch enqueue and
+// cancel store their audit record with the change, so the node's claim of
+// a task it was parked waiting for is recorded after the enqueue.
+func TestTaskChangesStoredWithAudit(t *testing.T) {
+	p := &auditProbe{Store: openSQLite(t)}
+	e := startEnv(t, p)
+	n := startAPINode(e, "node-a")
+
+	claimed := make(chan string, 1)
+	go func() {
+		st, _, body := e.nodeCall(n.id.client, http.MethodGet, nodePath("node-a", "/tasks/wait?timeout=10s"), nil)
+		claimed <- fmt.Sprintf("%d %s", st, body)
+	}()
+	e.waitMetric(`drover_node_long_polls{route="tasks"}`, 1, 5*time.Second)
+	task := e.enqueue("node-a", "diag.echo", map[string]any{"message": "parked"})
+	select {
+	case got := <-claimed:
+		if got[:3] != "200" {
+			t.Fatalf("wait: %s", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parked wait claimed nothing")
+	}
+	evs, err := p.Store.ListAudit(t.Context(), store.AuditFilter{Target: task.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, ev := range slices.Backward(evs) {
+		actions = append(actions, ev.Action)
+	}
+	if want := []string{"task.enqueue", "task.claim"}; !slices.Equal(actions, want) {
+		t.Errorf("records of %s: %v, want %v", task.ID, actions, want)
+	}
+
+	echo := api.EnqueueTaskRequest{NodeID: "node-a", Type: "diag.echo", Params: []byte(`{"message":"batch"}`)}
+	var batch api.EnqueueTaskBatchResponse
+	if st := e.op(http.MethodPost, "/api/v1/tasks:batch", api.EnqueueTaskBatchRequest{Items: []api.EnqueueTaskRequest{echo, echo}},
+		&batch); st != http.StatusCreated {
+		t.Fatalf("batch: HTTP %d", st)
+	}
+	if st := e.op(http.MethodPost, "/api/v1/tasks/"+batch.Tasks[1].ID+"/cancel", nil, nil); st != http.StatusOK {
+		t.Fatalf("cancel: HTTP %d", st)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.missed {
+		t.Error(m)
+	}
+}
