@@ -26,6 +26,7 @@ type ServerFlags struct {
 	TLSSAN              []string      `name:"tls-san" env:"DROVER_TLS_SAN" help:"Extra DNS names or IPs for the node listener certificate."`
 	PublicURL           string        `name:"public-url" env:"DROVER_PUBLIC_URL" help:"URL browsers use for --listen when a proxy in front terminates TLS (https://... makes the dashboard's cookies Secure; its origin may open terminals)."`
 	CertTTL             time.Duration `name:"cert-ttl" default:"24h" help:"Node certificate lifetime."`
+	CertReenrolGrace    time.Duration `name:"node-cert-reenrol-grace" env:"DROVER_NODE_CERT_REENROL_GRACE" default:"168h" help:"How long after its expiry an agent's last certificate still enrols it again without a bootstrap token (the agent proves it holds its key); 0 turns this off (docs/adr/0021-reenrol-with-an-expired-certificate.md)."`
 	HeartbeatInterval   time.Duration `name:"heartbeat-interval" default:"5s" help:"Heartbeat interval agents are told to use; stale after 3 missed."`
 	HealthProbeInterval time.Duration `name:"health-probe-interval" env:"DROVER_HEALTH_PROBE_INTERVAL" default:"10m" help:"How often each enabled, heartbeating host runs diag.health_probe (spread over the interval; its result is the host's health); 0 disables."`
 	VCPURatio           float64       `name:"vcpu-allocation-ratio" env:"DROVER_VCPU_ALLOCATION_RATIO" default:"4" help:"Instance vCPUs placed per host CPU (memory, disk and GPUs are never overcommitted)."`
@@ -52,7 +53,7 @@ type ServerFlags struct {
 
 func (f ServerFlags) config(allowUnknown bool, log *slog.Logger) server.Config {
 	return server.Config{OperatorAddr: f.Listen, NodeAddr: f.NodeListen, NodeURL: f.NodeURL, AdvertiseNodeURL: f.AdvertiseNodeURL, TLSHosts: f.TLSSAN, PublicURL: f.PublicURL,
-		CertTTL: f.CertTTL, HeartbeatInterval: f.HeartbeatInterval, VCPUAllocationRatio: f.VCPURatio, AllowUnknownHostRegistration: allowUnknown,
+		CertTTL: f.CertTTL, CertReenrolGrace: reenrolGrace(f.CertReenrolGrace), HeartbeatInterval: f.HeartbeatInterval, VCPUAllocationRatio: f.VCPURatio, AllowUnknownHostRegistration: allowUnknown,
 		Logger: log, Terminal: server.TerminalConfig{AllowedOrigins: f.TerminalOrigins, IdleTimeout: f.TerminalIdle,
 			MaxLifetime: f.TerminalMaxLifetime, RecordingDir: f.RecordingDir, RecordInput: f.RecordInput,
 			MaxSessionsPerNode: f.TerminalPerNode, RecheckInterval: f.TerminalRecheck, DispatchTimeout: f.TerminalDispatch,
@@ -122,4 +123,13 @@ func openStore(ctx context.Context, spec string) (store.Store, error) {
 		return postgres.Open(ctx, spec)
 	}
 	return nil, fmt.Errorf("--store %q: want sqlite:PATH or a postgres:// URL", spec)
+}
+
+// reenrolGrace is --node-cert-reenrol-grace as server.Config takes it: 0
+// (off) is negative there, where 0 is the default.
+func reenrolGrace(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

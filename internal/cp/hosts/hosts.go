@@ -13,6 +13,7 @@ package hosts
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"log/slog"
 	"sync"
@@ -42,6 +43,7 @@ type CA interface {
 		certPEM []byte, serial string, notAfter time.Time, err error)
 	CertPEM() []byte
 	Hash() string
+	VerifyExpiredNode(certPEM []byte, now time.Time, grace time.Duration) (*x509.Certificate, string, error)
 }
 
 // Keys is the task-signing keyring's public set (keys.Keys).
@@ -73,6 +75,7 @@ type Config struct {
 	NodeURL                      string
 	AllowUnknownHostRegistration bool
 	CertTTL                      time.Duration
+	ReenrolGrace                 time.Duration // <= 0: no enrolment by a previous certificate
 	HeartbeatInterval            time.Duration
 	BootstrapTokenTTL            time.Duration
 	RegisterRate                 rate.Limit

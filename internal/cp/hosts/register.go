@@ -57,6 +57,9 @@ func (s *Room) Register(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := s.cfg.Now().UTC()
 	src := sourceAddr(r)
+	if req.PreviousCertificate != nil {
+		return s.reenrol(ctx, w, req, src, failKeys, now)
+	}
 	if _, err := s.store.GetHost(ctx, req.HostID); errors.Is(err, store.ErrNotFound) {
 		if !s.cfg.AllowUnknownHostRegistration {
 			s.registerFailed(ctx, req.HostID, src, failKeys, "unknown_host")
@@ -87,25 +90,11 @@ func (s *Room) Register(w http.ResponseWriter, r *http.Request) error {
 		if !now.Before(h.TokenExpiresAt) {
 			return httpapi.Errorf(http.StatusUnauthorized, "bootstrap_token_expired", "bootstrap token expired at %s; rotate it", h.TokenExpiresAt.Format(time.RFC3339))
 		}
-		if h.Revoked {
-			return httpapi.Errorf(http.StatusForbidden, "host_revoked", "host %q is revoked", h.ID)
-		}
-		if !h.Enabled {
-			return httpapi.Errorf(http.StatusForbidden, "host_disabled", "host %q is disabled; enable it with `drover hosts enable %s`", h.ID, h.ID)
-		}
-		if h.OSFamily != req.Capabilities.OSFamily {
-			return httpapi.Invalid([]api.FieldError{{Field: "capabilities.os_family",
-				Message: fmt.Sprintf("os_family %q does not match the host record (%q)", req.Capabilities.OSFamily, h.OSFamily)}})
-		}
-		certPEM, serial, notAfter, err := s.ca.SignNodeCSR([]byte(req.CSRPEM), h.ID, s.cfg.CertTTL, now)
-		if err != nil {
-			return httpapi.Invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
+		var err error
+		if ident, drift, err = s.enrolProven(ctx, h, req, now); err != nil {
+			return err
 		}
 		h.TokenHash, h.TokenUsed = "", true
-		h.CertSerial, h.CertNotAfter, h.EnrolledAt = serial, notAfter, now
-		setReported(h, req.Capabilities)
-		drift = checkProfile(h, req.Capabilities.ControlPlaneURL, req.Capabilities.TerminalURL, httpapi.CorrelationID(ctx), now)
-		ident = s.identity(h.ID, certPEM, notAfter)
 		return nil
 	}, func(_, after store.Host) []store.AuditEvent {
 		return append([]store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: "node:" + after.ID, Action: "host.register",
@@ -113,10 +102,45 @@ func (s *Room) Register(w http.ResponseWriter, r *http.Request) error {
 			Detail: "cert_serial=" + after.CertSerial + " source=" + src})},
 			s.driftRecords(ctx, "node:"+after.ID, after.ID, drift, after)...)
 	})
+	return s.registered(ctx, w, req.HostID, src, failKeys, h, ident, err)
+}
+
+// enrolProven enrols h, whose agent proved its credential (a bootstrap
+// token or its previous certificate), inside the host's update: refused
+// when the host is revoked or disabled or reports another OS family;
+// otherwise a new certificate for the CSR, issued now, supersedes every
+// earlier one (EnrolledAt). drift is the profile drift found or cleared.
+func (s *Room) enrolProven(ctx context.Context, h *store.Host, req api.RegisterRequest, now time.Time) (ident api.Identity, drift string, err error) {
+	if h.Revoked {
+		return ident, "", httpapi.Errorf(http.StatusForbidden, "host_revoked", "host %q is revoked", h.ID)
+	}
+	if !h.Enabled {
+		return ident, "", httpapi.Errorf(http.StatusForbidden, "host_disabled", "host %q is disabled; enable it with `drover hosts enable %s`", h.ID, h.ID)
+	}
+	if h.OSFamily != req.Capabilities.OSFamily {
+		return ident, "", httpapi.Invalid([]api.FieldError{{Field: "capabilities.os_family",
+			Message: fmt.Sprintf("os_family %q does not match the host record (%q)", req.Capabilities.OSFamily, h.OSFamily)}})
+	}
+	certPEM, serial, notAfter, err := s.ca.SignNodeCSR([]byte(req.CSRPEM), h.ID, s.cfg.CertTTL, now)
+	if err != nil {
+		return ident, "", httpapi.Invalid([]api.FieldError{{Field: "csr_pem", Message: err.Error()}})
+	}
+	h.CertSerial, h.CertNotAfter, h.EnrolledAt = serial, notAfter, now
+	setReported(h, req.Capabilities)
+	drift = checkProfile(h, req.Capabilities.ControlPlaneURL, req.Capabilities.TerminalURL, httpapi.CorrelationID(ctx), now)
+	return s.identity(h.ID, certPEM, notAfter), drift, nil
+}
+
+// registered ends a registration of hostID whose host update returned h
+// and err: a 401 is an anonymous failure (counted, audited with the
+// source, rate limited); any other refusal is audited as the node's; a
+// success caches the host and answers ident.
+func (s *Room) registered(ctx context.Context, w http.ResponseWriter, hostID, src string, failKeys []string,
+	h store.Host, ident api.Identity, err error) error {
 	if err != nil {
 		var he *httpapi.Error
 		if errors.As(err, &he) && he.Status == http.StatusUnauthorized {
-			s.registerFailed(ctx, req.HostID, src, failKeys, he.Code)
+			s.registerFailed(ctx, hostID, src, failKeys, he.Code)
 			return err
 		}
 		result := "error"
@@ -124,7 +148,7 @@ func (s *Room) Register(w http.ResponseWriter, r *http.Request) error {
 			result = he.Code
 		}
 		s.metrics.Registrations.WithLabelValues(result).Inc()
-		s.audit.Record(ctx, audit.Entry{Actor: "node:" + req.HostID, Action: "host.register", Target: req.HostID,
+		s.audit.Record(ctx, audit.Entry{Actor: "node:" + hostID, Action: "host.register", Target: hostID,
 			Result: result, CID: httpapi.CorrelationID(ctx), Detail: "source=" + src})
 		return err
 	}

@@ -90,6 +90,10 @@ type Config struct {
 	InsecurePlaintextKeys bool
 	// CertTTL is the lifetime of node client certificates (default 24h).
 	CertTTL time.Duration
+	// CertReenrolGrace is how long after its expiry an agent's last
+	// certificate still enrols it again, by proof of its key, without a
+	// bootstrap token (ADR 0021; default 7 days, negative: never).
+	CertReenrolGrace time.Duration
 	// HeartbeatInterval is the interval agents are told to use (default 5s).
 	// A host is stale after three missed intervals.
 	HeartbeatInterval time.Duration
@@ -174,6 +178,9 @@ func (c *Config) setDefaults() error {
 	c.defaultAddrs()
 	if c.CertTTL == 0 {
 		c.CertTTL = 24 * time.Hour
+	}
+	if c.CertReenrolGrace == 0 {
+		c.CertReenrolGrace = 7 * 24 * time.Hour
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = 5 * time.Second
@@ -321,9 +328,9 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 	s.inst = instances.New(instances.Config{VCPUAllocationRatio: s.cfg.VCPUAllocationRatio, Log: s.log, Now: cfg.Now},
 		st, s.audit)
 	s.hosts = hosts.New(hosts.Config{NodeURL: s.cfg.NodeURL, AllowUnknownHostRegistration: cfg.AllowUnknownHostRegistration,
-		CertTTL: cfg.CertTTL, HeartbeatInterval: cfg.HeartbeatInterval, BootstrapTokenTTL: cfg.BootstrapTokenTTL,
-		RegisterRate: cfg.RegisterRate, RegisterBurst: cfg.RegisterBurst, AuthFailRate: cfg.AuthFailRate,
-		AuthFailBurst: cfg.AuthFailBurst, Log: s.log, Now: cfg.Now},
+		CertTTL: cfg.CertTTL, ReenrolGrace: cfg.CertReenrolGrace, HeartbeatInterval: cfg.HeartbeatInterval,
+		BootstrapTokenTTL: cfg.BootstrapTokenTTL, RegisterRate: cfg.RegisterRate, RegisterBurst: cfg.RegisterBurst,
+		AuthFailRate: cfg.AuthFailRate, AuthFailBurst: cfg.AuthFailBurst, Log: s.log, Now: cfg.Now},
 		st, s.ca, s.keys, s.inst, s.audit, hosts.NewMetrics(s.reg))
 	s.tasks = tasks.New(tasks.Config{Registry: s.cfg.Registry, MaxWait: s.cfg.MaxWait,
 		FallbackPoll: s.cfg.LongPollFallback, Log: s.log, Now: cfg.Now},

@@ -21,23 +21,58 @@ import (
 var ErrNotEnrolled = errors.New("not enrolled: set NODE_AGENT_BOOTSTRAP_TOKEN (from `drover hosts create` or `drover hosts rotate-token`)")
 
 // identity returns a usable identity: the stored one if its certificate is
-// still valid, otherwise a fresh enrolment with the bootstrap token.
+// still valid, otherwise a new enrolment (enrolAgain).
 func (a *Agent) identity(ctx context.Context) (statedir.Identity, error) {
 	id, ok, err := a.state.LoadIdentity()
 	if err != nil {
 		return statedir.Identity{}, fmt.Errorf("load identity: %w", err)
 	}
-	if ok && id.NodeID == a.nodeID && id.ControlPlaneURL == a.cfg.ControlPlaneURL && a.now().Before(id.NotAfter) {
-		return id, nil
+	if ok && id.NodeID == a.nodeID && id.ControlPlaneURL == a.cfg.ControlPlaneURL {
+		if a.now().Before(id.NotAfter) {
+			return id, nil
+		}
+		a.log.Info("stored certificate expired; enrolling again", "node_id", id.NodeID, "not_after", id.NotAfter)
+		return a.enrolAgain(ctx, id)
 	}
 	if ok {
-		a.log.Info("stored identity unusable; enrolling again", "node_id", id.NodeID, "not_after", id.NotAfter)
+		a.log.Info("stored identity is for another node or control plane; enrolling again", "node_id", id.NodeID,
+			"control_plane_url", id.ControlPlaneURL)
 	}
 	return a.enroll(ctx)
 }
 
-// enroll registers with the bootstrap token, retrying transient failures
-// with jittered backoff. Auth and validation failures are returned at once.
+// enrolAgain enrols an agent whose certificate prev expired: first by
+// proof of prev's key (ADR 0021: its bootstrap token was used up by its
+// first enrolment), then, if the control plane refuses that (expired too
+// long ago, renewed elsewhere since, or turned off), with the bootstrap
+// token when one is configured.
+func (a *Agent) enrolAgain(ctx context.Context, prev statedir.Identity) (statedir.Identity, error) {
+	id, err := a.reenrol(ctx, prev)
+	if err == nil || ctx.Err() != nil {
+		return id, err
+	}
+	if a.cfg.BootstrapToken == "" {
+		return statedir.Identity{}, fmt.Errorf("%w; and no bootstrap token is set: %w", err, ErrNotEnrolled)
+	}
+	a.log.Warn("enrolment with the expired certificate refused; trying the bootstrap token", "err", err)
+	return a.enroll(ctx)
+}
+
+// reenrol registers with prev's certificate and a signature by its key
+// instead of a bootstrap token, retrying transient failures.
+func (a *Agent) reenrol(ctx context.Context, prev statedir.Identity) (statedir.Identity, error) {
+	return a.register(ctx, func(keyPEM, csrPEM []byte) (api.RegisterRequest, error) {
+		at := a.now().UTC().Truncate(time.Second)
+		sig, err := pki.SignReenrol(prev.KeyPEM, a.nodeID, csrPEM, at)
+		if err != nil {
+			return api.RegisterRequest{}, err
+		}
+		return api.RegisterRequest{HostID: a.nodeID, CSRPEM: string(csrPEM), Capabilities: a.capabilities(ctx),
+			PreviousCertificate: &api.CertificateProof{CertificatePEM: string(prev.CertPEM), SignedAt: at, Signature: sig}}, nil
+	})
+}
+
+// enroll registers with the bootstrap token, retrying transient failures.
 func (a *Agent) enroll(ctx context.Context) (statedir.Identity, error) {
 	if a.cfg.BootstrapToken == "" {
 		return statedir.Identity{}, ErrNotEnrolled
@@ -45,6 +80,17 @@ func (a *Agent) enroll(ctx context.Context) (statedir.Identity, error) {
 	if a.cfg.CAHash == "" && a.cfg.CAFile == "" {
 		return statedir.Identity{}, errors.New("first contact needs NODE_AGENT_CA_HASH (printed by `drover hosts create`) or NODE_AGENT_CA_FILE")
 	}
+	return a.register(ctx, func(_, csrPEM []byte) (api.RegisterRequest, error) {
+		return api.RegisterRequest{HostID: a.nodeID, BootstrapToken: a.cfg.BootstrapToken, CSRPEM: string(csrPEM),
+			Capabilities: a.capabilities(ctx)}, nil
+	})
+}
+
+// register enrols with a new key and the request build makes for its CSR
+// (again for each attempt: a proof carries its time), retrying transient
+// failures with jittered backoff, and stores the identity. Auth and
+// validation failures are returned at once.
+func (a *Agent) register(ctx context.Context, build func(keyPEM, csrPEM []byte) (api.RegisterRequest, error)) (statedir.Identity, error) {
 	keyPEM, err := pki.NewNodeKey()
 	if err != nil {
 		return statedir.Identity{}, err
@@ -53,11 +99,13 @@ func (a *Agent) enroll(ctx context.Context) (statedir.Identity, error) {
 	if err != nil {
 		return statedir.Identity{}, err
 	}
-	req := api.RegisterRequest{HostID: a.nodeID, BootstrapToken: a.cfg.BootstrapToken, CSRPEM: string(csrPEM),
-		Capabilities: a.capabilities(ctx)}
 	var ident api.Identity
 	bo := newBackoff(time.Second, time.Minute)
 	for {
+		req, err := build(keyPEM, csrPEM)
+		if err != nil {
+			return statedir.Identity{}, fmt.Errorf("register host %q: %w", a.nodeID, err)
+		}
 		ident, err = a.bootstrap.Register(ctx, req)
 		if err == nil {
 			break
@@ -147,6 +195,25 @@ func (a *Agent) renewLoop(ctx context.Context) error {
 		if err := sleepUntil(ctx, a.now, at); err != nil {
 			return nil
 		}
+		if !a.now().Before(cert.NotAfter) {
+			// Expired before a renewal got through (the control plane was
+			// out of reach): the handshake refuses this certificate now,
+			// so no renewal can; enrol again instead.
+			if err := a.recoverExpired(ctx, id); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				reason := a.noteFailure(opRenew, err)
+				a.log.Error("enrolment after the certificate expired failed", "err", err, "signal", reason,
+					"not_after", cert.NotAfter)
+				if err := bo.wait(ctx, retryAfter(err)); err != nil {
+					return nil
+				}
+			} else {
+				bo.reset()
+			}
+			continue
+		}
 		if err := a.renew(ctx); err != nil {
 			reason := a.noteFailure(opRenew, err)
 			a.log.Error("certificate renewal failed", "err", err, "signal", reason, "not_after", cert.NotAfter)
@@ -157,6 +224,21 @@ func (a *Agent) renewLoop(ctx context.Context) error {
 		}
 		bo.reset()
 	}
+}
+
+// recoverExpired enrols again (enrolAgain) an agent whose certificate
+// prev expired while it ran, and installs the new identity.
+func (a *Agent) recoverExpired(ctx context.Context, prev statedir.Identity) error {
+	id, err := a.enrolAgain(ctx, prev)
+	if err != nil {
+		return err
+	}
+	if err := a.applyIdentity(id); err != nil {
+		return err
+	}
+	a.node.closeIdle()
+	a.log.Info("enrolled again after the certificate expired", "not_after", id.NotAfter)
+	return nil
 }
 
 // renew asks for a new certificate over mTLS.

@@ -145,12 +145,26 @@ type Capabilities struct {
 }
 
 // RegisterRequest enrols a host: POST /internal/v1/register (no client
-// certificate; the bootstrap token is the credential).
+// certificate). The credential is the bootstrap token or, for an agent
+// whose certificate expired (ADR 0021), its previous certificate; exactly
+// one of the two.
 type RegisterRequest struct {
-	HostID         string       `json:"host_id"`
-	BootstrapToken string       `json:"bootstrap_token"`
-	CSRPEM         string       `json:"csr_pem"`
-	Capabilities   Capabilities `json:"capabilities"`
+	HostID         string `json:"host_id"`
+	BootstrapToken string `json:"bootstrap_token,omitempty"`
+	// PreviousCertificate proves the agent holds the key of the host's
+	// last certificate.
+	PreviousCertificate *CertificateProof `json:"previous_certificate,omitempty"`
+	CSRPEM              string            `json:"csr_pem"`
+	Capabilities        Capabilities      `json:"capabilities"`
+}
+
+// CertificateProof is an agent's last certificate (expired or not) and
+// its key's signature of the registration: host id, CSR and SignedAt
+// (pki.SignReenrol).
+type CertificateProof struct {
+	CertificatePEM string    `json:"certificate_pem"`
+	SignedAt       time.Time `json:"signed_at"`
+	Signature      []byte    `json:"signature"`
 }
 
 // JWK is one public task-signing key.

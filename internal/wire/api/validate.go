@@ -84,13 +84,31 @@ func DecodeStrict(r io.Reader, dst any) error {
 	return nil
 }
 
+// maxProofSignature bounds a CertificateProof's signature (an ECDSA P-384
+// signature is at most 104 bytes, Ed25519's 64).
+const maxProofSignature = 512
+
 // Validate checks a decoded RegisterRequest; nil means valid.
 func (r RegisterRequest) Validate() []FieldError {
 	var fe []FieldError
 	if err := ValidHostID(r.HostID); err != nil {
 		fe = append(fe, FieldError{Field: "host_id", Message: err.Error()})
 	}
-	switch {
+	switch p := r.PreviousCertificate; {
+	case p != nil && r.BootstrapToken != "":
+		fe = append(fe, FieldError{Field: "previous_certificate", Message: "give bootstrap_token or previous_certificate, not both"})
+	case p != nil:
+		if !HasPEMBlock(p.CertificatePEM, "CERTIFICATE") {
+			fe = append(fe, FieldError{Field: "previous_certificate.certificate_pem",
+				Message: `certificate_pem must contain a PEM "CERTIFICATE" block`})
+		}
+		if p.SignedAt.IsZero() {
+			fe = append(fe, FieldError{Field: "previous_certificate.signed_at", Message: "signed_at is required"})
+		}
+		if len(p.Signature) == 0 || len(p.Signature) > maxProofSignature {
+			fe = append(fe, FieldError{Field: "previous_certificate.signature",
+				Message: fmt.Sprintf("signature is required, at most %d bytes", maxProofSignature)})
+		}
 	case r.BootstrapToken == "":
 		fe = append(fe, FieldError{Field: "bootstrap_token", Message: "bootstrap_token is required"})
 	case len(r.BootstrapToken) > MaxBootstrapTokenLen:

@@ -5,9 +5,14 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 const testCSR = "-----BEGIN CERTIFICATE REQUEST-----\nMIIBADCBpwIBADAXMRUwEwYDVQQDEwxkcm92ZXItYWdlbnQ=\n-----END CERTIFICATE REQUEST-----\n"
+
+// testCertPEM is a PEM block of the right type (validation does not
+// parse it).
+const testCertPEM = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
 
 func validRegister() RegisterRequest {
 	return RegisterRequest{
@@ -112,6 +117,32 @@ func TestDecodeRegister(t *testing.T) {
 			name:       "missing token",
 			body:       mod(func(r *RegisterRequest) { r.BootstrapToken = "" }),
 			wantFields: []FieldError{{Field: "bootstrap_token", Message: "bootstrap_token is required"}},
+		},
+		{
+			name: "previous certificate instead of a token",
+			body: mod(func(r *RegisterRequest) {
+				r.BootstrapToken = ""
+				r.PreviousCertificate = &CertificateProof{CertificatePEM: testCertPEM, SignedAt: time.Unix(1, 0), Signature: []byte{1}}
+			}),
+		},
+		{
+			name: "previous certificate and a token",
+			body: mod(func(r *RegisterRequest) {
+				r.PreviousCertificate = &CertificateProof{CertificatePEM: testCertPEM, SignedAt: time.Unix(1, 0), Signature: []byte{1}}
+			}),
+			wantFields: []FieldError{{Field: "previous_certificate", Message: "give bootstrap_token or previous_certificate, not both"}},
+		},
+		{
+			name: "empty previous certificate",
+			body: mod(func(r *RegisterRequest) {
+				r.BootstrapToken = ""
+				r.PreviousCertificate = &CertificateProof{Signature: make([]byte, 513)}
+			}),
+			wantFields: []FieldError{
+				{Field: "previous_certificate.certificate_pem", Message: `certificate_pem must contain a PEM "CERTIFICATE" block`},
+				{Field: "previous_certificate.signed_at", Message: "signed_at is required"},
+				{Field: "previous_certificate.signature", Message: "signature is required, at most 512 bytes"},
+			},
 		},
 		{
 			name:       "missing csr",
