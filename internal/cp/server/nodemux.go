@@ -48,6 +48,8 @@ type muxServer struct {
 	// frames are answer frames' buffers, reused once written: every
 	// heartbeat is answered with one.
 	frames sync.Pool
+	// workers serve the requests.
+	workers *streamWorkers
 
 	mu     sync.Mutex
 	conns  map[*muxConn]struct{}
@@ -63,7 +65,7 @@ const maxPooledFrame = 16 << 10
 func newMuxServer(h http.Handler, cfg Config, log *slog.Logger, poll bool) *muxServer {
 	s := &muxServer{handler: h, log: log, idle: cfg.IdleTimeout, payload: cfg.ReadHeaderTimeout + cfg.BodyReadTimeout,
 		write: cfg.ReadHeaderTimeout + cfg.BodyReadTimeout, maxHead: cfg.MaxHeaderBytes, maxStreams: muxMaxStreams,
-		linger: muxLinger, conns: map[*muxConn]struct{}{}}
+		linger: muxLinger, conns: map[*muxConn]struct{}{}, workers: newStreamWorkers(0)}
 	if poll {
 		p, err := newMuxPoller()
 		if err != nil {
@@ -128,6 +130,7 @@ func (s *muxServer) Close() {
 	if s.poll != nil {
 		s.poll.close()
 	}
+	s.workers.close()
 }
 
 // muxConn is one framed connection.
@@ -222,7 +225,7 @@ func (c *muxConn) readLoop() error {
 			return err
 		}
 		if st != nil {
-			go st.serve()
+			c.s.workers.serve(st)
 		}
 		c.armIdle()
 	}

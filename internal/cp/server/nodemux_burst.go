@@ -110,7 +110,7 @@ func (c *muxConn) burst(fromSocket bool) {
 			return
 		}
 		if st != nil {
-			go st.serve()
+			c.s.workers.serve(st)
 		}
 		wait = readBuffered
 		now := time.Now()
