@@ -359,7 +359,7 @@ func TestSecretsDeliveredToAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.st.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "foreign", Value: sealed, UpdatedBy: "test"}); err != nil {
+	if _, err := e.st.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "foreign", Value: sealed, UpdatedBy: "test"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	spec.Secrets = []string{"foreign"}

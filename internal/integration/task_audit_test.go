@@ -18,17 +18,19 @@ import (
 // change must find its record (ADR 0016).
 type auditProbe struct {
 	store.Store
-	mu     sync.Mutex
-	missed []string
+	mu      sync.Mutex
+	missed  []string
+	checked int
 }
 
 // check notes a miss unless target has a record of action.
 func (p *auditProbe) check(ctx context.Context, target, action string) {
 	evs, err := p.Store.ListAudit(ctx, store.AuditFilter{Target: target, Action: action})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.checked++
 	if err != nil || len(evs) == 0 {
-		p.mu.Lock()
 		p.missed = append(p.missed, fmt.Sprintf("%s of %s stored without its record (%v)", action, target, err))
-		p.mu.Unlock()
 	}
 }
 
@@ -54,6 +56,71 @@ func (p *auditProbe) CancelTask(ctx context.Context, id string, at time.Time, au
 		p.check(ctx, id, "task.cancel")
 	}
 	return t, err
+}
+
+func (p *auditProbe) CreateOperatorToken(ctx context.Context, t store.OperatorToken, audit ...store.AuditEvent) error {
+	if err := p.Store.CreateOperatorToken(ctx, t, audit...); err != nil {
+		return err
+	}
+	p.check(ctx, t.ID, "token.create")
+	return nil
+}
+
+func (p *auditProbe) RevokeOperatorToken(ctx context.Context, id string, audit ...store.AuditEvent) error {
+	if err := p.Store.RevokeOperatorToken(ctx, id, audit...); err != nil {
+		return err
+	}
+	p.check(ctx, id, "token.revoke")
+	return nil
+}
+
+func (p *auditProbe) PutWorkloadSecret(ctx context.Context, ws store.WorkloadSecret,
+	audit func(store.WorkloadSecret) []store.AuditEvent) (store.WorkloadSecret, error) {
+	out, err := p.Store.PutWorkloadSecret(ctx, ws, audit)
+	if err == nil {
+		p.check(ctx, ws.Name, "secret.set")
+	}
+	return out, err
+}
+
+func (p *auditProbe) DeleteWorkloadSecret(ctx context.Context, name string, audit ...store.AuditEvent) error {
+	if err := p.Store.DeleteWorkloadSecret(ctx, name, audit...); err != nil {
+		return err
+	}
+	p.check(ctx, name, "secret.delete")
+	return nil
+}
+
+// TestTokenAndSecretChangesStoredWithAudit: an operator token's creation
+// and revocation, and a workload secret's set and delete, store their
+// audit record with the change.
+func TestTokenAndSecretChangesStoredWithAudit(t *testing.T) {
+	p := &auditProbe{Store: openSQLite(t)}
+	e := startEnv(t, p)
+	var tok api.OperatorToken
+	if st := e.op(http.MethodPost, "/api/v1/tokens", api.CreateOperatorTokenRequest{Name: "ci", Role: api.RoleViewer}, &tok); st != http.StatusCreated {
+		t.Fatalf("create token: HTTP %d", st)
+	}
+	if st := e.op(http.MethodPost, "/api/v1/tokens/"+tok.ID+"/revoke", nil, nil); st != http.StatusNoContent {
+		t.Fatalf("revoke token: HTTP %d", st)
+	}
+	for _, v := range []string{"one", "two"} {
+		if st := e.op(http.MethodPut, "/api/v1/secrets/db-password", map[string]string{"value": v}, nil); st != http.StatusCreated &&
+			st != http.StatusOK {
+			t.Fatalf("set secret: HTTP %d", st)
+		}
+	}
+	if st := e.op(http.MethodDelete, "/api/v1/secrets/db-password", nil, nil); st != http.StatusNoContent {
+		t.Fatalf("delete secret: HTTP %d", st)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.missed {
+		t.Error(m)
+	}
+	if len(p.missed) == 0 && p.checked < 5 {
+		t.Errorf("the probe checked %d changes, want 5", p.checked)
+	}
 }
 
 // TestTaskChangesStoredWithAudit: an operator's enqueue, batch enqueue and

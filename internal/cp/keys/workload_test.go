@@ -37,7 +37,7 @@ func TestSealWorkloadSecretsRotatesTheKEK(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: name, Value: sealed, UpdatedBy: "test"}); err != nil {
+		if _, err := st.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: name, Value: sealed, UpdatedBy: "test"}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -26,9 +26,9 @@ const maxTokenName = 128
 
 // Store is what the room needs of store.Store.
 type Store interface {
-	CreateOperatorToken(ctx context.Context, t store.OperatorToken) error
+	CreateOperatorToken(ctx context.Context, t store.OperatorToken, audit ...store.AuditEvent) error
 	ListOperatorTokens(ctx context.Context) ([]store.OperatorToken, error)
-	RevokeOperatorToken(ctx context.Context, id string) error
+	RevokeOperatorToken(ctx context.Context, id string, audit ...store.AuditEvent) error
 }
 
 // Room is the operator tokens room.
@@ -114,18 +114,18 @@ func (s *Room) CreateToken(ctx context.Context, spec TokenSpec) (api.OperatorTok
 	if spec.TTL > 0 {
 		t.ExpiresAt = now.Add(spec.TTL)
 	}
-	if err := s.store.CreateOperatorToken(ctx, t); err != nil {
+	detail := "name=" + t.Name + " role=" + string(t.Role)
+	if !t.ExpiresAt.IsZero() {
+		detail += " expires_at=" + t.ExpiresAt.Format(time.RFC3339)
+	}
+	rec := s.audit.Event(ctx, audit.Entry{Actor: orSystem(httpapi.Actor(ctx)), Action: "token.create", Target: t.ID, Result: "ok",
+		CID: httpapi.CorrelationID(ctx), Detail: detail})
+	if err := s.store.CreateOperatorToken(ctx, t, rec); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return api.OperatorToken{}, fmt.Errorf("operator token name %q is taken: %w", spec.Name, err)
 		}
 		return api.OperatorToken{}, fmt.Errorf("create operator token %q: %w", spec.Name, err)
 	}
-	detail := "name=" + t.Name + " role=" + string(t.Role)
-	if !t.ExpiresAt.IsZero() {
-		detail += " expires_at=" + t.ExpiresAt.Format(time.RFC3339)
-	}
-	s.audit.Record(ctx, audit.Entry{Actor: orSystem(httpapi.Actor(ctx)), Action: "token.create", Target: t.ID, Result: "ok",
-		CID: httpapi.CorrelationID(ctx), Detail: detail})
 	v := tokenView(t)
 	v.Token = raw
 	return v, nil
@@ -189,11 +189,11 @@ func (s *Room) List(w http.ResponseWriter, r *http.Request) error {
 // Revoke is POST /api/v1/tokens/{id}/revoke.
 func (s *Room) Revoke(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	if err := s.store.RevokeOperatorToken(r.Context(), id); err != nil {
+	rec := s.audit.Event(r.Context(), audit.Entry{Actor: httpapi.Actor(r.Context()), Action: "token.revoke", Target: id,
+		Result: "ok", CID: httpapi.CorrelationID(r.Context())})
+	if err := s.store.RevokeOperatorToken(r.Context(), id, rec); err != nil {
 		return httpapi.StoreError(err, "token", id)
 	}
-	s.audit.Record(r.Context(), audit.Entry{Actor: httpapi.Actor(r.Context()), Action: "token.revoke", Target: id, Result: "ok",
-		CID: httpapi.CorrelationID(r.Context())})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -96,16 +96,17 @@ func (s *Room) Set(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("seal secret %q (correlation id %s): %w", n, httpapi.CorrelationID(ctx), err)
 	}
 	out, err := s.store.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: n, Value: sealed,
-		UpdatedBy: httpapi.Actor(ctx), UpdatedAt: s.now().UTC()})
+		UpdatedBy: httpapi.Actor(ctx), UpdatedAt: s.now().UTC()}, func(out store.WorkloadSecret) []store.AuditEvent {
+		return []store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "secret.set", Target: n,
+			Result: setResult(out), CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("version=%d", out.Version)})}
+	})
 	if err != nil {
 		return fmt.Errorf("store secret %q (correlation id %s): %w", n, httpapi.CorrelationID(ctx), err)
 	}
-	result, status := "updated", http.StatusOK
+	status := http.StatusOK
 	if out.Version == 1 {
-		result, status = "created", http.StatusCreated
+		status = http.StatusCreated
 	}
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "secret.set", Target: n, Result: result,
-		CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("version=%d", out.Version)})
 	httpapi.Logger(ctx, s.log).Info("secret set", "name", n, "version", out.Version, "actor", httpapi.Actor(ctx))
 	httpapi.WriteJSON(w, status, view(out))
 	return nil
@@ -148,12 +149,20 @@ func (s *Room) Delete(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.store.DeleteWorkloadSecret(ctx, n); err != nil {
+	if err := s.store.DeleteWorkloadSecret(ctx, n, s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx),
+		Action: "secret.delete", Target: n, Result: "deleted", CID: httpapi.CorrelationID(ctx)})); err != nil {
 		return httpapi.StoreError(err, "secret", n)
 	}
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "secret.delete", Target: n, Result: "deleted",
-		CID: httpapi.CorrelationID(ctx)})
 	httpapi.Logger(ctx, s.log).Info("secret deleted", "name", n, "actor", httpapi.Actor(ctx))
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// setResult is a secret.set record's result: created (its first version)
+// or updated.
+func setResult(ws store.WorkloadSecret) string {
+	if ws.Version == 1 {
+		return "created"
+	}
+	return "updated"
 }

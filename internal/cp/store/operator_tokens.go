@@ -24,16 +24,18 @@ type OperatorToken struct {
 // whole; operator authentication (cp/httpapi.TokenStore) only looks tokens
 // up by hash, and the termgw room by id.
 type OperatorTokenStore interface {
-	// CreateOperatorToken inserts a token; ErrConflict on duplicate id,
-	// hash or name.
-	CreateOperatorToken(ctx context.Context, t OperatorToken) error
+	// CreateOperatorToken inserts a token with the audit records that
+	// describe it, in one transaction; ErrConflict on duplicate id, hash or
+	// name (and nothing is stored).
+	CreateOperatorToken(ctx context.Context, t OperatorToken, audit ...AuditEvent) error
 	// GetOperatorTokenByHash returns a token or ErrNotFound.
 	GetOperatorTokenByHash(ctx context.Context, hash string) (OperatorToken, error)
 	// GetOperatorToken returns a token by id or ErrNotFound.
 	GetOperatorToken(ctx context.Context, id string) (OperatorToken, error)
 	// ListOperatorTokens returns all tokens, oldest first.
 	ListOperatorTokens(ctx context.Context) ([]OperatorToken, error)
-	// RevokeOperatorToken marks a token revoked; ErrNotFound if absent.
-	// Publishes EventOperatorToken.
-	RevokeOperatorToken(ctx context.Context, id string) error
+	// RevokeOperatorToken marks a token revoked, with the audit records,
+	// in one transaction; ErrNotFound if absent. Publishes
+	// EventOperatorToken.
+	RevokeOperatorToken(ctx context.Context, id string, audit ...AuditEvent) error
 }

@@ -14,23 +14,28 @@ import (
 )
 
 // CreateOperatorToken implements store.Store. A zero CreatedAt is now.
-func (s *Store) CreateOperatorToken(ctx context.Context, t store.OperatorToken) error {
+func (s *Store) CreateOperatorToken(ctx context.Context, t store.OperatorToken, audit ...store.AuditEvent) error {
 	if t.ID == "" || t.TokenHash == "" || t.Role == "" {
 		return errors.New("create operator token: empty id, hash or role")
 	}
 	if t.CreatedAt.IsZero() {
 		t.CreatedAt = s.now()
 	}
-	_, err := s.db.Exec(ctx, `INSERT INTO operator_tokens (id, name, role, token_hash, created_at, expires_at, revoked)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		t.ID, t.Name, string(t.Role), t.TokenHash, ms(t.CreatedAt), ms(t.ExpiresAt), boolInt(t.Revoked))
-	if err != nil {
-		if s.d.IsUniqueViolation(err) {
-			return fmt.Errorf("create operator token %q: %w", t.ID, store.ErrConflict)
+	return s.db.InTx(ctx, func(tx DB) error {
+		_, err := tx.Exec(ctx, `INSERT INTO operator_tokens (id, name, role, token_hash, created_at, expires_at, revoked)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			t.ID, t.Name, string(t.Role), t.TokenHash, ms(t.CreatedAt), ms(t.ExpiresAt), boolInt(t.Revoked))
+		if err != nil {
+			if s.d.IsUniqueViolation(err) {
+				return fmt.Errorf("create operator token %q: %w", t.ID, store.ErrConflict)
+			}
+			return fmt.Errorf("create operator token %q: %w", t.ID, err)
 		}
-		return fmt.Errorf("create operator token %q: %w", t.ID, err)
-	}
-	return nil
+		if err := s.appendAuditsTx(ctx, tx, audit); err != nil {
+			return fmt.Errorf("create operator token %q: audit: %w", t.ID, err)
+		}
+		return nil
+	})
 }
 
 const tokenCols = `id, name, role, token_hash, created_at, expires_at, revoked`
@@ -79,7 +84,7 @@ func (s *Store) GetOperatorToken(ctx context.Context, id string) (store.Operator
 
 // RevokeOperatorToken implements store.Store; revoking twice is not an
 // error (and publishes the event again).
-func (s *Store) RevokeOperatorToken(ctx context.Context, id string) error {
+func (s *Store) RevokeOperatorToken(ctx context.Context, id string, audit ...store.AuditEvent) error {
 	return s.db.InTx(ctx, func(tx DB) error {
 		n, err := tx.Exec(ctx, `UPDATE operator_tokens SET revoked = 1 WHERE id = $1`, id)
 		if err != nil {
@@ -87,6 +92,9 @@ func (s *Store) RevokeOperatorToken(ctx context.Context, id string) error {
 		}
 		if n == 0 {
 			return fmt.Errorf("revoke operator token %q: %w", id, store.ErrNotFound)
+		}
+		if err := s.appendAuditsTx(ctx, tx, audit); err != nil {
+			return fmt.Errorf("revoke operator token %q: audit: %w", id, err)
 		}
 		if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventOperatorToken, ID: id}); err != nil {
 			return fmt.Errorf("revoke operator token %q: notify: %w", id, err)

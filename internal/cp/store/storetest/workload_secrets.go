@@ -24,7 +24,7 @@ var workloadSecretCases = []testCase{
 // another write, ErrNotFound for an absent name.
 func testWorkloadSecretReplace(t *testing.T, s store.Store) {
 	ctx := t.Context()
-	put, err := s.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "db", Value: []byte("sealed-old"), UpdatedBy: "op"})
+	put, err := s.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "db", Value: []byte("sealed-old"), UpdatedBy: "op"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,20 +47,20 @@ func testWorkloadSecretLifecycle(t *testing.T, s store.Store) {
 	_, err := s.GetWorkloadSecret(ctx, "db-password")
 	wantErr(t, err, store.ErrNotFound)
 	wantErr(t, s.DeleteWorkloadSecret(ctx, "db-password"), store.ErrNotFound)
-	if _, err := s.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "empty"}); err == nil {
+	if _, err := s.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "empty"}, nil); err == nil {
 		t.Fatal("put with an empty value: want an error")
 	}
 
 	v1 := []byte("sealed-1\x00\xff")
 	got, err := s.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "db-password", Value: v1,
-		UpdatedBy: "operator:alice", UpdatedAt: at(0)})
+		UpdatedBy: "operator:alice", UpdatedAt: at(0)}, nil)
 	must(t, err)
 	diff(t, "created", got, store.WorkloadSecret{Name: "db-password", Value: v1, Version: 1,
 		CreatedBy: "operator:alice", CreatedAt: at(0), UpdatedBy: "operator:alice", UpdatedAt: at(0)})
 
 	v2 := []byte("sealed-2")
 	got, err = s.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "db-password", Value: v2,
-		UpdatedBy: "operator:bob", UpdatedAt: at(time.Minute)})
+		UpdatedBy: "operator:bob", UpdatedAt: at(time.Minute)}, nil)
 	must(t, err)
 	diff(t, "replaced", got, store.WorkloadSecret{Name: "db-password", Value: v2, Version: 2,
 		CreatedBy: "operator:alice", CreatedAt: at(0), UpdatedBy: "operator:bob", UpdatedAt: at(time.Minute)})
@@ -69,7 +69,7 @@ func testWorkloadSecretLifecycle(t *testing.T, s store.Store) {
 	diff(t, "get", read, got)
 
 	_, err = s.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "api.token", Value: []byte("x"),
-		UpdatedBy: "operator:alice", UpdatedAt: at(2 * time.Minute)})
+		UpdatedBy: "operator:alice", UpdatedAt: at(2 * time.Minute)}, nil)
 	must(t, err)
 	list, err := s.ListWorkloadSecrets(ctx)
 	must(t, err)
@@ -86,7 +86,7 @@ func testWorkloadSecretLifecycle(t *testing.T, s store.Store) {
 	_, err = s.GetWorkloadSecret(ctx, "db-password")
 	wantErr(t, err, store.ErrNotFound)
 	// Recreated after a delete, it starts again at version 1.
-	got, err = s.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "db-password", Value: v1, UpdatedBy: "operator:carol"})
+	got, err = s.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "db-password", Value: v1, UpdatedBy: "operator:carol"}, nil)
 	must(t, err)
 	if got.Version != 1 || got.CreatedBy != "operator:carol" || got.CreatedAt.IsZero() || !bytes.Equal(got.Value, v1) {
 		t.Fatalf("recreated = %+v, want version 1 by carol, now", got)
@@ -97,14 +97,14 @@ func testWorkloadSecretLifecycle(t *testing.T, s store.Store) {
 // each bump the version exactly once.
 func testWorkloadSecretConcurrentPut(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
-	_, err := s.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "shared", Value: []byte("v0")})
+	_, err := s.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "shared", Value: []byte("v0")}, nil)
 	must(t, err)
 	const workers = 8
 	var wg sync.WaitGroup
 	errs := make([]error, workers)
 	for i := range workers {
 		wg.Go(func() {
-			_, errs[i] = s.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "shared", Value: []byte{byte('a' + i)}})
+			_, errs[i] = s.PutWorkloadSecret(ctx, store.WorkloadSecret{Name: "shared", Value: []byte{byte('a' + i)}}, nil)
 		})
 	}
 	wg.Wait()
