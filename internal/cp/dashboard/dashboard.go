@@ -43,7 +43,10 @@ const (
 	// maxSessions and maxStreams bound the in-memory sessions and the live
 	// fleet streams of one replica.
 	maxSessions = 10000
-	maxStreams  = 64
+	// maxSessionsPerToken bounds one operator token's sessions (a login
+	// beyond ends its oldest).
+	maxSessionsPerToken = 32
+	maxStreams          = 64
 )
 
 // Config is what the dashboard needs from the control plane.

@@ -41,12 +41,14 @@ func newTestServerWith(t *testing.T, with func(*Config)) (*httptest.Server, *[]s
 	})
 	cfg := Config{API: apiMux, Authenticate: func(_ context.Context, tok string) (httpapi.Principal, error) {
 		switch tok {
-		case "op", longToken:
-			return httpapi.Principal{Name: "alice", Role: api.RoleOperator}, nil
+		case "op":
+			return httpapi.Principal{Name: "alice", TokenID: "tok_op", Role: api.RoleOperator}, nil
+		case longToken:
+			return httpapi.Principal{Name: "alice", TokenID: "tok_long", Role: api.RoleOperator}, nil
 		case "gone": // valid at login, revoked by the first page
-			return httpapi.Principal{Name: "carol", Role: api.RoleOperator}, nil
+			return httpapi.Principal{Name: "carol", TokenID: "tok_gone", Role: api.RoleOperator}, nil
 		case "view":
-			return httpapi.Principal{Name: "bob", Role: api.RoleViewer}, nil
+			return httpapi.Principal{Name: "bob", TokenID: "tok_view", Role: api.RoleViewer}, nil
 		}
 		return httpapi.Principal{}, httpapi.Errorf(401, "operator_token_invalid", "no")
 	}}

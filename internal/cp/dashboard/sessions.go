@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/httpapi"
@@ -13,7 +14,7 @@ import (
 // SessionStore keeps the sessions where every replica reads them
 // (store.Store has it).
 type SessionStore interface {
-	CreateDashboardSession(ctx context.Context, s store.DashboardSession) error
+	CreateDashboardSession(ctx context.Context, s store.DashboardSession, keep int) error
 	GetDashboardSession(ctx context.Context, idHash string) (store.DashboardSession, error)
 	DeleteDashboardSession(ctx context.Context, idHash string) error
 	DeleteExpiredDashboardSessions(ctx context.Context, now time.Time) (int, error)
@@ -33,8 +34,11 @@ func (u *UI) shared() bool { return u.cfg.Sessions != nil && u.cfg.Sealer != nil
 func sealName(idHash string) string { return "dashboard_session/" + idHash }
 
 // keep stores a new session under the hash of its cookie: in the store
-// (its token sealed) when shared, otherwise in this replica's memory. It
-// reports false when this replica holds maxSessions already.
+// (its token sealed) when shared, otherwise in this replica's memory. Its
+// operator token keeps at most maxSessionsPerToken sessions: the oldest
+// beyond end, so that one token's logins neither grow the store without
+// bound nor lock others out. It reports false when this replica holds
+// maxSessions already (in memory).
 func (u *UI) keep(ctx context.Context, key string, s *session) (bool, error) {
 	now := u.cfg.Now()
 	if u.shared() {
@@ -45,13 +49,23 @@ func (u *UI) keep(ctx context.Context, key string, s *session) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		return true, u.cfg.Sessions.CreateDashboardSession(ctx, store.DashboardSession{IDHash: key, Token: sealed,
-			CSRF: s.csrf, CreatedAt: now, ExpiresAt: s.expires})
+		return true, u.cfg.Sessions.CreateDashboardSession(ctx, store.DashboardSession{IDHash: key, TokenID: s.p.TokenID,
+			Token: sealed, CSRF: s.csrf, CreatedAt: now, ExpiresAt: s.expires}, maxSessionsPerToken)
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	var same []string // the token's live sessions
 	for k, old := range u.byHash {
-		if !now.Before(old.expires) {
+		switch {
+		case !now.Before(old.expires):
+			delete(u.byHash, k)
+		case old.p.TokenID == s.p.TokenID:
+			same = append(same, k)
+		}
+	}
+	if len(same) >= maxSessionsPerToken { // every session lives SessionTTL: the oldest expires first
+		slices.SortFunc(same, func(a, b string) int { return u.byHash[a].expires.Compare(u.byHash[b].expires) })
+		for _, k := range same[:len(same)-maxSessionsPerToken+1] {
 			delete(u.byHash, k)
 		}
 	}

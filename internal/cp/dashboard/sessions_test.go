@@ -172,3 +172,41 @@ func TestLogoutThatCannotRemoveTheSession(t *testing.T) {
 		t.Fatal("the browser lost a session that still exists")
 	}
 }
+
+// TestSessionsPerTokenBounded: one operator token keeps at most
+// maxSessionsPerToken sessions, in the store and in memory: a login beyond
+// ends its oldest session, and another token's session stays.
+func TestSessionsPerTokenBounded(t *testing.T) {
+	st, ring := sharedSessions(t)
+	for name, mutate := range map[string]func(*Config){
+		"store":  func(c *Config) { c.Sessions, c.Sealer = st, ring },
+		"memory": func(*Config) {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var tick atomic.Int64 // a clock a second further on each reading: no two logins at one instant
+			start := time.Now()
+			a, _ := newTestServerWith(t, func(c *Config) {
+				mutate(c)
+				c.Now = func() time.Time { return start.Add(time.Duration(tick.Add(1)) * time.Second) }
+			})
+			c, _ := login(t, a, "view")
+			other := sessionCookieOf(t, c, a)
+			var cookies []*http.Cookie
+			for range maxSessionsPerToken + 1 {
+				c, _ := login(t, a, "op")
+				cookies = append(cookies, sessionCookieOf(t, c, a))
+			}
+			if fleetWith(t, a, cookies[0]) {
+				t.Errorf("the token's oldest session outlived %d newer ones", maxSessionsPerToken)
+			}
+			for i, ck := range cookies[1:] {
+				if !fleetWith(t, a, ck) {
+					t.Fatalf("session %d of %d ended", i+2, len(cookies))
+				}
+			}
+			if !fleetWith(t, a, other) {
+				t.Error("another token's session ended")
+			}
+		})
+	}
+}

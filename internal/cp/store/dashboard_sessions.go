@@ -11,6 +11,7 @@ import (
 // session cookie (IDHash is its SHA-256).
 type DashboardSession struct {
 	IDHash    string
+	TokenID   string // the operator token's id (not secret)
 	Token     []byte // sealed
 	CSRF      string
 	CreatedAt time.Time
@@ -21,8 +22,9 @@ type DashboardSession struct {
 // replicas: the dashboard (cp/dashboard) embeds it whole.
 type DashboardSessionStore interface {
 	// CreateDashboardSession stores a new session; ErrConflict if its
-	// IDHash exists.
-	CreateDashboardSession(ctx context.Context, s DashboardSession) error
+	// IDHash exists. In the same transaction it removes the oldest
+	// sessions of s.TokenID beyond the newest keep (keep < 1: none).
+	CreateDashboardSession(ctx context.Context, s DashboardSession, keep int) error
 	// GetDashboardSession returns a session, or ErrNotFound. It does not
 	// look at ExpiresAt.
 	GetDashboardSession(ctx context.Context, idHash string) (DashboardSession, error)

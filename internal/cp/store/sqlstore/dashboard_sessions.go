@@ -10,7 +10,7 @@ import (
 )
 
 // CreateDashboardSession implements store.Store.
-func (s *Store) CreateDashboardSession(ctx context.Context, ds store.DashboardSession) error {
+func (s *Store) CreateDashboardSession(ctx context.Context, ds store.DashboardSession, keep int) error {
 	switch {
 	case ds.IDHash == "":
 		return errors.New("create dashboard session: empty id hash")
@@ -20,15 +20,25 @@ func (s *Store) CreateDashboardSession(ctx context.Context, ds store.DashboardSe
 	if ds.CreatedAt.IsZero() {
 		ds.CreatedAt = s.now()
 	}
-	_, err := s.db.Exec(ctx, `INSERT INTO dashboard_sessions (id_hash, token, csrf, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5)`, ds.IDHash, b64(ds.Token), ds.CSRF, ms(ds.CreatedAt), ms(ds.ExpiresAt))
-	if err != nil {
-		if s.d.IsUniqueViolation(err) {
-			return fmt.Errorf("create dashboard session: %w", store.ErrConflict)
+	return s.db.InTx(ctx, func(tx DB) error {
+		_, err := tx.Exec(ctx, `INSERT INTO dashboard_sessions (id_hash, token_id, token, csrf, created_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6)`, ds.IDHash, ds.TokenID, b64(ds.Token), ds.CSRF, ms(ds.CreatedAt), ms(ds.ExpiresAt))
+		if err != nil {
+			if s.d.IsUniqueViolation(err) {
+				return fmt.Errorf("create dashboard session: %w", store.ErrConflict)
+			}
+			return fmt.Errorf("create dashboard session: %w", err)
 		}
-		return fmt.Errorf("create dashboard session: %w", err)
-	}
-	return nil
+		if keep < 1 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM dashboard_sessions WHERE token_id = $1 AND id_hash NOT IN
+			(SELECT id_hash FROM dashboard_sessions WHERE token_id = $1 ORDER BY created_at DESC, id_hash DESC LIMIT $2)`,
+			ds.TokenID, keep); err != nil {
+			return fmt.Errorf("create dashboard session: end the token's oldest: %w", err)
+		}
+		return nil
+	})
 }
 
 // GetDashboardSession implements store.Store.
@@ -38,8 +48,8 @@ func (s *Store) GetDashboardSession(ctx context.Context, idHash string) (store.D
 		token            string
 		created, expires int64
 	)
-	err := s.db.QueryRow(ctx, `SELECT id_hash, token, csrf, created_at, expires_at FROM dashboard_sessions
-		WHERE id_hash = $1`, idHash).Scan(&ds.IDHash, &token, &ds.CSRF, &created, &expires)
+	err := s.db.QueryRow(ctx, `SELECT id_hash, token_id, token, csrf, created_at, expires_at FROM dashboard_sessions
+		WHERE id_hash = $1`, idHash).Scan(&ds.IDHash, &ds.TokenID, &token, &ds.CSRF, &created, &expires)
 	if err != nil {
 		return store.DashboardSession{}, notFound(err, "get dashboard session")
 	}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 var dashboardSessionCases = []testCase{
 	{"DashboardSession/Lifecycle", testDashboardSessionLifecycle},
+	{"DashboardSession/KeepPerToken", testDashboardSessionKeepPerToken},
 }
 
 // testDashboardSessionLifecycle: a session reads back as created (its
@@ -20,15 +22,16 @@ func testDashboardSessionLifecycle(t *testing.T, s store.Store) {
 	_, err := s.GetDashboardSession(ctx, "nope")
 	wantErr(t, err, store.ErrNotFound)
 	sealed := []byte("drover-kek:v1:0123456789abcdef:\x00\x01\xfe\xff sealed")
-	a := store.DashboardSession{IDHash: "hash-a", Token: sealed, CSRF: "csrf-a", CreatedAt: base, ExpiresAt: at(time.Hour)}
-	must(t, s.CreateDashboardSession(ctx, a))
+	a := store.DashboardSession{IDHash: "hash-a", TokenID: "tok_a", Token: sealed, CSRF: "csrf-a", CreatedAt: base,
+		ExpiresAt: at(time.Hour)}
+	must(t, s.CreateDashboardSession(ctx, a, 0))
 	got, err := s.GetDashboardSession(ctx, "hash-a")
 	must(t, err)
 	diff(t, "session", got, a)
-	wantErr(t, s.CreateDashboardSession(ctx, store.DashboardSession{IDHash: "hash-a", Token: []byte("x")}), store.ErrConflict)
+	wantErr(t, s.CreateDashboardSession(ctx, store.DashboardSession{IDHash: "hash-a", Token: []byte("x")}, 0), store.ErrConflict)
 
 	b := store.DashboardSession{IDHash: "hash-b", Token: []byte("b"), CSRF: "csrf-b", CreatedAt: base, ExpiresAt: at(2 * time.Hour)}
-	must(t, s.CreateDashboardSession(ctx, b))
+	must(t, s.CreateDashboardSession(ctx, b, 0))
 	n, err := s.DeleteExpiredDashboardSessions(ctx, at(time.Hour)) // a expires at exactly this instant
 	must(t, err)
 	if n != 1 {
@@ -41,4 +44,25 @@ func testDashboardSessionLifecycle(t *testing.T, s store.Store) {
 	must(t, s.DeleteDashboardSession(ctx, "hash-b"))
 	_, err = s.GetDashboardSession(ctx, "hash-b")
 	wantErr(t, err, store.ErrNotFound)
+}
+
+// testDashboardSessionKeepPerToken: a new session of a token that holds
+// keep sessions already ends its oldest, in the same write; other tokens'
+// sessions stay.
+func testDashboardSessionKeepPerToken(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	mk := func(hash, token string, created time.Duration) store.DashboardSession {
+		return store.DashboardSession{IDHash: hash, TokenID: token, Token: []byte("sealed"), CreatedAt: at(created),
+			ExpiresAt: at(time.Hour)}
+	}
+	must(t, s.CreateDashboardSession(ctx, mk("other", "tok_b", 0), 2))
+	for i, h := range []string{"a1", "a2", "a3", "a4"} {
+		must(t, s.CreateDashboardSession(ctx, mk(h, "tok_a", time.Duration(i)*time.Second), 2))
+	}
+	for h, live := range map[string]bool{"a1": false, "a2": false, "a3": true, "a4": true, "other": true} {
+		_, err := s.GetDashboardSession(ctx, h)
+		if live && err != nil || !live && !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("session %s: %v, want live=%v", h, err, live)
+		}
+	}
 }
