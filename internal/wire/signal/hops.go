@@ -36,7 +36,7 @@ type HopInfo struct {
 func Hops() []HopInfo {
 	return []HopInfo{
 		{HopAllocationBinding, "the allocation is active and bound to the node", false},
-		{HopNodeHeartbeat, "the node's heartbeat and task poll are fresh (within 3 intervals)", false},
+		{HopNodeHeartbeat, "the node's heartbeat is fresh (the host is not stale and was heard from within 4 intervals); its task poll is node_recovery_status's check", false},
 		{HopNodeOpsAccess, "the operator's SSH path to the node (only when node-side checks run over SSH)", false},
 		{HopNodeReadiness, "on the node: root and state filesystem usage, diagnostic path writable, agent binary matches the host", true},
 		{HopNodeRuntimeAPIReachability, "on the node: DNS, TCP, TLS and mTLS to the control plane's node API with the node's certificate", true},
