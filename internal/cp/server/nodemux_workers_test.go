@@ -34,20 +34,18 @@ func TestStreamWorkersNeverQueue(t *testing.T) {
 			t.Fatalf("%s did not start", what)
 		}
 	}
-	// Wait for the worker to be idle: a request it takes never spawns.
-	first := newBlocking()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// Straight to the worker, once it is idle: a request it takes never
+	// spawns.
+	toWorker := func(b blocking, what string) {
+		t.Helper()
 		select {
-		case w.streams <- first:
-		case <-time.After(10 * time.Millisecond):
-			if time.Now().After(deadline) {
-				t.Fatal("the worker never took a request")
-			}
-			continue
+		case w.streams <- b:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the worker never took it", what)
 		}
-		break
 	}
+	first := newBlocking()
+	toWorker(first, "the first request")
 	started(first, "the first request")
 	second := newBlocking()
 	w.serve(second) // the only worker is busy
@@ -56,18 +54,7 @@ func TestStreamWorkersNeverQueue(t *testing.T) {
 	close(second.release)
 
 	third := newBlocking()
-	deadline = time.Now().Add(5 * time.Second)
-	for { // the worker is back
-		select {
-		case w.streams <- third:
-		case <-time.After(10 * time.Millisecond):
-			if time.Now().After(deadline) {
-				t.Fatal("the worker did not come back after its request")
-			}
-			continue
-		}
-		break
-	}
+	toWorker(third, "a request after the worker's first one ended") // the worker is back
 	started(third, "the worker's next request")
 	close(third.release)
 }

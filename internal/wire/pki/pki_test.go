@@ -22,7 +22,13 @@ import (
 
 func newTestCA(t testing.TB, cn string) *CA {
 	t.Helper()
-	certPEM, keyPEM, err := NewCA(cn, time.Now())
+	return newTestCAAt(t, cn, time.Now())
+}
+
+// newTestCAAt is a CA created at created.
+func newTestCAAt(t testing.TB, cn string, created time.Time) *CA {
+	t.Helper()
+	certPEM, keyPEM, err := NewCA(cn, created)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,22 +29,8 @@ func nodeIdentity(t *testing.T, ca *CA, nodeID string, issued time.Time, ttl tim
 	return keyPEM, certPEM
 }
 
-// caSince is a CA created at created.
-func caSince(t *testing.T, created time.Time) *CA {
-	t.Helper()
-	certPEM, keyPEM, err := NewCA("ca", created)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := LoadCA(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
-}
-
 func TestReenrolSignature(t *testing.T) {
-	ca := caSince(t, time.Now().Add(-72*time.Hour))
+	ca := newTestCAAt(t, "ca", time.Now().Add(-72*time.Hour))
 	now := time.Now()
 	keyPEM, certPEM := nodeIdentity(t, ca, "node-a", now.Add(-48*time.Hour), 24*time.Hour)
 	cert := mustParseCertPEM(t, certPEM)
@@ -99,7 +85,7 @@ func TestReenrolSignature(t *testing.T) {
 }
 
 func TestVerifyExpiredNode(t *testing.T) {
-	ca := caSince(t, time.Now().Add(-72*time.Hour))
+	ca := newTestCAAt(t, "ca", time.Now().Add(-72*time.Hour))
 	now := time.Now()
 	_, expired := nodeIdentity(t, ca, "node-a", now.Add(-48*time.Hour), 24*time.Hour) // expired 24h ago
 	_, valid := nodeIdentity(t, ca, "node-a", now, 24*time.Hour)
@@ -117,7 +103,7 @@ func TestVerifyExpiredNode(t *testing.T) {
 		t.Errorf("grace 0: %v", err)
 	}
 
-	other := caSince(t, now.Add(-72*time.Hour)) // same name, other key
+	other := newTestCAAt(t, "ca", now.Add(-72*time.Hour)) // same name, other key
 	_, foreign := nodeIdentity(t, other, "node-a", now.Add(-48*time.Hour), 24*time.Hour)
 	for name, pemBytes := range map[string][]byte{
 		"another CA's":  foreign,
