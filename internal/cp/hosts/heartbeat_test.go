@@ -2,16 +2,21 @@ package hosts
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
 	"github.com/drover-dev/drover/internal/cp/httpapi"
+	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // serveBeat sends one heartbeat of host id through the handler: body (none
@@ -180,4 +185,40 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// capacityProbe checks, as a host's status turns healthy, that its
+// capacity is stored already: a placement that sees the host healthy (an
+// operator who creates an instance at once) must find what it can hold.
+type capacityProbe struct {
+	Store
+	missed []string
+}
+
+func (p *capacityProbe) UpdateHostAudited(ctx context.Context, id string, fn func(*store.Host) error,
+	audit func(before, after store.Host) []store.AuditEvent) (store.Host, error) {
+	h, err := p.Store.UpdateHostAudited(ctx, id, fn, audit)
+	if err == nil && h.Status == api.HostHealthy && len(h.Capacity) == 0 {
+		p.missed = append(p.missed, id+" healthy before its capacity was stored")
+	}
+	return h, err
+}
+
+// TestFirstHeartbeatStoresCapacityBeforeHealthy: the first heartbeat's
+// capacity is written before the status it makes healthy.
+func TestFirstHeartbeatStoresCapacityBeforeHealthy(t *testing.T) {
+	rs := newReplicas(t, "n1")
+	p := &capacityProbe{Store: rs.st}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := New(Config{HeartbeatInterval: testInterval, Log: log, Now: rs.clock.Now}, p, nil, nil, nil,
+		audit.New(rs.st, rs.clock.Now, log), NewMetrics(prometheus.NewRegistry()))
+	if _, err := serveBeat(t, s, "n1", mustJSON(t, api.Heartbeat{AgentVersion: "1", Capacity: capacity(8192)})); err != nil {
+		t.Fatal(err)
+	}
+	if h := rs.host(t, "n1"); h.Status != api.HostHealthy || len(h.Capacity) == 0 {
+		t.Fatalf("after the first heartbeat: status %s, capacity %s", h.Status, h.Capacity)
+	}
+	for _, m := range p.missed {
+		t.Error(m)
+	}
 }

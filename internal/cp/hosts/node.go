@@ -157,9 +157,8 @@ func (s *Room) Heartbeat(w http.ResponseWriter, r *http.Request, c Caller) error
 	s.metrics.Heartbeats.Inc()
 	ctx := r.Context()
 	now := s.cfg.Now().UTC()
-	if err := s.live.beat(ctx, c.ID, c.state, now, observe(hb, httpapi.CorrelationID(ctx), now)); err != nil {
-		return err
-	}
+	// The capacity first: a host seen healthy (a placement right after
+	// the first heartbeat) has it stored already.
 	if hb.Capacity != nil {
 		if c.state.capacity == nil || *c.state.capacity != *hb.Capacity { // compared by value: no encoding per beat
 			b, _ := json.Marshal(hb.Capacity)
@@ -175,6 +174,9 @@ func (s *Room) Heartbeat(w http.ResponseWriter, r *http.Request, c Caller) error
 			}
 			s.cache.put(h)
 		}
+	}
+	if err := s.live.beat(ctx, c.ID, c.state, now, observe(hb, httpapi.CorrelationID(ctx), now)); err != nil {
+		return err
 	}
 	// The header values are shared and never modified: no allocation per beat.
 	w.Header()["Etag"] = tag
