@@ -71,7 +71,7 @@ func (c *DevCmd) Run(ctx context.Context, env *Env) error {
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	st, err := openStore(ctx, "sqlite:"+filepath.Join(c.DataDir, "drover.db"))
+	st, err := openStore(ctx, "sqlite:"+filepath.Join(c.DataDir, "drover.db"), log)
 	if err != nil {
 		return err
 	}

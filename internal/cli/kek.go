@@ -99,7 +99,7 @@ func (c *KeysRotateKEKCmd) Run(ctx context.Context, env *Env) error {
 	if oldKey.ID() == newKey.ID() {
 		return errors.New("--old-kek-file and --new-kek-file hold the same key")
 	}
-	st, err := openStore(ctx, c.Store)
+	st, err := openStore(ctx, c.Store, nil)
 	if err != nil {
 		return err
 	}

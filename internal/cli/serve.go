@@ -79,7 +79,7 @@ type ServerCmd struct {
 // Run implements the command.
 func (c *ServerCmd) Run(ctx context.Context) error {
 	log := newFormatLogger(os.Stderr, c.LogLevel, c.LogFormat)
-	st, err := openStore(ctx, c.Store)
+	st, err := openStore(ctx, c.Store, log)
 	if err != nil {
 		return err
 	}
@@ -114,11 +114,16 @@ func (c *ServerCmd) Run(ctx context.Context) error {
 	return runNotified(ctx, srv, cfg, log, opLn, nodeLn) // srv.Serve with sd_notify under systemd
 }
 
-// openStore opens the store named by spec: sqlite:PATH or postgres://...
-func openStore(ctx context.Context, spec string) (store.Store, error) {
+// openStore opens the store named by spec: sqlite:PATH or postgres://...;
+// log receives what the store does on its own (nil: nothing).
+func openStore(ctx context.Context, spec string, log *slog.Logger) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(spec, "sqlite:"):
-		return sqlite.Open(ctx, strings.TrimPrefix(spec, "sqlite:"))
+		var opts []sqlite.Option
+		if log != nil {
+			opts = append(opts, sqlite.WithLogger(log))
+		}
+		return sqlite.Open(ctx, strings.TrimPrefix(spec, "sqlite:"), opts...)
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
 		return postgres.Open(ctx, spec)
 	}

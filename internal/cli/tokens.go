@@ -50,7 +50,7 @@ func (c *TokenCreateCmd) role() api.Role {
 func (c *TokenCreateCmd) Run(ctx context.Context, env *Env) error {
 	var tok api.OperatorToken
 	if c.Store != "" {
-		st, err := openStore(ctx, c.Store)
+		st, err := openStore(ctx, c.Store, nil)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,14 +42,18 @@ type checkpointer struct {
 	commits *atomic.Uint64 // the group writer's commits so far
 	covered atomic.Uint64  // commits that the last checkpoint run covered
 	runs    atomic.Uint64  // checkpoints run (tests)
-	quit    chan struct{}
-	wg      sync.WaitGroup
-	once    sync.Once
+	log     *slog.Logger
+	// failed counts the runs failed in a row (the run goroutine's own).
+	failed int
+	quit   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
 }
 
 // newCheckpointer opens the checkpoint connection to the database at name
 // (a file: URI without parameters) and starts checkpointing every every.
-func newCheckpointer(ctx context.Context, name string, every time.Duration, commits *atomic.Uint64) (*checkpointer, error) {
+func newCheckpointer(ctx context.Context, name string, every time.Duration, commits *atomic.Uint64,
+	log *slog.Logger) (*checkpointer, error) {
 	db, err := sql.Open("sqlite", name+"?_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)")
 	if err != nil {
 		return nil, err
@@ -61,7 +66,7 @@ func newCheckpointer(ctx context.Context, name string, every time.Duration, comm
 		db.Close()
 		return nil, err
 	}
-	c := &checkpointer{db: db, every: every, commits: commits, quit: make(chan struct{})}
+	c := &checkpointer{db: db, every: every, commits: commits, log: log, quit: make(chan struct{})}
 	c.wg.Add(1)
 	go c.run()
 	return c, nil
@@ -83,10 +88,29 @@ func (c *checkpointer) run() {
 		}
 		// A failed run is tried again at the next tick; meanwhile the
 		// writer's own backstop bounds the WAL.
-		if err := c.checkpoint(); err == nil {
+		err := c.checkpoint()
+		c.report(err)
+		if err == nil {
 			c.covered.Store(n)
 			c.runs.Add(1)
 		}
+	}
+}
+
+// report logs the first failure of a run of them, and the recovery after
+// it: failing checkpoints leave the WAL to grow to the writer's backstop,
+// and widen what a power loss can roll back from a second to that.
+func (c *checkpointer) report(err error) {
+	switch {
+	case err != nil:
+		c.failed++
+		if c.failed == 1 {
+			c.log.Warn("sqlite checkpoints failing; retried each interval, the WAL grows until they work again",
+				"err", err, "wal_backstop_pages", writerCheckpointPages)
+		}
+	case c.failed > 0:
+		c.log.Info("sqlite checkpoints work again", "failed_runs", c.failed)
+		c.failed = 0
 	}
 }
 

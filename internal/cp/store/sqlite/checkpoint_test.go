@@ -1,8 +1,11 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,7 +23,7 @@ func TestCheckpointerCopiesWAL(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "drover.db")
 	const every = 20 * time.Millisecond
-	s, err := open(ctx, path, every)
+	s, err := open(ctx, path, every, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,5 +70,24 @@ func TestCheckpointerCopiesWAL(t *testing.T) {
 	time.Sleep(15 * every)
 	if n := s.ckpt.runs.Load(); n != runs {
 		t.Fatalf("%d checkpoints while nothing was written", n-runs)
+	}
+}
+
+// TestCheckpointFailuresLogged: a run of failed checkpoints is logged
+// once, with the error, and the recovery once, with the count.
+func TestCheckpointFailuresLogged(t *testing.T) {
+	var buf bytes.Buffer
+	c := &checkpointer{log: slog.New(slog.NewTextHandler(&buf, nil))}
+	busy := errors.New("sqlite: checkpoint: database is locked")
+	for _, err := range []error{nil, busy, busy, busy, nil, nil, busy} {
+		c.report(err)
+	}
+	out := buf.String()
+	if n := strings.Count(out, "sqlite checkpoints failing"); n != 2 {
+		t.Errorf("%d failure lines, want one per run of failures (2):\n%s", n, out)
+	}
+	if !strings.Contains(out, "database is locked") || strings.Count(out, "sqlite checkpoints work again") != 1 ||
+		!strings.Contains(out, "failed_runs=3") {
+		t.Errorf("log:\n%s", out)
 	}
 }

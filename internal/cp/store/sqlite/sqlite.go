@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"runtime"
 	"strings"
@@ -58,12 +59,25 @@ const MemoryPath = ":memory:"
 // progress. A file database's WAL is copied into the database file by a
 // checkpointer on a connection of its own, beside the writer rather than
 // inside its commits (see checkpointer).
-func Open(ctx context.Context, path string) (*Store, error) {
-	return open(ctx, path, checkpointInterval)
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	o := options{log: slog.New(slog.DiscardHandler)}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return open(ctx, path, checkpointInterval, o.log)
 }
 
-// open is Open with the checkpointer's interval.
-func open(ctx context.Context, path string, checkpointEvery time.Duration) (*Store, error) {
+// Option configures Open.
+type Option func(*options)
+
+type options struct{ log *slog.Logger }
+
+// WithLogger has the store log what it does on its own, beside the
+// callers' writes (a checkpointer that fails, and recovers).
+func WithLogger(log *slog.Logger) Option { return func(o *options) { o.log = log } }
+
+// open is Open with the checkpointer's interval and logger.
+func open(ctx context.Context, path string, checkpointEvery time.Duration, log *slog.Logger) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("sqlite: empty path")
 	}
@@ -112,7 +126,7 @@ func open(ctx context.Context, path string, checkpointEvery time.Duration) (*Sto
 	db := newPoolDB(writer, reader, hub)
 	var ckpt *checkpointer
 	if !mem {
-		if ckpt, err = newCheckpointer(ctx, name, checkpointEvery, &db.g.commits); err != nil {
+		if ckpt, err = newCheckpointer(ctx, name, checkpointEvery, &db.g.commits, log.With("sqlite", path)); err != nil {
 			db.close()
 			reader.Close()
 			writer.Close()
