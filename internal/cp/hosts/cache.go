@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"hash/fnv"
 	"sync"
 	"time"
 
@@ -75,6 +76,10 @@ type stateStore interface {
 type hostCache struct {
 	st  stateStore
 	now func() time.Time
+
+	// writes serialise this replica's writes of a host with their put,
+	// by a stripe of the host id (lockWrite).
+	writes [hostWriteStripes]sync.Mutex
 
 	mu    sync.RWMutex
 	hosts map[string]hostState
@@ -253,7 +258,27 @@ func (c *hostCache) loadDone() {
 	}
 }
 
-// put caches a host record the caller just wrote. A store read in flight
+// hostWriteStripes is how many locks the hosts' writes share.
+const hostWriteStripes = 256
+
+// lockWrite locks host id's writes on this replica until unlock: a write
+// and the put of the row it returned run under it, so one host's rows
+// reach the cache in the order they were committed. Without it a slower
+// writer could cache an older row over a newer one: a capabilities report
+// committed before the first heartbeat's healthy status, and cached after
+// it, left the host "unknown" here until the next refresh, refusing its
+// log streams as node_offline; a heartbeat's row read before a revocation
+// could likewise undo it in the cache. Other replicas' writes reach the
+// cache as change events (invalidate).
+func (c *hostCache) lockWrite(id string) (unlock func()) {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	mu := &c.writes[h.Sum32()%hostWriteStripes]
+	mu.Lock()
+	return mu.Unlock
+}
+
+// put caches a host record the caller just wrote (under lockWrite). A store read in flight
 // may have begun before the write, so it does not replace this entry.
 func (c *hostCache) put(h store.Host) hostState {
 	c.mu.Lock()

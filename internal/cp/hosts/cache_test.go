@@ -4,13 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/audit"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // stateFake is a stateStore whose reads can be held after they took their
@@ -365,5 +370,62 @@ func TestHostCacheReadRacesChange(t *testing.T) {
 				t.Fatalf("the next refresh read every host: %v, want %v", after > lists, tc.lost || lists == 0)
 			}
 		})
+	}
+}
+
+// slowPut is a store whose first host update pauses after its commit,
+// before its caller caches the row: a writer that is slow to cache.
+type slowPut struct {
+	Store
+	calls              atomic.Int32
+	committed, release chan struct{}
+}
+
+func (s *slowPut) UpdateHostAudited(ctx context.Context, id string, fn func(*store.Host) error,
+	audit func(before, after store.Host) []store.AuditEvent) (store.Host, error) {
+	h, err := s.Store.UpdateHostAudited(ctx, id, fn, audit)
+	if s.calls.Add(1) == 1 {
+		close(s.committed)
+		<-s.release
+	}
+	return h, err
+}
+
+// TestHostWritesCachedInCommitOrder: a host's second write waits until
+// the first one's row is cached, so a writer slow to cache never puts an
+// older row over a newer one (a capabilities report committed before the
+// first heartbeat's healthy status, cached after it, left the host
+// "unknown" in the cache).
+func TestHostWritesCachedInCommitOrder(t *testing.T) {
+	rs := newReplicas(t, "n1")
+	st := &slowPut{Store: rs.st, committed: make(chan struct{}), release: make(chan struct{})}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := New(Config{HeartbeatInterval: testInterval, Log: log, Now: rs.clock.Now}, st, nil, nil, nil,
+		audit.New(rs.st, rs.clock.Now, log), NewMetrics(prometheus.NewRegistry()))
+	ctx := t.Context()
+	first := make(chan error, 1)
+	go func() { // the capabilities report: the status as read, unknown
+		_, err := s.updateHost(ctx, "n1", func(h *store.Host) error { h.Hostname = "h1"; return nil }, nil)
+		first <- err
+	}()
+	<-st.committed
+	second := make(chan error, 1)
+	go func() { // the first heartbeat's transition
+		_, err := s.updateHost(ctx, "n1", func(h *store.Host) error { h.Status = api.HostHealthy; return nil }, nil)
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		t.Fatalf("the host's second write ran (%v) before the first one's row was cached", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(st.release)
+	for _, ch := range []chan error{first, second} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if hs, err := s.cache.get(ctx, "n1"); err != nil || hs.status != api.HostHealthy {
+		t.Fatalf("cached status %q (%v), want healthy", hs.status, err)
 	}
 }

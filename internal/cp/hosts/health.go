@@ -32,6 +32,8 @@ type HealthOutcome struct {
 // Unknown hosts are ignored.
 func (s *Room) RecordHealth(ctx context.Context, o HealthOutcome) error {
 	var prev api.HostHealth
+	unlock := s.cache.lockWrite(o.HostID)
+	defer unlock()
 	err := s.store.UpdateHostHealth(ctx, o.HostID, func(h *store.HealthState) ([]store.AuditEvent, error) {
 		if o.At.Before(h.Health.CheckedAt) {
 			return nil, errNoChange

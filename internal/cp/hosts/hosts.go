@@ -162,6 +162,18 @@ func (s *Room) Invalidate(id string) { s.cache.invalidate(id) }
 // InvalidateAll drops every host's cached state (change events were lost).
 func (s *Room) InvalidateAll() { s.cache.invalidateAll() }
 
+// updateHost is the store's UpdateHostAudited under the host's write lock,
+// caching the row it wrote (hostCache.lockWrite).
+func (s *Room) updateHost(ctx context.Context, id string, fn func(*store.Host) error,
+	audit func(before, after store.Host) []store.AuditEvent) (store.Host, error) {
+	defer s.cache.lockWrite(id)()
+	h, err := s.store.UpdateHostAudited(ctx, id, fn, audit)
+	if err == nil {
+		s.cache.put(h)
+	}
+	return h, err
+}
+
 // NodeOnline reports whether a node's agent is heard from and allowed in.
 func (s *Room) NodeOnline(ctx context.Context, id string) bool {
 	hs, err := s.cache.get(ctx, id)

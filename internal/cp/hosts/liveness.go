@@ -164,7 +164,7 @@ func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Ti
 	if hs.status != o.status || o.newFailure(hs) {
 		var prev api.HostStatus
 		reason := orDefault(o.reason, "heartbeat")
-		h, err := l.s.store.UpdateHostAudited(ctx, id, func(h *store.Host) error {
+		_, err := l.s.updateHost(ctx, id, func(h *store.Host) error {
 			prev = h.Status
 			h.Status, h.StatusReason = o.status, o.reason
 			if o.differs(h.LastFailure) {
@@ -178,7 +178,6 @@ func (l *liveness) beat(ctx context.Context, id string, hs hostState, at time.Ti
 		if err != nil {
 			return err
 		}
-		l.s.cache.put(h)
 		l.seen(id, at, false) // written above: not dirty unless a later one is
 		if prev != o.status {
 			l.s.statusChanged(id, prev, o.status, reason, o.cid)

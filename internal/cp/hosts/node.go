@@ -119,7 +119,7 @@ func (s *Room) Renew(w http.ResponseWriter, r *http.Request, c Caller) error {
 	var ident api.Identity
 	renewed := audit.Entry{Actor: "node:" + c.ID, Action: "host.renew", Target: c.ID, Result: "ok",
 		CID: httpapi.CorrelationID(ctx)}
-	h, err := s.store.UpdateHostAudited(ctx, c.ID, func(h *store.Host) error {
+	_, err := s.updateHost(ctx, c.ID, func(h *store.Host) error {
 		if h.Revoked {
 			return httpapi.Errorf(http.StatusForbidden, "node_identity_revoked", "node identity revoked")
 		}
@@ -136,7 +136,6 @@ func (s *Room) Renew(w http.ResponseWriter, r *http.Request, c Caller) error {
 		s.audit.Record(ctx, renewed)
 		return err
 	}
-	s.cache.put(h)
 	httpapi.WriteJSON(w, http.StatusOK, ident)
 	return nil
 }
@@ -162,17 +161,15 @@ func (s *Room) Heartbeat(w http.ResponseWriter, r *http.Request, c Caller) error
 	if hb.Capacity != nil {
 		if c.state.capacity == nil || *c.state.capacity != *hb.Capacity { // compared by value: no encoding per beat
 			b, _ := json.Marshal(hb.Capacity)
-			h, err := s.store.UpdateHost(ctx, c.ID, func(h *store.Host) error {
+			if _, err := s.updateHost(ctx, c.ID, func(h *store.Host) error {
 				h.Capacity = b
 				if hb.AgentVersion != "" {
 					h.AgentVersion = hb.AgentVersion
 				}
 				return nil
-			})
-			if err != nil {
+			}, nil); err != nil {
 				return err
 			}
-			s.cache.put(h)
 		}
 	}
 	if err := s.live.beat(ctx, c.ID, c.state, now, observe(hb, httpapi.CorrelationID(ctx), now)); err != nil {
@@ -244,7 +241,7 @@ func (s *Room) PutCapabilities(w http.ResponseWriter, r *http.Request, c Caller)
 	}
 	b, _ := json.Marshal(caps)
 	var drift string
-	h, err := s.store.UpdateHostAudited(ctx, c.ID, func(h *store.Host) error {
+	_, err := s.updateHost(ctx, c.ID, func(h *store.Host) error {
 		if h.OSFamily != caps.OSFamily {
 			return httpapi.Invalid([]api.FieldError{{Field: "capabilities.os_family",
 				Message: fmt.Sprintf("os_family %q does not match the host record (%q)", caps.OSFamily, h.OSFamily)}})
@@ -259,7 +256,6 @@ func (s *Room) PutCapabilities(w http.ResponseWriter, r *http.Request, c Caller)
 	if err != nil {
 		return err
 	}
-	s.cache.put(h)
 	if lw, ok := s.instances.(LocalWorkloads); ok {
 		lw.SyncLocalWorkloads(ctx, c.ID, caps.LocalWorkloads)
 	}

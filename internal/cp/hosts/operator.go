@@ -130,7 +130,7 @@ func (s *Room) mutateHost(w http.ResponseWriter, r *http.Request, action string,
 	ctx := r.Context()
 	id := r.PathValue("id")
 	cid := httpapi.CorrelationID(ctx)
-	h, err := s.store.UpdateHostAudited(ctx, id, func(h *store.Host) error {
+	h, err := s.updateHost(ctx, id, func(h *store.Host) error {
 		h.UpdatedAt = s.cfg.Now().UTC()
 		return fn(h)
 	}, func(before, after store.Host) []store.AuditEvent {
@@ -141,7 +141,6 @@ func (s *Room) mutateHost(w http.ResponseWriter, r *http.Request, action string,
 	if err != nil {
 		return httpapi.StoreError(err, "host", id)
 	}
-	s.cache.invalidate(id)
 	httpapi.WriteJSON(w, http.StatusOK, s.hostView(h))
 	return nil
 }

@@ -66,7 +66,7 @@ func (s *Room) reenrol(ctx context.Context, w http.ResponseWriter, req api.Regis
 		ident api.Identity
 		drift string
 	)
-	h, err := s.store.UpdateHostAudited(ctx, req.HostID, func(h *store.Host) error {
+	h, err := s.updateHost(ctx, req.HostID, func(h *store.Host) error {
 		// Only the last certificate issued to the host: one renewed or
 		// enrolled again since is a copy (a backup, a clone) or a loser
 		// of a lost answer, and never comes back this way.

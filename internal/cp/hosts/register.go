@@ -81,7 +81,7 @@ func (s *Room) Register(w http.ResponseWriter, r *http.Request) error {
 	var ident api.Identity
 	presented := httpapi.HashToken(req.BootstrapToken)
 	var drift string // a profile drift found or cleared
-	h, err := s.store.UpdateHostAudited(ctx, req.HostID, func(h *store.Host) error {
+	h, err := s.updateHost(ctx, req.HostID, func(h *store.Host) error {
 		// Only after the token is proven may the answer say anything about
 		// the host: its token's expiry, revocation, disablement.
 		if h.TokenHash == "" || h.TokenUsed || subtle.ConstantTimeCompare([]byte(presented), []byte(h.TokenHash)) != 1 {
@@ -152,7 +152,6 @@ func (s *Room) registered(ctx context.Context, w http.ResponseWriter, hostID, sr
 			Result: result, CID: httpapi.CorrelationID(ctx), Detail: "source=" + src})
 		return err
 	}
-	s.cache.put(h)
 	s.metrics.Registrations.WithLabelValues("ok").Inc()
 	httpapi.Logger(ctx, s.log).Info("host enrolled", "host_id", h.ID, "cert_not_after", h.CertNotAfter, "source", src)
 	httpapi.WriteJSON(w, http.StatusOK, ident)
@@ -173,12 +172,17 @@ func (s *Room) registerUnknown(ctx context.Context, req api.RegisterRequest, src
 	h := store.Host{ID: req.HostID, OSFamily: req.Capabilities.OSFamily, Enabled: true, Status: api.HostUnknown,
 		TokenUsed: true, CertSerial: serial, CertNotAfter: notAfter, EnrolledAt: now, CreatedAt: now, UpdatedAt: now}
 	setReported(&h, req.Capabilities)
-	if err := s.store.CreateHost(ctx, h); errors.Is(err, store.ErrConflict) {
+	unlock := s.cache.lockWrite(h.ID)
+	err = s.store.CreateHost(ctx, h)
+	if err == nil {
+		s.cache.put(h)
+	}
+	unlock()
+	if errors.Is(err, store.ErrConflict) {
 		return api.Identity{}, false, nil
 	} else if err != nil {
 		return api.Identity{}, false, err
 	}
-	s.cache.put(h)
 	s.metrics.Registrations.WithLabelValues("unknown_host_registration").Inc()
 	s.audit.Record(ctx, audit.Entry{Actor: "node:" + h.ID, Action: "host.create", Target: h.ID,
 		Result: "unknown_host_registration", CID: httpapi.CorrelationID(ctx), Detail: "source=" + src})

@@ -99,14 +99,13 @@ func (s *Room) markAuthFailed(ctx context.Context, id, reason string) {
 	var prev api.HostStatus
 	cid := httpapi.CorrelationID(ctx)
 	now := s.cfg.Now().UTC()
-	h, err := s.store.UpdateHostAudited(ctx, id, func(h *store.Host) error {
+	_, err := s.updateHost(ctx, id, func(h *store.Host) error {
 		prev = h.Status
 		h.Status, h.StatusReason = api.HostAuthFailed, reason
 		h.LastFailure = store.Failure{Signal: string(signal.AuthFailed), Detail: reason, CorrelationID: cid, At: now}
 		return nil
 	}, s.auditStatus(ctx, reason, cid))
 	if err == nil {
-		s.cache.put(h)
 		if prev != api.HostAuthFailed {
 			s.statusChanged(id, prev, api.HostAuthFailed, reason, cid)
 		}
@@ -176,7 +175,7 @@ func (s *Room) SetProfile(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := s.cfg.Now().UTC()
 	var change string
-	h, err := s.store.UpdateHostAudited(ctx, id, func(h *store.Host) error {
+	h, err := s.updateHost(ctx, id, func(h *store.Host) error {
 		h.Profile = store.Profile{APIURL: req.APIURL, TerminalURL: req.TerminalURL}
 		h.UpdatedAt = now
 		capsAPI, capsTerm := reportedURLs(*h)
@@ -191,7 +190,6 @@ func (s *Room) SetProfile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return httpapi.StoreError(err, "host", id)
 	}
-	s.cache.put(h)
 	httpapi.WriteJSON(w, http.StatusOK, s.hostView(h))
 	return nil
 }
@@ -216,7 +214,7 @@ func (s *Room) RecordPreflight(ctx context.Context, o PreflightOutcome) error {
 	now := s.cfg.Now().UTC()
 	var prev, to api.HostStatus
 	reason := "preflight " + o.RunID + ": " + o.Signal
-	h, err := s.store.UpdateHostAudited(ctx, o.HostID, func(h *store.Host) error {
+	_, err := s.updateHost(ctx, o.HostID, func(h *store.Host) error {
 		prev, to = h.Status, h.Status
 		switch {
 		case o.OK:
@@ -238,7 +236,6 @@ func (s *Room) RecordPreflight(ctx context.Context, o PreflightOutcome) error {
 	case err != nil:
 		return err
 	}
-	s.cache.put(h)
 	if prev != to {
 		s.statusChanged(o.HostID, prev, to, reason, o.CorrelationID)
 	}
