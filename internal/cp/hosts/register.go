@@ -134,7 +134,7 @@ func (s *Room) enrolProven(ctx context.Context, h *store.Host, req api.RegisterR
 // registered ends a registration of hostID whose host update returned h
 // and err: a 401 is an anonymous failure (counted, audited with the
 // source, rate limited); any other refusal is audited as the node's; a
-// success caches the host and answers ident.
+// success (its host already cached by updateHost) answers ident.
 func (s *Room) registered(ctx context.Context, w http.ResponseWriter, hostID, src string, failKeys []string,
 	h store.Host, ident api.Identity, err error) error {
 	if err != nil {
