@@ -112,7 +112,10 @@ func newClient(baseURL string, roots *x509.CertPool, verify func([][]byte, [][]*
 			}
 			return tc, nil
 		},
-		TLSClientConfig:     tlsCfg,
+		// A copy of its own: the transport's first request writes its
+		// NextProtos (HTTP/2's setup), which dialTLS's clones of c.tls
+		// must not race with.
+		TLSClientConfig:     tlsCfg.Clone(),
 		TLSHandshakeTimeout: handshakeTimeout,
 		ForceAttemptHTTP2:   true,
 		// The node API never compresses its answers: no Accept-Encoding
