@@ -74,13 +74,16 @@ type fakeCP struct {
 	refuseBatches int
 	holdResult    chan struct{}
 	registers     int
-	jwksGets      int
-	caps          []api.Capabilities
-	heartbeats    []heartbeatPost
-	events        map[string][]api.TaskEvent
-	results       map[string][]resultPost
-	failResults   int  // answer this many result posts with 503
-	failAll       bool // answer every result post with 503
+	// credentials is each registration's credential, in order: "token",
+	// or "previous_certificate" (which the fake refuses as superseded).
+	credentials []string
+	jwksGets    int
+	caps        []api.Capabilities
+	heartbeats  []heartbeatPost
+	events      map[string][]api.TaskEvent
+	results     map[string][]resultPost
+	failResults int  // answer this many result posts with 503
+	failAll     bool // answer every result post with 503
 	// noResultFields answers a result whose error carries fields with 422
 	// invalid_json, as a control plane that predates
 	// api.ResultError.Fields (and decodes strictly) does.
@@ -195,6 +198,16 @@ func (f *fakeCP) register(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnprocessableEntity, "invalid", fmt.Sprintf("%v %v", err, fields))
 		return
 	}
+	if req.PreviousCertificate != nil {
+		f.mu.Lock()
+		f.credentials = append(f.credentials, "previous_certificate")
+		f.mu.Unlock()
+		writeError(w, http.StatusUnauthorized, "previous_certificate_superseded", "not the host's last certificate")
+		return
+	}
+	f.mu.Lock()
+	f.credentials = append(f.credentials, "token")
+	f.mu.Unlock()
 	if req.BootstrapToken != testToken {
 		writeError(w, http.StatusUnauthorized, "bootstrap_token_invalid", "wrong token")
 		return
@@ -520,6 +533,13 @@ func (f *fakeCP) setHeartbeatStatus(fn func(n int) int) {
 	f.mu.Lock()
 	f.heartbeatStatus = fn
 	f.mu.Unlock()
+}
+
+// credentialLog is each registration's credential, in order.
+func (f *fakeCP) credentialLog() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.credentials)
 }
 
 func (f *fakeCP) registerCount() int {
