@@ -278,8 +278,9 @@ func (c *hostCache) lockWrite(id string) (unlock func()) {
 	return mu.Unlock
 }
 
-// put caches a host record the caller just wrote (under lockWrite). A store read in flight
-// may have begun before the write, so it does not replace this entry.
+// put caches a host record the caller just wrote (under lockWrite). A
+// store read in flight may have begun before the write, so it does not
+// replace this entry.
 func (c *hostCache) put(h store.Host) hostState {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -14,13 +14,13 @@ import (
 // a goroutine of its own, so a worker held by a handler that blocks never
 // delays another request.
 type streamWorkers struct {
-	streams chan server
+	streams chan servable
 	stop    chan struct{}
 	once    sync.Once
 }
 
-// server is what a worker runs: a *muxStream.
-type server interface{ serve() }
+// servable is what a worker runs: a *muxStream.
+type servable interface{ serve() }
 
 // workersPerProc is the number of workers per GOMAXPROCS: more than run
 // at once, fewer than an idle fleet's stacks would cost.
@@ -31,7 +31,7 @@ func newStreamWorkers(n int) *streamWorkers {
 	if n <= 0 {
 		n = workersPerProc * runtime.GOMAXPROCS(0)
 	}
-	w := &streamWorkers{streams: make(chan server), stop: make(chan struct{})}
+	w := &streamWorkers{streams: make(chan servable), stop: make(chan struct{})}
 	for range n {
 		go w.run()
 	}
@@ -50,7 +50,7 @@ func (w *streamWorkers) run() {
 }
 
 // serve hands st to an idle worker, or else to a goroutine of its own.
-func (w *streamWorkers) serve(st server) {
+func (w *streamWorkers) serve(st servable) {
 	select {
 	case w.streams <- st:
 	default:

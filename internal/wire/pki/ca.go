@@ -2,10 +2,12 @@
 // loading the CA, issuing node client certificates from CSRs (identity comes
 // from the caller, never from the CSR), issuing TLS server certificates,
 // extracting a node id from a verified client certificate, the agent's key
-// and CSR, and pinning the CA by the hash of its public key for first
-// contact. It is pure crypto over PEM bytes: it must not read or write files,
-// talk to the network or the store, or keep package-level mutable state, and
-// it must stay free of cgo and OS-specific code (the agent imports it).
+// and CSR, the proof by an expired certificate's key that enrols its agent
+// again (SignReenrol, VerifyReenrol, VerifyExpiredNode), and pinning the CA
+// by the hash of its public key for first contact. It is pure crypto over
+// PEM bytes: it must not read or write files, talk to the network or the
+// store, or keep package-level mutable state, and it must stay free of cgo
+// and OS-specific code (the agent imports it).
 package pki
 
 import (
