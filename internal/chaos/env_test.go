@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/pgtest"
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -106,14 +106,10 @@ func (p *proc) logHas(s string) bool {
 	return bytes.Contains(b, []byte(s))
 }
 
+// freeAddr is an address on 127.0.0.1 nothing listens on now, below the
+// ephemeral range (testutil.FreePort).
 func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 }
 
 // cluster is one scenario's control plane, agent and fault proxies.
@@ -181,8 +177,8 @@ func startCluster(t *testing.T, b bins, o clusterOpts) *cluster {
 	if ttl == 0 {
 		ttl = 24 * time.Hour
 	}
-	// A port picked by freeAddr may be taken again before the control
-	// plane binds it (an outgoing connection's ephemeral port): retry.
+	// A port picked by freeAddr may still be taken before the control
+	// plane binds it (another test picked it too): retry.
 	for attempt := 1; ; attempt++ {
 		op := freeAddr(t)
 		c.nodeAddr = freeAddr(t)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/kek"
 	"github.com/drover-dev/drover/internal/node/accel"
 	"github.com/drover-dev/drover/internal/node/agent"
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -50,14 +50,11 @@ func buildDrover(t *testing.T) string {
 	return droverBin
 }
 
+// freePort is an address on 127.0.0.1 nothing listens on now, for a
+// server started later: below the ephemeral range (testutil.FreePort),
+// where the test's own outgoing connections cannot take it meanwhile.
 func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 }
 
 // serverProc is a `drover server` child process.

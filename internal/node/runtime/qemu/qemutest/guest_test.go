@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/drover-dev/drover/internal/testutil"
 )
 
 // cpioEntry is one entry read back by readCPIO.
@@ -367,15 +369,10 @@ func TestGuestKnobs(t *testing.T) {
 	})
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// freePort is a port for a guest's forward, below the ephemeral range
+// (testutil.FreePort): a port from Listen(":0") can be taken by an
+// outgoing connection before QEMU binds it.
+func freePort(t *testing.T) int { return testutil.FreePort(t) }
 
 func contains(s []string, v string) bool {
 	for _, x := range s {
