@@ -91,9 +91,24 @@ func (p *auditProbe) DeleteWorkloadSecret(ctx context.Context, name string, audi
 	return nil
 }
 
+func (p *auditProbe) RotateSigningKey(ctx context.Context, k store.SigningKey, audit ...store.AuditEvent) error {
+	if err := p.Store.RotateSigningKey(ctx, k, audit...); err != nil {
+		return err
+	}
+	if len(audit) == 0 {
+		p.mu.Lock()
+		p.missed = append(p.missed, "signing key "+k.KID+" rotated in without a record")
+		p.mu.Unlock()
+	}
+	for _, a := range audit {
+		p.check(ctx, k.KID, a.Action)
+	}
+	return nil
+}
+
 // TestTokenAndSecretChangesStoredWithAudit: an operator token's creation
-// and revocation, and a workload secret's set and delete, store their
-// audit record with the change.
+// and revocation, a workload secret's set and delete, and a signing-key
+// rotation store their audit record with the change.
 func TestTokenAndSecretChangesStoredWithAudit(t *testing.T) {
 	p := &auditProbe{Store: openSQLite(t)}
 	e := startEnv(t, p)
@@ -113,13 +128,16 @@ func TestTokenAndSecretChangesStoredWithAudit(t *testing.T) {
 	if st := e.op(http.MethodDelete, "/api/v1/secrets/db-password", nil, nil); st != http.StatusNoContent {
 		t.Fatalf("delete secret: HTTP %d", st)
 	}
+	if st := e.op(http.MethodPost, "/api/v1/signing-keys/rotate", nil, nil); st != http.StatusOK {
+		t.Fatalf("rotate the signing key: HTTP %d", st)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, m := range p.missed {
 		t.Error(m)
 	}
-	if len(p.missed) == 0 && p.checked < 5 {
-		t.Errorf("the probe checked %d changes, want 5", p.checked)
+	if len(p.missed) == 0 && p.checked < 7 { // and the first key's creation at start
+		t.Errorf("the probe checked %d changes, want 7", p.checked)
 	}
 }
 

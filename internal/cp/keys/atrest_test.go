@@ -54,7 +54,7 @@ func TestSealedKeysAreBoundToTheirRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.AddSigningKey(ctx, store.SigningKey{KID: "moved", PrivateKey: caSealed, CreatedAt: time.Now()}); err != nil {
+	if err := st.RotateSigningKey(ctx, store.SigningKey{KID: "moved", PrivateKey: caSealed, CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := kr.reload(ctx); err == nil || !errors.Is(err, kek.ErrDecrypt) {
@@ -69,7 +69,7 @@ func TestSealedKeysAreBoundToTheirRow(t *testing.T) {
 	}
 	kid, priv, _ := task.GenerateKey()
 	der, _ := x509.MarshalPKCS8PrivateKey(priv)
-	if err := st2.AddSigningKey(ctx, store.SigningKey{KID: kid, PrivateKey: der, CreatedAt: time.Now().Add(time.Hour)}); err != nil {
+	if err := st2.RotateSigningKey(ctx, store.SigningKey{KID: kid, PrivateKey: der, CreatedAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	kr2 := &Keys{st: st2, now: time.Now, rest: atRest{ring: ring}}

@@ -145,7 +145,11 @@ func Open(ctx context.Context, st Store, cfg Config) (*Keys, error) {
 		return nil, err
 	}
 	if k.signer == nil {
-		if _, err := k.Rotate(ctx); err != nil {
+		first := func(kid string) []store.AuditEvent {
+			return []store.AuditEvent{{At: cfg.Now().UTC(), Actor: "system", Action: "signing_key.create", Target: kid, Result: "ok",
+				Detail: "the first task-signing key"}}
+		}
+		if _, err := k.Rotate(ctx, first); err != nil {
 			return nil, err
 		}
 	}
@@ -195,8 +199,9 @@ func (k *Keys) reload(ctx context.Context) error {
 	return nil
 }
 
-// Rotate adds a new signing key, retires the others and returns its kid.
-func (k *Keys) Rotate(ctx context.Context) (string, error) {
+// Rotate adds a new signing key, retires the others and returns its kid;
+// audit (nil: none) gives the records stored with the rotation.
+func (k *Keys) Rotate(ctx context.Context, audit func(kid string) []store.AuditEvent) (string, error) {
 	kid, priv, err := task.GenerateKey()
 	if err != nil {
 		return "", err
@@ -208,12 +213,12 @@ func (k *Keys) Rotate(ctx context.Context) (string, error) {
 	if der, err = k.rest.seal(signingKeyName(kid), der); err != nil {
 		return "", fmt.Errorf("encrypt signing key: %w", err)
 	}
-	now := k.now()
-	if err := k.st.AddSigningKey(ctx, store.SigningKey{KID: kid, PrivateKey: der, CreatedAt: now}); err != nil {
-		return "", fmt.Errorf("add signing key: %w", err)
+	var records []store.AuditEvent
+	if audit != nil {
+		records = audit(kid)
 	}
-	if err := k.st.RetireSigningKeys(ctx, kid, now); err != nil {
-		return "", fmt.Errorf("retire old signing keys: %w", err)
+	if err := k.st.RotateSigningKey(ctx, store.SigningKey{KID: kid, PrivateKey: der, CreatedAt: k.now()}, records...); err != nil {
+		return "", err
 	}
 	return kid, k.reload(ctx)
 }

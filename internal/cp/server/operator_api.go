@@ -9,6 +9,7 @@ import (
 	"github.com/drover-dev/drover/internal/cp/audit"
 	"github.com/drover-dev/drover/internal/cp/dashboard"
 	"github.com/drover-dev/drover/internal/cp/httpapi"
+	"github.com/drover-dev/drover/internal/cp/store"
 )
 
 // OperatorHandler serves the operator API, health and metrics: exactly
@@ -57,12 +58,14 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) rotateSigningKey(w http.ResponseWriter, r *http.Request) error {
-	kid, err := s.keys.Rotate(r.Context())
+	ctx := r.Context()
+	kid, err := s.keys.Rotate(ctx, func(kid string) []store.AuditEvent {
+		return []store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "signing_key.rotate",
+			Target: kid, Result: "ok", CID: httpapi.CorrelationID(ctx)})}
+	})
 	if err != nil {
 		return err
 	}
-	s.audit.Record(r.Context(), audit.Entry{Actor: httpapi.Actor(r.Context()), Action: "signing_key.rotate", Target: kid,
-		Result: "ok", CID: httpapi.CorrelationID(r.Context())})
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"active_kid": kid, "jwks": s.keys.PublicSet()})
 	return nil
 }

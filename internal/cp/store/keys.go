@@ -21,12 +21,13 @@ type KeyStore interface {
 	// PutSecretIfAbsent stores value under name unless a value exists, and
 	// returns the stored value either way (first writer wins across replicas).
 	PutSecretIfAbsent(ctx context.Context, name string, value []byte) ([]byte, error)
-	// AddSigningKey inserts a signing key; ErrConflict on duplicate kid.
-	AddSigningKey(ctx context.Context, k SigningKey) error
+	// RotateSigningKey inserts k (ErrConflict on a duplicate kid), retires
+	// every other active key at k.CreatedAt and appends the audit records,
+	// in one transaction: a crash leaves the rotation whole or not at all,
+	// and never without its records.
+	RotateSigningKey(ctx context.Context, k SigningKey, audit ...AuditEvent) error
 	// ListSigningKeys returns all signing keys, oldest first.
 	ListSigningKeys(ctx context.Context) ([]SigningKey, error)
-	// RetireSigningKeys sets RetiredAt on every active key except keepKID.
-	RetireSigningKeys(ctx context.Context, keepKID string, at time.Time) error
 	// GetSecret returns a secret's stored value or ErrNotFound.
 	GetSecret(ctx context.Context, name string) ([]byte, error)
 	// ReplaceSecret sets the secret name to value if it still holds old

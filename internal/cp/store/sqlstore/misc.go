@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
@@ -292,23 +291,33 @@ func (s *Store) PutSecretIfAbsent(ctx context.Context, name string, value []byte
 	return b, nil
 }
 
-// AddSigningKey implements store.Store. A zero CreatedAt is now.
-func (s *Store) AddSigningKey(ctx context.Context, k store.SigningKey) error {
+// RotateSigningKey implements store.Store. A zero CreatedAt is now.
+func (s *Store) RotateSigningKey(ctx context.Context, k store.SigningKey, audit ...store.AuditEvent) error {
 	if k.KID == "" {
-		return errors.New("add signing key: empty kid")
+		return errors.New("rotate signing key: empty kid")
 	}
 	if k.CreatedAt.IsZero() {
 		k.CreatedAt = s.now()
 	}
-	_, err := s.db.Exec(ctx, `INSERT INTO signing_keys (kid, private_key, created_at, retired_at) VALUES ($1, $2, $3, $4)`,
-		k.KID, b64(k.PrivateKey), ms(k.CreatedAt), ms(k.RetiredAt))
-	if err != nil {
-		if s.d.IsUniqueViolation(err) {
-			return fmt.Errorf("add signing key %q: %w", k.KID, store.ErrConflict)
+	return s.db.InTx(ctx, func(tx DB) error {
+		_, err := tx.Exec(ctx, `INSERT INTO signing_keys (kid, private_key, created_at, retired_at) VALUES ($1, $2, $3, $4)`,
+			k.KID, b64(k.PrivateKey), ms(k.CreatedAt), ms(k.RetiredAt))
+		if err != nil {
+			if s.d.IsUniqueViolation(err) {
+				return fmt.Errorf("rotate signing key %q: %w", k.KID, store.ErrConflict)
+			}
+			return fmt.Errorf("rotate signing key %q: %w", k.KID, err)
 		}
-		return fmt.Errorf("add signing key %q: %w", k.KID, err)
-	}
-	return nil
+		// Keys already retired keep their RetiredAt.
+		if _, err := tx.Exec(ctx, `UPDATE signing_keys SET retired_at = $2 WHERE retired_at = 0 AND kid <> $1`,
+			k.KID, ms(k.CreatedAt)); err != nil {
+			return fmt.Errorf("rotate signing key %q: retire the others: %w", k.KID, err)
+		}
+		if err := s.appendAuditsTx(ctx, tx, audit); err != nil {
+			return fmt.Errorf("rotate signing key %q: audit: %w", k.KID, err)
+		}
+		return nil
+	})
 }
 
 // ListSigningKeys implements store.Store.
@@ -340,16 +349,3 @@ func (s *Store) ListSigningKeys(ctx context.Context) ([]store.SigningKey, error)
 }
 
 type key struct{ kid, priv string }
-
-// RetireSigningKeys implements store.Store; keys already retired keep their
-// RetiredAt. A zero at is now.
-func (s *Store) RetireSigningKeys(ctx context.Context, keepKID string, at time.Time) error {
-	if at.IsZero() {
-		at = s.now()
-	}
-	if _, err := s.db.Exec(ctx, `UPDATE signing_keys SET retired_at = $2 WHERE retired_at = 0 AND kid <> $1`,
-		keepKID, ms(at)); err != nil {
-		return fmt.Errorf("retire signing keys: %w", err)
-	}
-	return nil
-}

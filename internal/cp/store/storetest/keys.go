@@ -74,7 +74,7 @@ func testReplaceSecretConcurrent(t *testing.T, s store.Store) {
 func testReplaceSigningKey(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	k := store.SigningKey{KID: "k1", PrivateKey: []byte("pkcs8\x00"), CreatedAt: at(0)}
-	must(t, s.AddSigningKey(ctx, k))
+	must(t, s.RotateSigningKey(ctx, k))
 	wantErr(t, s.ReplaceSigningKey(ctx, "k1", []byte("other"), []byte("x")), store.ErrConflict)
 	wantErr(t, s.ReplaceSigningKey(ctx, "k2", k.PrivateKey, []byte("x")), store.ErrNotFound)
 	must(t, s.ReplaceSigningKey(ctx, "k1", k.PrivateKey, []byte("sealed\xff")))

@@ -222,22 +222,21 @@ func testSigningKeys(t *testing.T, s store.Store) {
 	k := func(kid string, created time.Duration) store.SigningKey {
 		return store.SigningKey{KID: kid, PrivateKey: []byte("pkcs8-" + kid + "\x00\xff"), CreatedAt: at(created)}
 	}
-	old := k("old", 0)
-	old.RetiredAt = at(time.Second)
 	k1, k2, k3 := k("k1", time.Minute), k("k2", 2*time.Minute), k("k3", 3*time.Minute)
-	for _, key := range []store.SigningKey{k3, old, k1, k2} {
-		must(t, s.AddSigningKey(ctx, key))
-	}
-	wantErr(t, s.AddSigningKey(ctx, k("k1", 5*time.Minute)), store.ErrConflict)
+	must(t, s.RotateSigningKey(ctx, k1))
 	list, err := s.ListSigningKeys(ctx)
 	must(t, err)
-	diff(t, "keys oldest first", list, []store.SigningKey{old, k1, k2, k3})
-
-	must(t, s.RetireSigningKeys(ctx, "k3", at(time.Hour)))
+	diff(t, "the first key", list, []store.SigningKey{k1})
+	must(t, s.RotateSigningKey(ctx, k3, auditRecord("signing_key.rotate", "k3")))
+	must(t, s.RotateSigningKey(ctx, k2, auditRecord("signing_key.rotate", "k2"))) // created earlier, rotated in later
+	wantErr(t, s.RotateSigningKey(ctx, k("k3", 5*time.Minute), auditRecord("signing_key.rotate", "dup")), store.ErrConflict)
 	list, err = s.ListSigningKeys(ctx)
 	must(t, err)
-	k1.RetiredAt, k2.RetiredAt = at(time.Hour), at(time.Hour)
-	diff(t, "keys after retire", list, []store.SigningKey{old, k1, k2, k3})
+	// k1 keeps the time k3 retired it; k3 is retired at k2's creation.
+	k1.RetiredAt, k3.RetiredAt = at(3*time.Minute), at(2*time.Minute)
+	diff(t, "keys oldest first, one active", list, []store.SigningKey{k1, k2, k3})
+	diff(t, "k2 records", recordsOf(t, s, "k2"), []string{"signing_key.rotate"})
+	diff(t, "records of a refused rotation", recordsOf(t, s, "dup"), []string(nil))
 }
 
 func testSubscribeEnds(t *testing.T, s store.Store) {
