@@ -14,7 +14,8 @@ import (
 // become node resource slots only through an operator's approval, and a
 // slot with blockers is refused with every blocker named.
 func TestSlotApproval(t *testing.T) {
-	e := startEnv(t, openSQLite(t))
+	p := &auditProbe{Store: openSQLite(t)} // each approval and deletion stored with its record
+	e := startEnv(t, p)
 	n := e.enroll("gpu-1", e.createHost("gpu-1").Token)
 	task := e.enqueue("gpu-1", "slice.topology_discover", map[string]any{})
 	st, _, body := e.nodeCall(n.client, http.MethodGet, nodePath("gpu-1", "/tasks/wait?timeout=2s"), nil)
@@ -65,6 +66,7 @@ func TestSlotApproval(t *testing.T) {
 	if st := e.op(http.MethodDelete, "/api/v1/hosts/gpu-1/slots/slot-0", nil, nil); st != http.StatusNoContent {
 		t.Fatalf("delete slot: %d", st)
 	}
+	p.verify(t, 2)
 }
 
 // TestTopologyDiscoverOnThisMachine runs the real discovery through a real

@@ -106,6 +106,38 @@ func (p *auditProbe) RotateSigningKey(ctx context.Context, k store.SigningKey, a
 	return nil
 }
 
+func (p *auditProbe) ApproveSlots(ctx context.Context, slots []store.Slot, audit ...store.AuditEvent) error {
+	if err := p.Store.ApproveSlots(ctx, slots, audit...); err != nil {
+		return err
+	}
+	for _, sl := range slots {
+		p.check(ctx, sl.HostID+"/"+sl.SlotID, "slot.approve")
+	}
+	return nil
+}
+
+func (p *auditProbe) DeleteSlot(ctx context.Context, hostID, slotID string, audit ...store.AuditEvent) error {
+	if err := p.Store.DeleteSlot(ctx, hostID, slotID, audit...); err != nil {
+		return err
+	}
+	p.check(ctx, hostID+"/"+slotID, "slot.delete")
+	return nil
+}
+
+// verify fails t for every change the probe saw stored without its
+// record, and unless it checked at least want changes.
+func (p *auditProbe) verify(t *testing.T, want int) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.missed {
+		t.Error(m)
+	}
+	if len(p.missed) == 0 && p.checked < want {
+		t.Errorf("the probe checked %d changes, want %d", p.checked, want)
+	}
+}
+
 // TestTokenAndSecretChangesStoredWithAudit: an operator token's creation
 // and revocation, a workload secret's set and delete, and a signing-key
 // rotation store their audit record with the change.
@@ -131,14 +163,7 @@ func TestTokenAndSecretChangesStoredWithAudit(t *testing.T) {
 	if st := e.op(http.MethodPost, "/api/v1/signing-keys/rotate", nil, nil); st != http.StatusOK {
 		t.Fatalf("rotate the signing key: HTTP %d", st)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, m := range p.missed {
-		t.Error(m)
-	}
-	if len(p.missed) == 0 && p.checked < 7 { // and the first key's creation at start
-		t.Errorf("the probe checked %d changes, want 7", p.checked)
-	}
+	p.verify(t, 7) // and the first key's creation at start
 }
 
 // TestTaskChangesStoredWithAudit: an operator's enqueue, batch enqueue and
@@ -185,9 +210,5 @@ func TestTaskChangesStoredWithAudit(t *testing.T) {
 	if st := e.op(http.MethodPost, "/api/v1/tasks/"+batch.Tasks[1].ID+"/cancel", nil, nil); st != http.StatusOK {
 		t.Fatalf("cancel: HTTP %d", st)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, m := range p.missed {
-		t.Error(m)
-	}
+	p.verify(t, 4) // the enqueue, the batch, the cancel and the claim's enqueue above
 }

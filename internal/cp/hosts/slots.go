@@ -120,15 +120,16 @@ func (s *Room) ApproveSlots(w http.ResponseWriter, r *http.Request) error {
 		slots = append(slots, store.Slot{HostID: hostID, SlotID: id, Index: i, Spec: c, SourceTask: t.ID,
 			ApprovedBy: httpapi.Actor(ctx), ApprovedAt: s.cfg.Now().UTC()})
 	}
-	if err := s.store.ApproveSlots(ctx, slots); err != nil {
+	records := make([]store.AuditEvent, 0, len(slots))
+	for _, sl := range slots {
+		records = append(records, s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "slot.approve",
+			Target: hostID + "/" + sl.SlotID, Result: "ok", CID: httpapi.CorrelationID(ctx), Detail: "task=" + t.ID}))
+	}
+	if err := s.store.ApproveSlots(ctx, slots, records...); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return httpapi.Errorf(http.StatusConflict, "slot_exists", "%v", err)
 		}
 		return err
-	}
-	for _, sl := range slots {
-		s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "slot.approve", Target: hostID + "/" + sl.SlotID,
-			Result: "ok", CID: httpapi.CorrelationID(ctx), Detail: "task=" + t.ID})
 	}
 	return s.ListSlots(w, r)
 }
@@ -156,12 +157,13 @@ func (s *Room) ListSlots(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Room) DeleteSlot(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
 	hostID, slotID := r.PathValue("id"), r.PathValue("slot_id")
-	if err := s.store.DeleteSlot(r.Context(), hostID, slotID); err != nil {
+	record := s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "slot.delete", Target: hostID + "/" + slotID,
+		Result: "ok", CID: httpapi.CorrelationID(ctx)})
+	if err := s.store.DeleteSlot(ctx, hostID, slotID, record); err != nil {
 		return httpapi.StoreError(err, "slot", hostID+"/"+slotID)
 	}
-	s.audit.Record(r.Context(), audit.Entry{Actor: httpapi.Actor(r.Context()), Action: "slot.delete", Target: hostID + "/" + slotID,
-		Result: "ok", CID: httpapi.CorrelationID(r.Context())})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -22,11 +22,12 @@ type Slot struct {
 // slot routes) embeds it whole; the instances room (placement, the slot
 // check of slice tasks) only lists slots.
 type SlotStore interface {
-	// ApproveSlots records approved slots atomically; ErrConflict if any
-	// (host, slot id) is already approved.
-	ApproveSlots(ctx context.Context, slots []Slot) error
+	// ApproveSlots records approved slots and the audit records
+	// atomically; ErrConflict if any (host, slot id) is already approved.
+	ApproveSlots(ctx context.Context, slots []Slot, audit ...AuditEvent) error
 	// ListSlots returns a host's approved slots by index.
 	ListSlots(ctx context.Context, hostID string) ([]Slot, error)
-	// DeleteSlot removes an approved slot; ErrNotFound if absent.
-	DeleteSlot(ctx context.Context, hostID, slotID string) error
+	// DeleteSlot removes an approved slot with the audit records;
+	// ErrNotFound if absent.
+	DeleteSlot(ctx context.Context, hostID, slotID string, audit ...AuditEvent) error
 }

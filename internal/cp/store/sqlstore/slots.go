@@ -8,9 +8,9 @@ import (
 	"github.com/drover-dev/drover/internal/cp/store"
 )
 
-// ApproveSlots implements store.Store: all slots are inserted in one
-// transaction, or none if one already exists.
-func (s *Store) ApproveSlots(ctx context.Context, slots []store.Slot) error {
+// ApproveSlots implements store.Store: all slots and their records are
+// inserted in one transaction, or none if one already exists.
+func (s *Store) ApproveSlots(ctx context.Context, slots []store.Slot, audit ...store.AuditEvent) error {
 	if len(slots) == 0 {
 		return errors.New("approve slots: none given")
 	}
@@ -29,6 +29,9 @@ func (s *Store) ApproveSlots(ctx context.Context, slots []store.Slot) error {
 				}
 				return fmt.Errorf("approve slot %s/%s: %w", sl.HostID, sl.SlotID, err)
 			}
+		}
+		if err := s.appendAuditsTx(ctx, tx, audit); err != nil {
+			return fmt.Errorf("approve slots: audit: %w", err)
 		}
 		return nil
 	})
@@ -59,13 +62,18 @@ func (s *Store) ListSlots(ctx context.Context, hostID string) ([]store.Slot, err
 }
 
 // DeleteSlot implements store.Store.
-func (s *Store) DeleteSlot(ctx context.Context, hostID, slotID string) error {
-	n, err := s.db.Exec(ctx, `DELETE FROM host_slots WHERE host_id = $1 AND slot_id = $2`, hostID, slotID)
-	if err != nil {
-		return fmt.Errorf("delete slot %s/%s: %w", hostID, slotID, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("delete slot %s/%s: %w", hostID, slotID, store.ErrNotFound)
-	}
-	return nil
+func (s *Store) DeleteSlot(ctx context.Context, hostID, slotID string, audit ...store.AuditEvent) error {
+	return s.db.InTx(ctx, func(tx DB) error {
+		n, err := tx.Exec(ctx, `DELETE FROM host_slots WHERE host_id = $1 AND slot_id = $2`, hostID, slotID)
+		if err != nil {
+			return fmt.Errorf("delete slot %s/%s: %w", hostID, slotID, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("delete slot %s/%s: %w", hostID, slotID, store.ErrNotFound)
+		}
+		if err := s.appendAuditsTx(ctx, tx, audit); err != nil {
+			return fmt.Errorf("delete slot %s/%s: audit: %w", hostID, slotID, err)
+		}
+		return nil
+	})
 }

@@ -35,5 +35,14 @@ var slotCases = []testCase{
 		if len(got) != 1 || got[0].SlotID != "a" {
 			t.Fatalf("after a failed batch: %+v, want only slot a", got)
 		}
+	}}, {"slots/audited", func(t *testing.T, s store.Store) {
+		ctx := ctxT(t)
+		must(t, s.ApproveSlots(ctx, []store.Slot{{HostID: "h1", SlotID: "a", ApprovedAt: at(0)}}, auditRecord("slot.approve", "h1/a")))
+		wantErr(t, s.ApproveSlots(ctx, []store.Slot{{HostID: "h1", SlotID: "b", Index: 1, ApprovedAt: at(0)}, {HostID: "h1", SlotID: "a", ApprovedAt: at(0)}},
+			auditRecord("slot.approve", "h1/b"), auditRecord("slot.approve", "h1/a")), store.ErrConflict)
+		must(t, s.DeleteSlot(ctx, "h1", "a", auditRecord("slot.delete", "h1/a")))
+		wantErr(t, s.DeleteSlot(ctx, "h1", "a", auditRecord("slot.delete", "h1/a")), store.ErrNotFound)
+		diff(t, "h1/a records", recordsOf(t, s, "h1/a"), []string{"slot.approve", "slot.delete"})
+		diff(t, "records of a refused approval", recordsOf(t, s, "h1/b"), []string(nil))
 	}},
 }
