@@ -167,7 +167,7 @@ func allocationStateMeaning() map[string]string {
 		"provisioning": "allocation.provision_user is queued or running",
 		"active":       "usable: terminals may be opened",
 		"failed":       "provisioning failed (the task's error code)",
-		"releasing":    "allocation.deprovision_user is queued or running",
+		"releasing":    "allocation.deprovision_user is queued or running, or failed (state_reason says why; release again to retry)",
 		"released":     "released; its terminals are closed",
 	}
 }

@@ -25,10 +25,11 @@ import (
 )
 
 // Store is what the allocations room reads and writes: the allocations,
-// and the host one is bound to. store.Store satisfies it.
+// the host one is bound to and its user tasks. store.Store satisfies it.
 type Store interface {
 	store.AllocationStore
 	GetHost(ctx context.Context, id string) (store.Host, error)
+	GetTask(ctx context.Context, id string) (store.Task, error)
 }
 
 // Instances resolves an instance id, or else a name (an API error when
@@ -236,16 +237,28 @@ func (s *Room) Show(w http.ResponseWriter, r *http.Request) error {
 // Release is DELETE /api/v1/allocations/{id}: it ends an allocation: its
 // open terminal sessions are closed, and a host allocation's user is removed
 // by allocation.deprovision_user (released when that succeeds). Releasing
-// twice is fine.
+// twice is fine; releasing again an allocation whose deprovision failed,
+// expired or was never queued queues it again (retryRelease).
 func (s *Room) Release(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	id := r.PathValue("id")
-	if cur, err := s.store.GetAllocation(ctx, id); err == nil && isSlice(cur) && s.slices != nil {
+	cur, err := s.store.GetAllocation(ctx, id)
+	if err == nil && isSlice(cur) && s.slices != nil {
 		return s.releaseSlice(w, r, id)
+	}
+	retry := ""
+	if err == nil && cur.State == api.AllocationReleasing {
+		if retry, err = s.retryRelease(ctx, cur); err != nil {
+			return err
+		}
 	}
 	var t store.Task
 	a, err := s.store.UpdateAllocation(ctx, id, func(a *store.Allocation) error {
-		if a.State == api.AllocationReleasing || a.State == api.AllocationReleased {
+		t = store.Task{}
+		switch {
+		case a.State == api.AllocationReleased:
+			return nil
+		case a.State == api.AllocationReleasing && (retry == "" || a.ReleaseTaskID != cur.ReleaseTaskID):
 			return nil
 		}
 		a.UpdatedAt = s.now().UTC()
@@ -253,9 +266,8 @@ func (s *Room) Release(w http.ResponseWriter, r *http.Request) error {
 			a.State = api.AllocationReleased
 			return nil
 		}
-		params, _ := json.Marshal(task.AllocDeprovisionUserParams{AllocationID: a.ID, Username: a.Username})
-		t = s.tasks.NewTask(ctx, a.HostID, task.TypeAllocDeprovisionUser, params, allocTaskTTL)
-		a.State, a.ReleaseTaskID = api.AllocationReleasing, t.ID
+		t = s.deprovisionTask(ctx, a)
+		a.State, a.StateReason, a.ReleaseTaskID = api.AllocationReleasing, "", t.ID
 		return nil
 	})
 	if err != nil {
@@ -267,10 +279,21 @@ func (s *Room) Release(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	s.terms.CloseAllocation(id)
+	detail := ""
+	if retry != "" && t.ID != "" {
+		detail = "retry: " + retry
+	}
 	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "allocation.release", Target: a.ID, Result: string(a.State),
-		CID: httpapi.CorrelationID(ctx)})
+		CID: httpapi.CorrelationID(ctx), Detail: detail})
 	httpapi.WriteJSON(w, http.StatusAccepted, allocationView(a))
 	return nil
+}
+
+// deprovisionTask is the allocation.deprovision_user task that removes a
+// host allocation's user.
+func (s *Room) deprovisionTask(ctx context.Context, a *store.Allocation) store.Task {
+	params, _ := json.Marshal(task.AllocDeprovisionUserParams{AllocationID: a.ID, Username: a.Username})
+	return s.tasks.NewTask(ctx, a.HostID, task.TypeAllocDeprovisionUser, params, allocTaskTTL)
 }
 
 // Subscribe runs the allocation state machine on the
@@ -280,10 +303,7 @@ func (s *Room) Subscribe(b *taskbus.Bus) {
 	b.OnFinished(task.TypeAllocDeprovisionUser, s.taskDone)
 }
 
-// taskDone moves an allocation on when its user task finishes:
-// provision succeeded → active, failed → failed; deprovision succeeded →
-// released (a failed deprovision stays releasing, with the reason, for an
-// operator to retry).
+// taskDone moves an allocation on when its user task finishes (settle).
 func (s *Room) taskDone(ctx context.Context, e taskbus.Finished) {
 	t := e.Task
 	var p struct {
@@ -292,39 +312,5 @@ func (s *Room) taskDone(ctx context.Context, e taskbus.Finished) {
 	if json.Unmarshal(t.Params, &p) != nil || p.AllocationID == "" {
 		return
 	}
-	reason := ""
-	if t.State != api.TaskSucceeded {
-		reason = string(t.State)
-		if e.Result != nil && e.Result.Error != nil {
-			reason = e.Result.Error.Code + ": " + e.Result.Error.Message
-		}
-	}
-	a, err := s.store.UpdateAllocation(ctx, p.AllocationID, func(a *store.Allocation) error {
-		switch {
-		case t.Type == task.TypeAllocProvisionUser && t.ID == a.ProvisionTaskID && a.State == api.AllocationProvisioning:
-			a.State, a.StateReason = api.AllocationActive, ""
-			if reason != "" {
-				a.State, a.StateReason = api.AllocationFailed, reason
-			}
-		case t.Type == task.TypeAllocDeprovisionUser && t.ID == a.ReleaseTaskID && a.State == api.AllocationReleasing:
-			a.State, a.StateReason = api.AllocationReleased, ""
-			if reason != "" {
-				a.State, a.StateReason = api.AllocationReleasing, reason
-			}
-		default:
-			return errNoChange
-		}
-		a.UpdatedAt = s.now().UTC()
-		return nil
-	})
-	if errors.Is(err, errNoChange) {
-		return
-	}
-	if err != nil {
-		s.log.Warn("allocation task result", "allocation_id", p.AllocationID, "task_id", t.ID, "err", err,
-			"correlation_id", t.CorrelationID)
-		return
-	}
-	s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "allocation.state", Target: a.ID, Result: string(a.State),
-		CID: t.CorrelationID, Detail: "task=" + t.ID + " " + reason})
+	s.settle(ctx, p.AllocationID, t, e.Result)
 }

@@ -455,6 +455,7 @@ func (s *Server) Serve(ctx context.Context, opLn, nodeLn net.Listener) error {
 	g.Go(func() error { s.tasks.Reap(gctx); return nil })
 	g.Go(func() error { s.tasks.RunFallback(gctx); return nil })
 	g.Go(func() error { s.sliceRoom.RunSweeper(gctx, sliceflow.SweepInterval); return nil })
+	g.Go(func() error { s.allocs.RunSweeper(gctx, allocations.SweepInterval); return nil })
 	g.Go(func() error { s.health.Run(gctx); return nil })
 	g.Go(func() error { s.term.Run(gctx); return nil })
 	g.Go(func() error { s.keys.Run(gctx); return nil })
