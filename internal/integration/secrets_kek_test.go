@@ -6,9 +6,11 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/drover-dev/drover/internal/cp/kek"
 	"github.com/drover-dev/drover/internal/cp/server"
+	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -32,10 +34,25 @@ func TestSecretsAfterKEKRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	// A dashboard session begun before the rotation: its operator token
+	// sealed with the old KEK.
+	sealedToken, err := testKEK().Seal("dashboard_session/hash-s", []byte("operator-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateDashboardSession(ctx, store.DashboardSession{IDHash: "hash-s", TokenID: "tok_s", Token: sealedToken,
+		CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}, 0); err != nil {
+		t.Fatal(err)
+	}
 	newRing := kek.NewRing(newKey)
 	n, err := server.SealAtRest(ctx, st, kek.NewRing(newKey, testKEKKey()), testLogger(t))
-	if err != nil || n < 3 { // the CA key, a signing key, the workload secret
+	if err != nil || n < 4 { // the CA key, a signing key, the workload secret, the session
 		t.Fatalf("rotate: %d rows rewritten, %v", n, err)
+	}
+	if ds, err := st.GetDashboardSession(ctx, "hash-s"); err != nil {
+		t.Fatal(err)
+	} else if tok, err := newRing.Open("dashboard_session/hash-s", ds.Token); err != nil || string(tok) != "operator-token" {
+		t.Errorf("the session's token after the rotation: %q, %v; want it sealed with the new KEK", tok, err)
 	}
 	ws, err := st.GetWorkloadSecret(ctx, "db-password")
 	if err != nil {

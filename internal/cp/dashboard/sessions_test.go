@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -29,13 +30,19 @@ func sharedSessions(t *testing.T) (*sqlite.Store, *kek.Ring) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return st, kek.NewRing(newKEK(t))
+}
+
+// newKEK is a random key-encryption key.
+func newKEK(t *testing.T) *kek.Key {
+	t.Helper()
 	raw := make([]byte, kek.Size)
 	rand.Read(raw)
 	k, err := kek.New(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st, kek.NewRing(k)
+	return k
 }
 
 // sessionCookieOf is the browser's session cookie as it would send it to ts.
@@ -208,5 +215,54 @@ func TestSessionsPerTokenBounded(t *testing.T) {
 				t.Error("another token's session ended")
 			}
 		})
+	}
+}
+
+// TestResealSessionsAfterKEKRotation: after a KEK rotation the sessions'
+// operator tokens are sealed with the new KEK, so the session still works
+// once the old KEK is dropped and the old KEK opens none of them; a
+// session no KEK of the ring opens is deleted, and a second run changes
+// nothing.
+func TestResealSessionsAfterKEKRotation(t *testing.T) {
+	st, _ := sharedSessions(t)
+	oldKey, newKey := newKEK(t), newKEK(t)
+	oldRing := kek.NewRing(oldKey)
+	a, _ := newTestServerWith(t, func(c *Config) { c.Sessions, c.Sealer = st, oldRing })
+	c, _ := login(t, a, longToken)
+	ck := sessionCookieOf(t, c, a)
+	strangers := kek.NewRing(newKEK(t)) // a KEK this deployment never had
+	foreign, err := strangers.Seal(sealName("hash-foreign"), []byte(longToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateDashboardSession(t.Context(), store.DashboardSession{IDHash: "hash-foreign", Token: foreign,
+		CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	rotated := kek.NewRing(newKey, oldKey)
+	n, err := ResealSessions(t.Context(), st, rotated, slog.New(slog.DiscardHandler))
+	if err != nil || n != 1 {
+		t.Fatalf("reseal: %d, %v; want 1 session sealed again", n, err)
+	}
+	ds, err := st.GetDashboardSession(t.Context(), hashOf(ck.Value))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := kek.KeyID(ds.Token); id != newKey.ID() {
+		t.Errorf("the session is sealed with KEK %q, want the new %q", id, newKey.ID())
+	}
+	if _, err := oldRing.Open(sealName(ds.IDHash), ds.Token); err == nil {
+		t.Error("the old KEK still opens the session's operator token")
+	}
+	if _, err := st.GetDashboardSession(t.Context(), "hash-foreign"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a session no KEK opens: %v, want deleted", err)
+	}
+	b, _ := newTestServerWith(t, func(c *Config) { c.Sessions, c.Sealer = st, kek.NewRing(newKey) })
+	if !fleetWith(t, b, ck) {
+		t.Error("the session did not survive the old KEK's retirement")
+	}
+	if n, err := ResealSessions(t.Context(), st, rotated, slog.New(slog.DiscardHandler)); err != nil || n != 0 {
+		t.Errorf("a second run: %d, %v; want nothing to do", n, err)
 	}
 }

@@ -237,8 +237,9 @@ var (
 	ErrKEKMismatch = keys.ErrKEKMismatch
 )
 
-// SealAtRest encrypts every private key and workload secret in st with
-// ring's primary KEK (see keys.SealAtRest and keys.SealWorkloadSecrets):
+// SealAtRest encrypts every private key, workload secret and dashboard
+// session's operator token in st with ring's primary KEK (see
+// keys.SealAtRest, keys.SealWorkloadSecrets and dashboard.ResealSessions):
 // `drover keys rotate-kek` runs it offline.
 func SealAtRest(ctx context.Context, st store.Store, ring *kek.Ring, log *slog.Logger) (int, error) {
 	n, err := keys.SealAtRest(ctx, st, ring, log)
@@ -246,7 +247,11 @@ func SealAtRest(ctx context.Context, st store.Store, ring *kek.Ring, log *slog.L
 		return n, err
 	}
 	m, err := keys.SealWorkloadSecrets(ctx, st, ring, log)
-	return n + m, err
+	if err != nil {
+		return n + m, err
+	}
+	d, err := dashboard.ResealSessions(ctx, st, ring, log)
+	return n + m + d, err
 }
 
 // Server is one control-plane replica.
@@ -313,6 +318,11 @@ func New(ctx context.Context, cfg Config, st store.Store) (*Server, error) {
 			// Those rows stay as they are: fetching them fails
 			// (secrets_injection_failed on the node) until set again.
 			s.log.Warn("workload secrets that do not open with the key-encryption key", "err", err)
+		}
+		// Dashboard sessions' operator tokens, likewise: after a rotation
+		// the retired KEK must open none of them.
+		if _, err := dashboard.ResealSessions(ctx, st, cfg.KEK, s.log); err != nil {
+			s.log.Warn("dashboard sessions not sealed again with the key-encryption key", "err", err)
 		}
 	}
 	if cfg.NodeURL == "" {

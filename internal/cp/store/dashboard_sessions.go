@@ -34,4 +34,11 @@ type DashboardSessionStore interface {
 	// DeleteExpiredDashboardSessions removes the sessions whose ExpiresAt
 	// is not after now, and returns how many.
 	DeleteExpiredDashboardSessions(ctx context.Context, now time.Time) (int, error)
+	// ListDashboardSessions returns every session, its token sealed, oldest
+	// first (at most 32 per operator token: CreateDashboardSession's keep).
+	ListDashboardSessions(ctx context.Context) ([]DashboardSession, error)
+	// ReplaceDashboardSessionToken sets a session's sealed token to token
+	// if it still is old (sealing it again with a new key-encryption key):
+	// ErrNotFound if the session is gone, ErrConflict if its token changed.
+	ReplaceDashboardSessionToken(ctx context.Context, idHash string, old, token []byte) error
 }

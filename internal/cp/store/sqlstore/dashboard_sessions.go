@@ -41,23 +41,56 @@ func (s *Store) CreateDashboardSession(ctx context.Context, ds store.DashboardSe
 	})
 }
 
-// GetDashboardSession implements store.Store.
-func (s *Store) GetDashboardSession(ctx context.Context, idHash string) (store.DashboardSession, error) {
+const sessionCols = `id_hash, token_id, token, csrf, created_at, expires_at`
+
+func scanSession(r Row) (store.DashboardSession, error) {
 	var (
 		ds               store.DashboardSession
 		token            string
 		created, expires int64
 	)
-	err := s.db.QueryRow(ctx, `SELECT id_hash, token_id, token, csrf, created_at, expires_at FROM dashboard_sessions
-		WHERE id_hash = $1`, idHash).Scan(&ds.IDHash, &ds.TokenID, &token, &ds.CSRF, &created, &expires)
-	if err != nil {
-		return store.DashboardSession{}, notFound(err, "get dashboard session")
+	if err := r.Scan(&ds.IDHash, &ds.TokenID, &token, &ds.CSRF, &created, &expires); err != nil {
+		return store.DashboardSession{}, err
 	}
+	var err error
 	if ds.Token, err = unb64(token); err != nil {
-		return store.DashboardSession{}, fmt.Errorf("get dashboard session: token: %w", err)
+		return store.DashboardSession{}, fmt.Errorf("token: %w", err)
 	}
 	ds.CreatedAt, ds.ExpiresAt = tm(created), tm(expires)
 	return ds, nil
+}
+
+// GetDashboardSession implements store.Store.
+func (s *Store) GetDashboardSession(ctx context.Context, idHash string) (store.DashboardSession, error) {
+	ds, err := scanSession(s.db.QueryRow(ctx, `SELECT `+sessionCols+` FROM dashboard_sessions WHERE id_hash = $1`, idHash))
+	if err != nil {
+		return store.DashboardSession{}, notFound(err, "get dashboard session")
+	}
+	return ds, nil
+}
+
+// ListDashboardSessions implements store.Store.
+func (s *Store) ListDashboardSessions(ctx context.Context) ([]store.DashboardSession, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+sessionCols+` FROM dashboard_sessions ORDER BY created_at, id_hash`)
+	if err != nil {
+		return nil, fmt.Errorf("list dashboard sessions: %w", err)
+	}
+	defer rows.Close()
+	var out []store.DashboardSession
+	for rows.Next() {
+		ds, err := scanSession(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list dashboard sessions: %w", err)
+		}
+		out = append(out, ds)
+	}
+	return out, rows.Err()
+}
+
+// ReplaceDashboardSessionToken implements store.Store like ReplaceSecret.
+func (s *Store) ReplaceDashboardSessionToken(ctx context.Context, idHash string, old, token []byte) error {
+	return s.replace(ctx, "dashboard session", `UPDATE dashboard_sessions SET token = $3 WHERE id_hash = $1 AND token = $2`,
+		`SELECT COUNT(*) FROM dashboard_sessions WHERE id_hash = $1`, idHash, old, token)
 }
 
 // DeleteDashboardSession implements store.Store.

@@ -11,6 +11,7 @@ import (
 var dashboardSessionCases = []testCase{
 	{"DashboardSession/Lifecycle", testDashboardSessionLifecycle},
 	{"DashboardSession/KeepPerToken", testDashboardSessionKeepPerToken},
+	{"DashboardSession/ListReplace", testDashboardSessionListReplace},
 }
 
 // testDashboardSessionLifecycle: a session reads back as created (its
@@ -65,4 +66,31 @@ func testDashboardSessionKeepPerToken(t *testing.T, s store.Store) {
 			t.Errorf("session %s: %v, want live=%v", h, err, live)
 		}
 	}
+}
+
+// testDashboardSessionListReplace: every session is listed oldest first
+// with its sealed token, and a token is replaced only while it is still
+// the one read (ErrConflict otherwise, ErrNotFound for a session gone).
+func testDashboardSessionListReplace(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	list, err := s.ListDashboardSessions(ctx)
+	must(t, err)
+	diff(t, "no sessions", list, []store.DashboardSession(nil))
+	a := store.DashboardSession{IDHash: "hash-a", TokenID: "tok_a", Token: []byte("sealed-a\x00\xff"), CSRF: "ca",
+		CreatedAt: at(time.Second), ExpiresAt: at(time.Hour)}
+	b := store.DashboardSession{IDHash: "hash-b", TokenID: "tok_b", Token: []byte("sealed-b"), CSRF: "cb",
+		CreatedAt: base, ExpiresAt: at(time.Hour)}
+	must(t, s.CreateDashboardSession(ctx, a, 0))
+	must(t, s.CreateDashboardSession(ctx, b, 0))
+	list, err = s.ListDashboardSessions(ctx)
+	must(t, err)
+	diff(t, "sessions oldest first", list, []store.DashboardSession{b, a})
+
+	wantErr(t, s.ReplaceDashboardSessionToken(ctx, "hash-a", []byte("not it"), []byte("new")), store.ErrConflict)
+	wantErr(t, s.ReplaceDashboardSessionToken(ctx, "gone", a.Token, []byte("new")), store.ErrNotFound)
+	must(t, s.ReplaceDashboardSessionToken(ctx, "hash-a", a.Token, []byte("resealed\xfe")))
+	got, err := s.GetDashboardSession(ctx, "hash-a")
+	must(t, err)
+	a.Token = []byte("resealed\xfe")
+	diff(t, "the replaced session", got, a)
 }
