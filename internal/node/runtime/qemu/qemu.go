@@ -113,6 +113,10 @@ type Runtime struct {
 
 	digestKey []byte // keys secretsDigest; random, in memory only
 
+	// pickPorts chooses the forwards' host ports (pickPorts; a test's
+	// picker hands out a taken port).
+	pickPorts func([]api.PortForward) (map[string]int, error)
+
 	wg sync.WaitGroup // monitor and readiness goroutines
 }
 
@@ -179,6 +183,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		subs:       map[chan runtime.Event]struct{}{},
 		infos:      map[infoKey]image.Info{},
 		digestKey:  make([]byte, 32),
+		pickPorts:  pickPorts,
 	}
 	if _, err := rand.Read(r.digestKey); err != nil {
 		return nil, fmt.Errorf("qemu: digest key: %w", err)

@@ -31,7 +31,8 @@ const qmpDialTimeout = 10 * time.Second
 // image_pull_failed naming spec.image), launches a daemonized QEMU (its
 // start-up errors come back as vm_start_failed carrying QEMU's message)
 // and returns once the process runs and QMP answers. Starting a running
-// instance is a no-op.
+// instance is a no-op. A host port chosen for a forward that someone else
+// bound before QEMU did is chosen again (forwardTries).
 func (r *Runtime) Start(ctx context.Context, id string) (runtime.Status, error) {
 	unlock := r.lockID(id)
 	defer unlock()
@@ -46,7 +47,35 @@ func (r *Runtime) Start(ctx context.Context, id string) (runtime.Status, error) 
 		return in.status(), nil
 	}
 	err := r.launch(ctx, in)
+	for try := 1; try < forwardTries && errors.Is(err, errForwardTaken); try++ {
+		r.log.Info("a forward's host port was taken before QEMU bound it; starting again with other ports", "id", id, "err", err)
+		err = r.launch(ctx, in)
+	}
 	return in.status(), err
+}
+
+// errForwardTaken marks a start that failed because a host port chosen
+// for a forward was bound by someone else between its choice and QEMU's
+// bind: a port from the kernel's ephemeral range can be taken meanwhile
+// by any outgoing connection on the host.
+var errForwardTaken = errors.New("a host port chosen for a forward was taken before QEMU bound it")
+
+// forwardTries bounds the starts of one Start call that choose the
+// forwards' ports again.
+const forwardTries = 3
+
+// forwardTaken says whether QEMU's start-up message out is its refusal of
+// a forward's host port that pickPorts chose (not one the spec fixed).
+func forwardTaken(out string, fwds []api.PortForward) bool {
+	if !strings.Contains(out, "Could not set up host forwarding rule") {
+		return false
+	}
+	for _, f := range fwds {
+		if f.HostPort == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // CommandLine returns the QEMU binary and the arguments Start would run for
@@ -59,7 +88,7 @@ func (r *Runtime) CommandLine(ctx context.Context, id string) (string, []string,
 	if in == nil {
 		return "", nil, notFound("command line", id)
 	}
-	ports, err := pickPorts(in.spec.Ports)
+	ports, err := r.pickPorts(in.spec.Ports)
 	if err != nil {
 		return "", nil, err
 	}
@@ -161,7 +190,7 @@ func (r *Runtime) launch(ctx context.Context, in *instance) error {
 		return fail(api.ReasonVolumeAttachFailed, "%w", err)
 	}
 
-	ports, err := pickPorts(spec.Ports)
+	ports, err := r.pickPorts(spec.Ports)
 	if err != nil {
 		return fail(api.ReasonNetworkSetupFailed, "%w", err)
 	}
@@ -237,6 +266,9 @@ func (r *Runtime) launch(ctx context.Context, in *instance) error {
 		if msg == "" {
 			msg = err.Error()
 		}
+		if forwardTaken(msg, spec.Ports) {
+			return fail(api.ReasonVMStartFailed, "qemu: %s (%w)", msg, errForwardTaken)
+		}
 		return fail(api.ReasonVMStartFailed, "qemu: %s", msg)
 	}
 	pid, err := readPidFile(l.PIDFile)
@@ -271,7 +303,7 @@ func (r *Runtime) launch(ctx context.Context, in *instance) error {
 
 // pickPorts returns the host port of every forward, choosing a free one on
 // 127.0.0.1 where HostPort is 0. (A chosen port can be taken by someone else
-// before QEMU binds it; QEMU then fails to start with its message.)
+// before QEMU binds it; QEMU then fails to start, and Start chooses again.)
 func pickPorts(fwds []api.PortForward) (map[string]int, error) {
 	if len(fwds) == 0 {
 		return nil, nil
