@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -54,6 +55,26 @@ func (p *auditProbe) CancelTask(ctx context.Context, id string, at time.Time, au
 	t, err := p.Store.CancelTask(ctx, id, at, audit)
 	if err == nil {
 		p.check(ctx, id, "task.cancel")
+	}
+	return t, err
+}
+
+func (p *auditProbe) ClaimTasks(ctx context.Context, nodeID string, now time.Time, leases store.ClaimLeases, max int,
+	audit func([]store.Task) []store.AuditEvent) ([]store.Task, error) {
+	ts, err := p.Store.ClaimTasks(ctx, nodeID, now, leases, max, audit)
+	if err == nil {
+		for _, t := range ts {
+			p.check(ctx, t.ID, "task.claim")
+		}
+	}
+	return ts, err
+}
+
+func (p *auditProbe) CompleteTask(ctx context.Context, nodeID, taskID string, state api.TaskState, result json.RawMessage,
+	resultHash string, at time.Time, audit func(store.Task) []store.AuditEvent) (store.Task, error) {
+	t, err := p.Store.CompleteTask(ctx, nodeID, taskID, state, result, resultHash, at, audit)
+	if err == nil {
+		p.check(ctx, taskID, "task.result")
 	}
 	return t, err
 }
@@ -167,8 +188,9 @@ func TestTokenAndSecretChangesStoredWithAudit(t *testing.T) {
 }
 
 // TestTaskChangesStoredWithAudit: an operator's enqueue, batch enqueue and
-// cancel store their audit record with the change, so the node's claim of
-// a task it was parked waiting for is recorded after the enqueue.
+// cancel, and a node's claim and result, store their audit record with the
+// change, so the node's claim of a task it was parked waiting for is
+// recorded after the enqueue.
 func TestTaskChangesStoredWithAudit(t *testing.T) {
 	p := &auditProbe{Store: openSQLite(t)}
 	e := startEnv(t, p)
@@ -200,6 +222,11 @@ func TestTaskChangesStoredWithAudit(t *testing.T) {
 	if want := []string{"task.enqueue", "task.claim"}; !slices.Equal(actions, want) {
 		t.Errorf("records of %s: %v, want %v", task.ID, actions, want)
 	}
+	res := api.TaskResult{Status: api.ResultSucceeded, Output: json.RawMessage(`{"message":"parked"}`),
+		CorrelationID: task.CorrelationID, FinishedAt: time.Now().UTC()}
+	if st, _, body := e.nodeCall(n.id.client, http.MethodPost, nodePath("node-a", "/tasks/"+task.ID+"/result"), res); st != http.StatusOK {
+		t.Fatalf("result: %d %s", st, body)
+	}
 
 	echo := api.EnqueueTaskRequest{NodeID: "node-a", Type: "diag.echo", Params: []byte(`{"message":"batch"}`)}
 	var batch api.EnqueueTaskBatchResponse
@@ -210,5 +237,5 @@ func TestTaskChangesStoredWithAudit(t *testing.T) {
 	if st := e.op(http.MethodPost, "/api/v1/tasks/"+batch.Tasks[1].ID+"/cancel", nil, nil); st != http.StatusOK {
 		t.Fatalf("cancel: HTTP %d", st)
 	}
-	p.verify(t, 4) // the enqueue, the batch, the cancel and the claim's enqueue above
+	p.verify(t, 6) // the parked task's enqueue, claim and result, the batch and the cancel
 }

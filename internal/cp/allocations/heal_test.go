@@ -100,7 +100,7 @@ func (r *healRig) task(id, typ, allocation string, state api.TaskState) {
 		res = api.TaskResult{Status: api.ResultFailed, Error: &api.ResultError{Code: "userdel_failed", Message: "busy"}}
 	}
 	b, _ := json.Marshal(res)
-	if _, err := r.st.CompleteTask(ctx, "h1", id, state, b, "hash-"+id, r.now()); err != nil {
+	if _, err := r.st.CompleteTask(ctx, "h1", id, state, b, "hash-"+id, r.now(), nil); err != nil {
 		r.t.Fatal(err)
 	}
 }

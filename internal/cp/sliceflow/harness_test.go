@@ -171,7 +171,7 @@ func (h *harness) answer(id string, ok bool, output any, publish bool) {
 		res.Error = &api.ResultError{Code: "phase_failed", Message: "vfio_bind_check: device busy"}
 	}
 	raw, _ := json.Marshal(res)
-	t, err := h.st.CompleteTask(h.ctx, "h1", id, state, raw, "", now)
+	t, err := h.st.CompleteTask(h.ctx, "h1", id, state, raw, "", now, nil)
 	if err != nil {
 		h.t.Fatal(err)
 	}

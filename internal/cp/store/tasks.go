@@ -81,8 +81,12 @@ type TaskStore interface {
 	ClaimTaskLeases(ctx context.Context, nodeID string, now time.Time, leases ClaimLeases) (t Task, ok bool, err error)
 	// ClaimTasks is ClaimTaskLeases for up to max tasks of nodeID at once,
 	// in one statement: the oldest first, none when the host is disabled or
-	// revoked, each claimed by one caller only. max < 1 is one.
-	ClaimTasks(ctx context.Context, nodeID string, now time.Time, leases ClaimLeases, max int) ([]Task, error)
+	// revoked, each claimed by one caller only. max < 1 is one. audit (nil:
+	// none) gives the records of the tasks claimed, which are stored in the
+	// claim's transaction (none when nothing was claimed); it runs inside
+	// the transaction and must not call the store.
+	ClaimTasks(ctx context.Context, nodeID string, now time.Time, leases ClaimLeases, max int,
+		audit func([]Task) []AuditEvent) ([]Task, error)
 	// QueuedTaskNodes returns the distinct node ids with a queued task that
 	// has not expired at now and that ClaimTasks would hand out (not of a
 	// disabled or revoked host): the long-poll fallback wakes those of its
@@ -95,8 +99,11 @@ type TaskStore interface {
 	// CompleteTask records a result for a task of nodeID. Posting a result
 	// with the same hash again returns the task unchanged; a different result
 	// for a terminal task is ErrConflict. ErrNotFound if the task does not
-	// belong to nodeID.
-	CompleteTask(ctx context.Context, nodeID, taskID string, state api.TaskState, result json.RawMessage, resultHash string, at time.Time) (Task, error)
+	// belong to nodeID. audit (nil: none) gives the records of the result
+	// applied, which are stored in its transaction (none for a replay); it
+	// runs inside the transaction and must not call the store.
+	CompleteTask(ctx context.Context, nodeID, taskID string, state api.TaskState, result json.RawMessage, resultHash string,
+		at time.Time, audit func(Task) []AuditEvent) (Task, error)
 	// CancelTask cancels a task that is not terminal; ErrConflict otherwise.
 	// The records audit (when not nil) returns for the canceled task are
 	// appended in the same transaction; it must not call the store.

@@ -126,7 +126,15 @@ func (s *Room) claimOnWake(w http.ResponseWriter, r *http.Request, nodeID string
 //go:noinline
 func (s *Room) claimAndDeliver(w http.ResponseWriter, r *http.Request, nodeID string, max int) (bool, error) {
 	now := s.cfg.Now().UTC()
-	ts, err := s.store.ClaimTasks(r.Context(), nodeID, now, s.claimLeases(now), max)
+	ctx := r.Context()
+	ts, err := s.store.ClaimTasks(ctx, nodeID, now, s.claimLeases(now), max, func(ts []store.Task) []store.AuditEvent {
+		claims := make([]store.AuditEvent, len(ts))
+		for i, t := range ts {
+			claims[i] = s.audit.Event(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.claim", Target: t.ID,
+				Result: "dispatched", CID: t.CorrelationID, Detail: fmt.Sprintf("type=%s attempt=%d", t.Type, t.Attempts)})
+		}
+		return claims
+	})
 	// A claim that committed although its request was given up is
 	// leased, and requeued when its lease ends, as any lost delivery.
 	if err != nil || len(ts) == 0 {
@@ -181,25 +189,19 @@ func (s *Room) claimLeases(now time.Time) store.ClaimLeases {
 }
 
 // deliver signs claimed tasks and writes them to the agent, the first as
-// the delivery and the rest as its More. A task that cannot be signed
-// fails the request; the tasks stay dispatched and are requeued when their
-// lease ends, as when a delivery is lost on the way.
+// the delivery and the rest as its More (their claim was recorded with the
+// claim). A task that cannot be signed fails the request; the tasks stay
+// dispatched and are requeued when their lease ends, as when a delivery is
+// lost on the way.
 func (s *Room) deliver(w http.ResponseWriter, r *http.Request, nodeID string, ts []store.Task) error {
 	ds := make([]api.TaskDelivery, 0, len(ts))
-	claims := make([]audit.Entry, 0, len(ts))
 	for _, t := range ts {
 		d, err := s.delivery(r, nodeID, t)
 		if err != nil {
-			s.audit.RecordAll(r.Context(), claims)
 			return err
 		}
 		ds = append(ds, d)
-		claims = append(claims, audit.Entry{Actor: "node:" + nodeID, Action: "task.claim", Target: t.ID, Result: "dispatched",
-			CID: t.CorrelationID, Detail: fmt.Sprintf("type=%s attempt=%d", t.Type, t.Attempts)})
 	}
-	// One audit write for the whole claim, not one group commit per task
-	// before the answer.
-	s.audit.RecordAll(r.Context(), claims)
 	out := ds[0]
 	if len(ds) > 1 {
 		out.More = ds[1:]
@@ -302,17 +304,20 @@ func (s *Room) complete(ctx context.Context, nodeID, taskID string, res api.Task
 		return store.Task{}, err
 	}
 	sum := sha256.Sum256(canon)
-	t, err := s.store.CompleteTask(ctx, nodeID, taskID, state, canon, hex.EncodeToString(sum[:]), s.cfg.Now().UTC())
+	// The result's record is stored with it, so it comes before what the
+	// result causes (a health probe's host.health, a workflow's next step);
+	// a replay of a result already applied stores none.
+	t, err := s.store.CompleteTask(ctx, nodeID, taskID, state, canon, hex.EncodeToString(sum[:]), s.cfg.Now().UTC(),
+		func(t store.Task) []store.AuditEvent {
+			return []store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.result",
+				Target: taskID, Result: string(t.State), CID: t.CorrelationID})}
+		})
 	if err != nil {
 		s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.result", Target: taskID, Result: "refused",
 			CID: res.CorrelationID, Detail: err.Error()})
 		return store.Task{}, httpapi.StoreError(err, "task", taskID)
 	}
 	s.metrics.Results.WithLabelValues(string(t.State)).Inc()
-	// The result's audit comes before what the result causes (a health
-	// probe's host.health, a workflow's next step).
-	s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.result", Target: taskID, Result: string(t.State),
-		CID: t.CorrelationID})
 	s.taskFinished(ctx, t)
 	httpapi.Logger(ctx, s.log).Info("task result", "task_id", taskID, "node_id", nodeID, "state", t.State,
 		"task_correlation_id", t.CorrelationID)

@@ -33,9 +33,10 @@ type countingStore struct {
 	afterClaim atomic.Pointer[func()]
 }
 
-func (c *countingStore) ClaimTasks(ctx context.Context, nodeID string, now time.Time, l store.ClaimLeases, max int) ([]store.Task, error) {
+func (c *countingStore) ClaimTasks(ctx context.Context, nodeID string, now time.Time, l store.ClaimLeases, max int,
+	audit func([]store.Task) []store.AuditEvent) ([]store.Task, error) {
 	c.claims.Add(1)
-	ts, err := c.Store.ClaimTasks(ctx, nodeID, now, l, max)
+	ts, err := c.Store.ClaimTasks(ctx, nodeID, now, l, max, audit)
 	if f := c.afterClaim.Load(); f != nil {
 		(*f)()
 	}

@@ -38,6 +38,11 @@ type taskReq struct {
 	taskID, state, result, hash string
 	at                          int64
 
+	// audit (nil: none) gives the records of what the request claimed or
+	// applied, written in the group's transaction (ClaimTasks' and
+	// CompleteTask's audit).
+	audit func([]store.Task) []store.AuditEvent
+
 	skipped bool         // left out of the group: the caller runs the single path
 	ok      bool         // a task was claimed, or the result applied
 	tasks   []store.Task // the claimed tasks (oldest first) or the updated one, when ok
@@ -79,17 +84,20 @@ type taskReq struct {
 // that error and not run.
 type taskBatcher struct {
 	pool *pgxpool.Pool
-	reqs chan *taskReq
-	quit chan struct{}
-	wg   sync.WaitGroup
-	once sync.Once
+	// appendAudits writes records in a transaction (sqlstore's
+	// AppendAuditsTx).
+	appendAudits func(ctx context.Context, tx sqlstore.DB, es []store.AuditEvent) error
+	reqs         chan *taskReq
+	quit         chan struct{}
+	wg           sync.WaitGroup
+	once         sync.Once
 	// alone: the last two groups held at most one node (run's goroutine
 	// only).
 	alone bool
 }
 
-func newTaskBatcher(pool *pgxpool.Pool) *taskBatcher {
-	b := &taskBatcher{pool: pool, reqs: make(chan *taskReq), quit: make(chan struct{})}
+func newTaskBatcher(pool *pgxpool.Pool, appendAudits func(context.Context, sqlstore.DB, []store.AuditEvent) error) *taskBatcher {
+	b := &taskBatcher{pool: pool, appendAudits: appendAudits, reqs: make(chan *taskReq), quit: make(chan struct{})}
 	b.wg.Add(1)
 	go b.run()
 	return b
@@ -226,8 +234,24 @@ func (b *taskBatcher) flush(batch []*taskReq) {
 		out [][][]store.Task
 		err error
 	)
+	records := func(out [][][]store.Task) []store.AuditEvent {
+		var es []store.AuditEvent
+		for i, g := range groups {
+			for j, r := range g {
+				if r.audit != nil && len(out[i][j]) > 0 {
+					es = append(es, r.audit(out[i][j])...)
+				}
+			}
+		}
+		return es
+	}
+	audited := slices.ContainsFunc(batch, func(r *taskReq) bool { return r.audit != nil && !r.skipped && r.err == nil })
 	for range maxTxAttempts {
-		out, err = b.exec(stmts)
+		if audited {
+			out, err = b.execAudited(stmts, records)
+		} else {
+			out, err = b.exec(stmts)
+		}
 		if err == nil || !isRetryable(err) {
 			break
 		}
@@ -298,6 +322,49 @@ func (b *taskBatcher) exec(stmts []stmt) ([][][]store.Task, error) {
 	// Close reads up to the end of the implicit transaction: a failed
 	// commit is reported here.
 	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// execAudited is exec in an explicit transaction that also writes the
+// audit records of the rows (records) before its commit: a request's
+// change and its records are committed together or not at all. It costs
+// three round trips more than exec (BEGIN, the records, COMMIT), where
+// each request's records written after the group would have cost a
+// commit of their own.
+func (b *taskBatcher) execAudited(stmts []stmt, records func([][][]store.Task) []store.AuditEvent) ([][][]store.Task, error) {
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // after the commit: nothing to do
+	out := make([][][]store.Task, len(stmts))
+	var pb pgx.Batch
+	for _, s := range stmts {
+		pb.Queue(s.sql, s.args...)
+	}
+	br := tx.SendBatch(ctx, &pb)
+	for i, s := range stmts {
+		rows, err := br.Query()
+		if err == nil {
+			out[i], err = collectRows(rows, s)
+		}
+		if err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	if es := records(out); len(es) > 0 {
+		if err := b.appendAudits(ctx, &txDB{tx: tx}, es); err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return nil, err
 	}
 	return out, nil

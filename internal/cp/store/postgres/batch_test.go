@@ -195,20 +195,20 @@ func TestGroupResults(t *testing.T) {
 	}
 	// What CompleteTask answers for those afterwards: the single path.
 	first := batch[1].task
-	if got, err := s.CompleteTask(ctx, "n0", "t0-0", api.TaskSucceeded, testResult, "h", now.Add(time.Second)); err != nil ||
+	if got, err := s.CompleteTask(ctx, "n0", "t0-0", api.TaskSucceeded, testResult, "h", now.Add(time.Second), nil); err != nil ||
 		!got.FinishedAt.Equal(first.FinishedAt) {
 		t.Errorf("replay: %+v, %v; want the stored task", got, err)
 	}
-	if _, err := s.CompleteTask(ctx, "n0", "t0-0", api.TaskSucceeded, testResult, "other", now); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.CompleteTask(ctx, "n0", "t0-0", api.TaskSucceeded, testResult, "other", now, nil); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("other result: %v; want ErrConflict", err)
 	}
-	if _, err := s.CompleteTask(ctx, "n2", "t9-0", api.TaskSucceeded, testResult, "x", now); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.CompleteTask(ctx, "n2", "t9-0", api.TaskSucceeded, testResult, "x", now, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("another node's task: %v; want ErrNotFound", err)
 	}
-	if _, err := s.CompleteTask(ctx, "n1", "nope", api.TaskSucceeded, testResult, "h", now); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.CompleteTask(ctx, "n1", "nope", api.TaskSucceeded, testResult, "h", now, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("unknown task: %v; want ErrNotFound", err)
 	}
-	if got, err := s.CompleteTask(ctx, "n9", "t9-0", api.TaskSucceeded, testResult, "h", now); err != nil ||
+	if got, err := s.CompleteTask(ctx, "n9", "t9-0", api.TaskSucceeded, testResult, "h", now, nil); err != nil ||
 		got.State != api.TaskSucceeded || got.ResultHash != "h" {
 		t.Errorf("n9's own result after the group: %+v, %v", got, err)
 	}
@@ -323,7 +323,7 @@ func testGroupConcurrent(t *testing.T, max int) {
 		node := fmt.Sprintf("n%d", n)
 		wg.Go(func() {
 			for {
-				claimed, err := s.ClaimTasks(ctx, node, now, leases, max)
+				claimed, err := s.ClaimTasks(ctx, node, now, leases, max, nil)
 				if err != nil || len(claimed) == 0 {
 					if err != nil {
 						t.Error(err)
@@ -342,12 +342,12 @@ func testGroupConcurrent(t *testing.T, max int) {
 					errs := make([]error, 3)
 					for i := range 2 {
 						inner.Go(func() {
-							got[i], errs[i] = s.CompleteTask(ctx, node, task.ID, api.TaskSucceeded, testResult, "h", time.Now())
+							got[i], errs[i] = s.CompleteTask(ctx, node, task.ID, api.TaskSucceeded, testResult, "h", time.Now(), nil)
 						})
 					}
 					inner.Go(func() {
 						other := fmt.Sprintf("n%d", (n+1)%nodes)
-						_, errs[2] = s.CompleteTask(ctx, other, task.ID, api.TaskFailed, testResult, "x", time.Now())
+						_, errs[2] = s.CompleteTask(ctx, other, task.ID, api.TaskFailed, testResult, "x", time.Now(), nil)
 					})
 					inner.Wait()
 					if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], store.ErrNotFound) {

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -77,14 +78,27 @@ func BenchmarkClaimResult(b *testing.B) {
 		rounds = n
 	}
 	for range rounds {
-		for _, mode := range []string{"raw", "store"} {
+		for _, mode := range benchModes() {
 			benchClaimMode(ctx, b, mode, newDB)
 		}
 	}
 }
 
-// benchClaimMode is one sub-benchmark of BenchmarkClaimResult: mode "raw"
-// or "store" on a fresh database of newDB.
+// benchModes is DROVER_BENCH_MODES (comma-separated), else raw and
+// store. The modes: raw (the textbook loop), store (the store's claim and
+// result without audit records), audit-after (each with its record
+// written after it, as the tasks room did before its records went into the
+// claim's and the result's transaction) and audit-tx (the records in
+// them, as the tasks room writes them now).
+func benchModes() []string {
+	if v := os.Getenv("DROVER_BENCH_MODES"); v != "" {
+		return strings.Split(v, ",")
+	}
+	return []string{"raw", "store"}
+}
+
+// benchClaimMode is one sub-benchmark of BenchmarkClaimResult: a mode of
+// benchModes on a fresh database of newDB.
 func benchClaimMode(ctx context.Context, b *testing.B, mode string, newDB func(*testing.B) string) {
 	b.Run(mode, func(b *testing.B) {
 		dsn := newDB(b)
@@ -104,9 +118,14 @@ func benchClaimMode(ctx context.Context, b *testing.B, mode string, newDB func(*
 		}
 		workers := claimers(b)
 		seedClaimBench(ctx, b, s, b.N, workers)
-		claim := rawClaim
-		if mode == "store" {
-			claim = storeClaim(s)
+		var claim func(ctx context.Context, pool *pgxpool.Pool, node string) (bool, error)
+		switch mode {
+		case "raw":
+			claim = rawClaim
+		case "store", "audit-after", "audit-tx":
+			claim = storeClaim(s, mode)
+		default:
+			b.Fatalf("unknown mode %q", mode)
 		}
 		b.ResetTimer()
 		var wg sync.WaitGroup
@@ -215,15 +234,38 @@ func rawClaim(ctx context.Context, pool *pgxpool.Pool, node string) (bool, error
 	return err == nil, err
 }
 
-// storeClaim is Drover's store path: ClaimTaskLeases, then CompleteTask.
-func storeClaim(s *postgres.Store) func(ctx context.Context, _ *pgxpool.Pool, node string) (bool, error) {
+// storeClaim is Drover's store path: a claim of one task, then its
+// result, with their audit records as mode says (benchModes).
+func storeClaim(s *postgres.Store, mode string) func(ctx context.Context, _ *pgxpool.Pool, node string) (bool, error) {
+	record := func(action string, t store.Task) store.AuditEvent {
+		return store.AuditEvent{Actor: "node:" + t.NodeID, Action: action, Target: t.ID, Result: string(t.State),
+			CorrelationID: t.CorrelationID}
+	}
+	var claimAudit func([]store.Task) []store.AuditEvent
+	var resultAudit func(store.Task) []store.AuditEvent
+	if mode == "audit-tx" {
+		claimAudit = func(ts []store.Task) []store.AuditEvent { return []store.AuditEvent{record("task.claim", ts[0])} }
+		resultAudit = func(t store.Task) []store.AuditEvent { return []store.AuditEvent{record("task.result", t)} }
+	}
+	after := func(ctx context.Context, action string, t store.Task) error {
+		if mode != "audit-after" {
+			return nil
+		}
+		return s.AppendAudit(ctx, record(action, t))
+	}
 	return func(ctx context.Context, _ *pgxpool.Pool, node string) (bool, error) {
 		now := time.Now()
-		t, ok, err := s.ClaimTaskLeases(ctx, node, now, store.ClaimLeases{Default: now.Add(time.Minute)})
-		if err != nil || !ok {
+		ts, err := s.ClaimTasks(ctx, node, now, store.ClaimLeases{Default: now.Add(time.Minute)}, 1, claimAudit)
+		if err != nil || len(ts) == 0 {
 			return false, err
 		}
-		_, err = s.CompleteTask(ctx, node, t.ID, api.TaskSucceeded, benchResult, "h", time.Now())
+		if err := after(ctx, "task.claim", ts[0]); err != nil {
+			return false, err
+		}
+		t, err := s.CompleteTask(ctx, node, ts[0].ID, api.TaskSucceeded, benchResult, "h", time.Now(), resultAudit)
+		if err == nil {
+			err = after(ctx, "task.result", t)
+		}
 		return err == nil, err
 	}
 }

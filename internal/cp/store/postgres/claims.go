@@ -72,7 +72,7 @@ func (s *Store) ClaimTask(ctx context.Context, nodeID string, now, leaseUntil ti
 
 // ClaimTaskLeases implements store.Store: ClaimTasks for one task.
 func (s *Store) ClaimTaskLeases(ctx context.Context, nodeID string, now time.Time, leases store.ClaimLeases) (store.Task, bool, error) {
-	ts, err := s.ClaimTasks(ctx, nodeID, now, leases, 1)
+	ts, err := s.ClaimTasks(ctx, nodeID, now, leases, 1, nil)
 	if err != nil || len(ts) == 0 {
 		return store.Task{}, false, err
 	}
@@ -84,13 +84,15 @@ func (s *Store) ClaimTaskLeases(ctx context.Context, nodeID string, now time.Tim
 // to its node, takes up to max of that node's oldest claimable tasks and
 // is answered only after the commit that holds them. A second claim of a
 // node in one group claims alone after the group (sqlstore's single path).
-func (s *Store) ClaimTasks(ctx context.Context, nodeID string, now time.Time, leases store.ClaimLeases, max int) ([]store.Task, error) {
-	r := &taskReq{claim: true, nodeID: nodeID, now: unixMs(now), lease: unixMs(leases.Default), byType: leases.ByType, max: max}
+func (s *Store) ClaimTasks(ctx context.Context, nodeID string, now time.Time, leases store.ClaimLeases, max int,
+	audit func([]store.Task) []store.AuditEvent) ([]store.Task, error) {
+	r := &taskReq{claim: true, nodeID: nodeID, now: unixMs(now), lease: unixMs(leases.Default), byType: leases.ByType, max: max,
+		audit: audit}
 	if err := s.batch.do(ctx, r); err != nil {
 		return nil, fmt.Errorf("claim task for %q: %w", nodeID, err)
 	}
 	if r.skipped {
-		return s.Store.ClaimTasks(ctx, nodeID, now, leases, max)
+		return s.Store.ClaimTasks(ctx, nodeID, now, leases, max, audit)
 	}
 	return r.tasks, nil
 }

@@ -63,20 +63,21 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, err
 	}
 	hub := sqlstore.NewBroadcaster()
+	base := sqlstore.New(&poolDB{pool: pool}, sqlstore.Dialect{
+		Name:              "postgres",
+		ForUpdate:         " FOR UPDATE",
+		SkipLocked:        " FOR UPDATE SKIP LOCKED",
+		ClaimMany:         "= ANY(ARRAY(%s))",
+		Notify:            notify,
+		TouchHosts:        touchHosts,
+		IsUniqueViolation: isUniqueViolation,
+	})
 	s := &Store{
-		Store: sqlstore.New(&poolDB{pool: pool}, sqlstore.Dialect{
-			Name:              "postgres",
-			ForUpdate:         " FOR UPDATE",
-			SkipLocked:        " FOR UPDATE SKIP LOCKED",
-			ClaimMany:         "= ANY(ARRAY(%s))",
-			Notify:            notify,
-			TouchHosts:        touchHosts,
-			IsUniqueViolation: isUniqueViolation,
-		}),
+		Store: base,
 		pool:  pool,
 		hub:   hub,
 		lis:   newListener(pool.Config().ConnConfig, hub),
-		batch: newTaskBatcher(pool),
+		batch: newTaskBatcher(pool, base.AppendAuditsTx),
 	}
 	return s, nil
 }

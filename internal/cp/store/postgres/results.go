@@ -50,17 +50,20 @@ func resultsStmt(reqs []*taskReq) stmt {
 // apply or left out, to be told a replay (the stored task), a conflict or
 // not found.
 func (s *Store) CompleteTask(ctx context.Context, nodeID, taskID string, state api.TaskState,
-	result json.RawMessage, resultHash string, at time.Time) (store.Task, error) {
+	result json.RawMessage, resultHash string, at time.Time, audit func(store.Task) []store.AuditEvent) (store.Task, error) {
 	if nodeID == "" || at.IsZero() || (state != api.TaskSucceeded && state != api.TaskFailed) {
-		return s.Store.CompleteTask(ctx, nodeID, taskID, state, result, resultHash, at)
+		return s.Store.CompleteTask(ctx, nodeID, taskID, state, result, resultHash, at, audit)
 	}
 	r := &taskReq{nodeID: nodeID, taskID: taskID, state: string(state), result: string(result),
 		hash: resultHash, at: at.UnixMilli()}
+	if audit != nil {
+		r.audit = func(ts []store.Task) []store.AuditEvent { return audit(ts[0]) }
+	}
 	if err := s.batch.do(ctx, r); err != nil {
 		return store.Task{}, fmt.Errorf("complete task %q: %w", taskID, err)
 	}
 	if r.ok {
 		return r.task, nil
 	}
-	return s.Store.CompleteTask(ctx, nodeID, taskID, state, result, resultHash, at)
+	return s.Store.CompleteTask(ctx, nodeID, taskID, state, result, resultHash, at, audit)
 }

@@ -211,7 +211,7 @@ func TestGroupClaimAndResult(t *testing.T) {
 	finished := make([]time.Time, 10)
 	for i := range finished {
 		wg.Go(func() {
-			got, err := s.CompleteTask(ctx, "n1", "t000", api.TaskSucceeded, res, "h1", now.Add(time.Duration(i+1)*time.Second))
+			got, err := s.CompleteTask(ctx, "n1", "t000", api.TaskSucceeded, res, "h1", now.Add(time.Duration(i+1)*time.Second), nil)
 			if err != nil || got.State != api.TaskSucceeded || got.ResultHash != "h1" {
 				t.Errorf("replay %d: %+v %v", i, got, err)
 			}
@@ -224,10 +224,10 @@ func TestGroupClaimAndResult(t *testing.T) {
 			t.Fatalf("result applied more than once: finish times %v", finished)
 		}
 	}
-	if _, err := s.CompleteTask(ctx, "n1", "t000", api.TaskFailed, res, "h2", now); !errors.Is(err, store.ErrConflict) {
+	if _, err := s.CompleteTask(ctx, "n1", "t000", api.TaskFailed, res, "h2", now, nil); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("another result: %v, want conflict", err)
 	}
-	if _, err := s.CompleteTask(ctx, "n2", "t001", api.TaskSucceeded, res, "h1", now); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.CompleteTask(ctx, "n2", "t001", api.TaskSucceeded, res, "h1", now, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("another node's result: %v, want not found", err)
 	}
 	if got, err := s.GetTask(ctx, "t001"); err != nil || got.State != api.TaskDispatched {

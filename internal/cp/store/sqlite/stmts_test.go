@@ -84,15 +84,15 @@ func TestStmtCache(t *testing.T) {
 				t.Fatalf("claim by another node = %v %v", ok, err)
 			}
 			for range 2 {
-				done, err := s.CompleteTask(ctx, "n1", "t1", api.TaskSucceeded, []byte(`{}`), "h", now)
+				done, err := s.CompleteTask(ctx, "n1", "t1", api.TaskSucceeded, []byte(`{}`), "h", now, nil)
 				if err != nil || done.State != api.TaskSucceeded {
 					t.Fatalf("complete = %+v %v", done, err)
 				}
 			}
-			if _, err := s.CompleteTask(ctx, "n1", "t1", api.TaskFailed, []byte(`{}`), "h2", now); err == nil {
+			if _, err := s.CompleteTask(ctx, "n1", "t1", api.TaskFailed, []byte(`{}`), "h2", now, nil); err == nil {
 				t.Errorf("second result with another hash accepted")
 			}
-			if _, err := s.CompleteTask(ctx, "n2", "t2", api.TaskSucceeded, []byte(`{}`), "h", now); err == nil {
+			if _, err := s.CompleteTask(ctx, "n2", "t2", api.TaskSucceeded, []byte(`{}`), "h", now, nil); err == nil {
 				t.Errorf("result by another node accepted")
 			}
 

@@ -182,6 +182,13 @@ func (s *Store) auditArgs(es []store.AuditEvent, ids []int64) []any {
 // statement (SQLite 32,766).
 const maxAuditRows = 500
 
+// AppendAuditsTx is appendAuditsTx for a store built on this one (the
+// PostgreSQL group commit writes its requests' records in its
+// transaction).
+func (s *Store) AppendAuditsTx(ctx context.Context, tx DB, es []store.AuditEvent) error {
+	return s.appendAuditsTx(ctx, tx, es)
+}
+
 // appendAuditsTx inserts es in tx, the transaction of the change they
 // describe, maxAuditRows at a time.
 func (s *Store) appendAuditsTx(ctx context.Context, tx DB, es []store.AuditEvent) error {

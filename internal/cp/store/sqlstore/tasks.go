@@ -157,7 +157,7 @@ func (s *Store) ClaimTask(ctx context.Context, nodeID string, now, leaseUntil ti
 
 // ClaimTaskLeases implements store.Store: ClaimTasks for one task.
 func (s *Store) ClaimTaskLeases(ctx context.Context, nodeID string, now time.Time, leases store.ClaimLeases) (store.Task, bool, error) {
-	ts, err := s.ClaimTasks(ctx, nodeID, now, leases, 1)
+	ts, err := s.ClaimTasks(ctx, nodeID, now, leases, 1, nil)
 	if err != nil || len(ts) == 0 {
 		return store.Task{}, false, err
 	}
@@ -166,7 +166,8 @@ func (s *Store) ClaimTaskLeases(ctx context.Context, nodeID string, now time.Tim
 
 // ClaimTasks implements store.Store: ClaimTask's statement for up to max
 // tasks, with the lease a CASE on each claimed row's type.
-func (s *Store) ClaimTasks(ctx context.Context, nodeID string, now time.Time, leases store.ClaimLeases, max int) ([]store.Task, error) {
+func (s *Store) ClaimTasks(ctx context.Context, nodeID string, now time.Time, leases store.ClaimLeases, max int,
+	audit func([]store.Task) []store.AuditEvent) ([]store.Task, error) {
 	args := []any{nodeID, ms(now), ms(leases.Default)}
 	lease := "$3"
 	if len(leases.ByType) > 0 {
@@ -208,8 +209,17 @@ func (s *Store) ClaimTasks(ctx context.Context, nodeID string, now time.Time, le
 	pick := `SELECT id FROM tasks` + s.d.ClaimIndex + ` WHERE node_id = $1 AND state = 'queued' AND expires_at > $2
 			ORDER BY created_at, id LIMIT ` + limit + s.d.SkipLocked
 	if max <= 1 {
-		// "id = (SELECT ...)", a primary-key lookup, as a single statement.
-		t, err := scanTask(s.db.QueryRow(ctx, fmt.Sprintf(q, "= ("+pick+") AND state = 'queued'"), args...))
+		// "id = (SELECT ...)", a primary-key lookup, as a single statement
+		// (in a transaction with its records when audited).
+		one := fmt.Sprintf(q, "= ("+pick+") AND state = 'queued'")
+		var t store.Task
+		err := s.withAudit(ctx, audit != nil, func(db DB) error {
+			var err error
+			if t, err = scanTask(db.QueryRow(ctx, one, args...)); err != nil {
+				return err
+			}
+			return s.appendClaimAudit(ctx, db, audit, []store.Task{t})
+		})
 		if errors.Is(err, ErrNoRows) {
 			return nil, nil
 		}
@@ -231,15 +241,39 @@ func (s *Store) ClaimTasks(ctx context.Context, nodeID string, now time.Time, le
 	var ts []store.Task
 	err := s.db.InTx(ctx, func(tx DB) error {
 		var err error
-		ts, err = collectTasks(tx.Query(ctx, fmt.Sprintf(q, fmt.Sprintf(many, pick)), args...))
-		return err
+		if ts, err = collectTasks(tx.Query(ctx, fmt.Sprintf(q, fmt.Sprintf(many, pick)), args...)); err != nil {
+			return err
+		}
+		// RETURNING's order is the database's; the node gets its oldest
+		// first.
+		slices.SortFunc(ts, OldestFirst)
+		return s.appendClaimAudit(ctx, tx, audit, ts)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks for %q: %w", nodeID, err)
 	}
-	// RETURNING's order is the database's; the node gets its oldest first.
-	slices.SortFunc(ts, OldestFirst)
 	return ts, nil
+}
+
+// withAudit runs fn in a transaction when tx, else on the store as a
+// single statement.
+func (s *Store) withAudit(ctx context.Context, tx bool, fn func(DB) error) error {
+	if !tx {
+		return fn(s.db)
+	}
+	return s.db.InTx(ctx, func(t DB) error { return fn(t) })
+}
+
+// appendClaimAudit stores audit's records of the claimed tasks ts in db
+// (nothing when audit is nil or nothing was claimed).
+func (s *Store) appendClaimAudit(ctx context.Context, db DB, audit func([]store.Task) []store.AuditEvent, ts []store.Task) error {
+	if audit == nil || len(ts) == 0 {
+		return nil
+	}
+	if err := s.appendAuditsTx(ctx, db, audit(ts)); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	return nil
 }
 
 // OldestFirst orders tasks as a claim takes them: by creation, then id.
@@ -322,7 +356,7 @@ func (s *Store) StartTask(ctx context.Context, nodeID, taskID string, leaseUntil
 // unknown task. A terminal state is final, so that read cannot race with
 // the update.
 func (s *Store) CompleteTask(ctx context.Context, nodeID, taskID string, state api.TaskState,
-	result json.RawMessage, resultHash string, at time.Time) (store.Task, error) {
+	result json.RawMessage, resultHash string, at time.Time, audit func(store.Task) []store.AuditEvent) (store.Task, error) {
 	if state != api.TaskSucceeded && state != api.TaskFailed {
 		return store.Task{}, fmt.Errorf("complete task %q: %q is not a result state", taskID, state)
 	}
@@ -334,10 +368,20 @@ func (s *Store) CompleteTask(ctx context.Context, nodeID, taskID string, state a
 	if nodeID != "" {
 		args, owner = append(args, nodeID), " AND node_id = $6"
 	}
-	t, err := scanTask(s.db.QueryRow(ctx, `UPDATE tasks SET state = $2, result = $3, result_hash = $4, finished_at = $5,
-		lease_expires_at = 0
-		WHERE id = $1`+owner+` AND state IN ('queued', 'dispatched', 'running')
-		RETURNING `+taskCols, args...))
+	update := `UPDATE tasks SET state = $2, result = $3, result_hash = $4, finished_at = $5, lease_expires_at = 0
+		WHERE id = $1` + owner + ` AND state IN ('queued', 'dispatched', 'running')
+		RETURNING ` + taskCols
+	var t store.Task
+	err := s.withAudit(ctx, audit != nil, func(db DB) error {
+		var err error
+		if t, err = scanTask(db.QueryRow(ctx, update, args...)); err != nil || audit == nil {
+			return err
+		}
+		if err := s.appendAuditsTx(ctx, db, audit(t)); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		return nil
+	})
 	if err == nil {
 		return t, nil
 	}

@@ -270,7 +270,7 @@ func testStartTask(t *testing.T, s store.Store) {
 	if !got.LeaseExpiresAt.Equal(at(3 * time.Minute)) {
 		t.Fatalf("lease shortened to %v", got.LeaseExpiresAt)
 	}
-	_, err = s.CompleteTask(ctx, "n1", "t1", api.TaskSucceeded, json.RawMessage(`{"status":"succeeded"}`), "h1", at(4*time.Minute))
+	_, err = s.CompleteTask(ctx, "n1", "t1", api.TaskSucceeded, json.RawMessage(`{"status":"succeeded"}`), "h1", at(4*time.Minute), nil)
 	must(t, err)
 	_, err = s.StartTask(ctx, "n1", "t1", at(5*time.Minute))
 	wantErr(t, err, store.ErrConflict)
@@ -282,12 +282,12 @@ func testCompleteTask(t *testing.T, s store.Store) {
 	claimed := claim(t, s, "n1", time.Second, time.Minute)
 	result := json.RawMessage(`{"status":"succeeded","output":{"ok":true}}`)
 
-	_, err := s.CompleteTask(ctx, "n2", "t1", api.TaskSucceeded, result, "hash1", at(time.Minute))
+	_, err := s.CompleteTask(ctx, "n2", "t1", api.TaskSucceeded, result, "hash1", at(time.Minute), nil)
 	wantErr(t, err, store.ErrNotFound)
-	_, err = s.CompleteTask(ctx, "n1", "nope", api.TaskSucceeded, result, "hash1", at(time.Minute))
+	_, err = s.CompleteTask(ctx, "n1", "nope", api.TaskSucceeded, result, "hash1", at(time.Minute), nil)
 	wantErr(t, err, store.ErrNotFound)
 
-	got, err := s.CompleteTask(ctx, "n1", "t1", api.TaskSucceeded, result, "hash1", at(time.Minute))
+	got, err := s.CompleteTask(ctx, "n1", "t1", api.TaskSucceeded, result, "hash1", at(time.Minute), nil)
 	must(t, err)
 	want := claimed
 	want.State, want.Result, want.ResultHash = api.TaskSucceeded, result, "hash1"
@@ -296,11 +296,11 @@ func testCompleteTask(t *testing.T, s store.Store) {
 	diff(t, "stored completed task", getTask(t, s, "t1"), want)
 
 	// Same result again (the agent re-posts from its spool): unchanged.
-	again, err := s.CompleteTask(ctx, "n1", "t1", api.TaskSucceeded, result, "hash1", at(2*time.Minute))
+	again, err := s.CompleteTask(ctx, "n1", "t1", api.TaskSucceeded, result, "hash1", at(2*time.Minute), nil)
 	must(t, err)
 	diff(t, "re-posted result", again, want)
 	// Another result: conflict.
-	_, err = s.CompleteTask(ctx, "n1", "t1", api.TaskFailed, json.RawMessage(`{"status":"failed"}`), "hash2", at(2*time.Minute))
+	_, err = s.CompleteTask(ctx, "n1", "t1", api.TaskFailed, json.RawMessage(`{"status":"failed"}`), "hash2", at(2*time.Minute), nil)
 	wantErr(t, err, store.ErrConflict)
 	diff(t, "task after conflict", getTask(t, s, "t1"), want)
 }
@@ -314,7 +314,7 @@ func testCompleteAfterRequeue(t *testing.T, s store.Store) {
 	requeued, _, err := s.ReapTasks(ctx, at(2*time.Minute), nil)
 	must(t, err)
 	diff(t, "requeued", ids(requeued, taskID), []string{"t1"})
-	got, err := s.CompleteTask(ctx, "n1", "t1", api.TaskFailed, json.RawMessage(`{"status":"failed"}`), "h", at(3*time.Minute))
+	got, err := s.CompleteTask(ctx, "n1", "t1", api.TaskFailed, json.RawMessage(`{"status":"failed"}`), "h", at(3*time.Minute), nil)
 	must(t, err)
 	if got.State != api.TaskFailed || got.Attempts != 1 {
 		t.Fatalf("completed task %+v", got)
@@ -337,14 +337,14 @@ func testCompleteRejects(t *testing.T, s store.Store) {
 	diff(t, "expired", ids(expired, taskID), []string{"expired"})
 
 	for _, id := range []string{"canceled", "expired"} {
-		_, err := s.CompleteTask(ctx, "n1", id, api.TaskSucceeded, res, "h", at(2*time.Minute))
+		_, err := s.CompleteTask(ctx, "n1", id, api.TaskSucceeded, res, "h", at(2*time.Minute), nil)
 		wantErr(t, err, store.ErrConflict)
 		// Even with an empty hash, which matches the stored empty hash.
-		_, err = s.CompleteTask(ctx, "n1", id, api.TaskSucceeded, res, "", at(2*time.Minute))
+		_, err = s.CompleteTask(ctx, "n1", id, api.TaskSucceeded, res, "", at(2*time.Minute), nil)
 		wantErr(t, err, store.ErrConflict)
 	}
 	for _, st := range []api.TaskState{api.TaskQueued, api.TaskRunning, api.TaskCanceled, ""} {
-		if _, err := s.CompleteTask(ctx, "n1", "queued", st, res, "h", at(2*time.Minute)); err == nil {
+		if _, err := s.CompleteTask(ctx, "n1", "queued", st, res, "h", at(2*time.Minute), nil); err == nil {
 			t.Errorf("CompleteTask accepted state %q", st)
 		}
 	}
@@ -393,7 +393,7 @@ func testReapTasks(t *testing.T, s store.Store) {
 	enqueue(t, s, mk("queued-exp", "n5", 0, 5*time.Minute), mk("queued-ok", "n5", time.Second, time.Hour))
 	enqueue(t, s, mk("done", "n6", 0, time.Minute))
 	claim(t, s, "n6", 0, time.Minute)
-	_, err = s.CompleteTask(ctx, "n6", "done", api.TaskSucceeded, json.RawMessage(`{}`), "h", at(30*time.Second))
+	_, err = s.CompleteTask(ctx, "n6", "done", api.TaskSucceeded, json.RawMessage(`{}`), "h", at(30*time.Second), nil)
 	must(t, err)
 
 	ch := subscribe(t, s)

@@ -22,7 +22,7 @@ func init() {
 // the order the store gave them, after checking each is stored as returned.
 func claimIDs(t *testing.T, s store.Store, node string, now time.Duration, leases store.ClaimLeases, max int) []string {
 	t.Helper()
-	got, err := s.ClaimTasks(ctxT(t), node, at(now), leases, max)
+	got, err := s.ClaimTasks(ctxT(t), node, at(now), leases, max, nil)
 	must(t, err)
 	ids := []string{}
 	for _, task := range got {
@@ -92,7 +92,7 @@ func testClaimTasksConcurrent(t *testing.T, s store.Store) {
 		if (w+i)%2 == 0 {
 			max = 1
 		}
-		got, err := s.ClaimTasks(ctx, "n1", at(time.Second), leases, max)
+		got, err := s.ClaimTasks(ctx, "n1", at(time.Second), leases, max, nil)
 		if err == nil && len(got) > max {
 			err = fmt.Errorf("claimed %d tasks, asked for at most %d", len(got), max)
 		}
