@@ -141,6 +141,7 @@ func open(ctx context.Context, path string, checkpointEvery time.Duration, log *
 			TouchHosts:        touchHosts,
 			Notify:            db.notify,
 			IsUniqueViolation: isUniqueViolation,
+			StatementRollback: true,
 		}),
 		writer: writer,
 		reader: reader,

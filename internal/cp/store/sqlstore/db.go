@@ -100,4 +100,9 @@ type Dialect struct {
 	// IsUniqueViolation reports whether err is a primary-key or unique
 	// constraint violation.
 	IsUniqueViolation func(err error) bool
+	// StatementRollback says that a refused statement leaves its
+	// transaction usable (SQLite undoes the statement alone; PostgreSQL
+	// aborts the transaction), so an audit insert inside one can be a
+	// plain INSERT, retried under new ids on a collision.
+	StatementRollback bool
 }

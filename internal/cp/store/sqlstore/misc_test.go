@@ -118,3 +118,48 @@ func TestAppendAuditsChunked(t *testing.T) {
 		t.Errorf("no records: %v, %d statements in all, want 3", err, len(db.inserts))
 	}
 }
+
+// refusingDB refuses each audit insert whose ids include a taken one, as
+// SQLite does (the statement undone alone, the transaction usable).
+type refusingDB struct {
+	DB
+	taken   func(id int64) bool
+	inserts [][]any
+}
+
+var errUnique = errors.New("UNIQUE constraint failed: audit.id")
+
+func (r *refusingDB) Exec(_ context.Context, q string, args ...any) (int64, error) {
+	if !strings.HasPrefix(q, "INSERT INTO audit") || strings.Contains(q, "ON CONFLICT") {
+		return 0, errors.New("unexpected statement: " + q)
+	}
+	r.inserts = append(r.inserts, args)
+	for i := 0; i < len(args); i += auditCols {
+		if r.taken(args[i].(int64)) {
+			return 0, errUnique
+		}
+	}
+	return int64(len(args) / auditCols), nil
+}
+
+// TestAppendAuditsCollisionStatementRollback: where a refused statement
+// leaves its transaction usable (SQLite), records go in a plain INSERT
+// that is run again under new ids after a collision; ids that keep
+// colliding end in an error.
+func TestAppendAuditsCollisionStatementRollback(t *testing.T) {
+	n := 0
+	db := &refusingDB{taken: func(int64) bool { n++; return n == 2 }} // the first statement's second id
+	s := New(db, Dialect{StatementRollback: true, IsUniqueViolation: func(err error) bool { return errors.Is(err, errUnique) }})
+	es := []store.AuditEvent{{Action: "a"}, {Action: "b"}}
+	if err := s.appendAuditsTx(t.Context(), db, es); err != nil {
+		t.Fatal(err)
+	}
+	if len(db.inserts) != 2 || len(db.inserts[1]) != 2*auditCols || db.inserts[1][0].(int64) <= db.inserts[0][auditCols].(int64) {
+		t.Fatalf("inserts %v: want the two records again under new ids", db.inserts)
+	}
+	db = &refusingDB{taken: func(int64) bool { return true }}
+	s = New(db, Dialect{StatementRollback: true, IsUniqueViolation: func(err error) bool { return errors.Is(err, errUnique) }})
+	if err := s.appendAuditsTx(t.Context(), db, es); !errors.Is(err, errUnique) || len(db.inserts) != 5 {
+		t.Fatalf("ids always taken: %v after %d statements", err, len(db.inserts))
+	}
+}
