@@ -127,11 +127,16 @@ func (s *Room) claimOnWake(w http.ResponseWriter, r *http.Request, nodeID string
 func (s *Room) claimAndDeliver(w http.ResponseWriter, r *http.Request, nodeID string, max int) (bool, error) {
 	now := s.cfg.Now().UTC()
 	ctx := r.Context()
+	// The records are made inside the claim's transaction (on SQLite, on
+	// the one writer's time): only what the claimed tasks decide is
+	// filled in there.
+	claim := s.audit.Event(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.claim", Result: "dispatched"})
 	ts, err := s.store.ClaimTasks(ctx, nodeID, now, s.claimLeases(now), max, func(ts []store.Task) []store.AuditEvent {
 		claims := make([]store.AuditEvent, len(ts))
 		for i, t := range ts {
-			claims[i] = s.audit.Event(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.claim", Target: t.ID,
-				Result: "dispatched", CID: t.CorrelationID, Detail: fmt.Sprintf("type=%s attempt=%d", t.Type, t.Attempts)})
+			claims[i] = claim
+			claims[i].Target, claims[i].CorrelationID = t.ID, t.CorrelationID
+			claims[i].Detail = "type=" + t.Type + " attempt=" + strconv.Itoa(t.Attempts)
 		}
 		return claims
 	})
@@ -307,10 +312,11 @@ func (s *Room) complete(ctx context.Context, nodeID, taskID string, res api.Task
 	// The result's record is stored with it, so it comes before what the
 	// result causes (a health probe's host.health, a workflow's next step);
 	// a replay of a result already applied stores none.
+	rec := s.audit.Event(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.result", Target: taskID})
 	t, err := s.store.CompleteTask(ctx, nodeID, taskID, state, canon, hex.EncodeToString(sum[:]), s.cfg.Now().UTC(),
 		func(t store.Task) []store.AuditEvent {
-			return []store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.result",
-				Target: taskID, Result: string(t.State), CID: t.CorrelationID})}
+			rec.Result, rec.CorrelationID = string(t.State), t.CorrelationID
+			return []store.AuditEvent{rec}
 		})
 	if err != nil {
 		s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "task.result", Target: taskID, Result: "refused",
