@@ -304,11 +304,23 @@ func (b *taskBatcher) exec(stmts []stmt) ([][][]store.Task, error) {
 		}
 		return out, nil
 	}
+	// The batch's end is the implicit transaction's: a failed commit is
+	// reported by sendGroup.
+	return sendGroup(ctx, b.pool, stmts)
+}
+
+// sendGroup sends stmts as one pgx batch on q and returns, per statement,
+// each request's rows; nothing unless every statement (and the batch's
+// end) succeeded.
+func sendGroup(ctx context.Context, q interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, stmts []stmt) ([][][]store.Task, error) {
+	out := make([][][]store.Task, len(stmts))
 	var pb pgx.Batch
 	for _, s := range stmts {
 		pb.Queue(s.sql, s.args...)
 	}
-	br := b.pool.SendBatch(ctx, &pb)
+	br := q.SendBatch(ctx, &pb)
 	for i, s := range stmts {
 		rows, err := br.Query()
 		if err == nil {
@@ -319,8 +331,6 @@ func (b *taskBatcher) exec(stmts []stmt) ([][][]store.Task, error) {
 			return nil, err
 		}
 	}
-	// Close reads up to the end of the implicit transaction: a failed
-	// commit is reported here.
 	if err := br.Close(); err != nil {
 		return nil, err
 	}
@@ -340,23 +350,8 @@ func (b *taskBatcher) execAudited(stmts []stmt, records func([][][]store.Task) [
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // after the commit: nothing to do
-	out := make([][][]store.Task, len(stmts))
-	var pb pgx.Batch
-	for _, s := range stmts {
-		pb.Queue(s.sql, s.args...)
-	}
-	br := tx.SendBatch(ctx, &pb)
-	for i, s := range stmts {
-		rows, err := br.Query()
-		if err == nil {
-			out[i], err = collectRows(rows, s)
-		}
-		if err != nil {
-			_ = br.Close()
-			return nil, err
-		}
-	}
-	if err := br.Close(); err != nil {
+	out, err := sendGroup(ctx, tx, stmts)
+	if err != nil {
 		return nil, err
 	}
 	if es := records(out); len(es) > 0 {
