@@ -52,22 +52,6 @@ func (l *Log) Record(ctx context.Context, e Entry) {
 	}
 }
 
-// RecordAll appends entries in one write, as Record would one by one (a
-// long-poll's claim of several tasks).
-func (l *Log) RecordAll(ctx context.Context, es []Entry) {
-	if len(es) == 0 {
-		return
-	}
-	evs := make([]store.AuditEvent, len(es))
-	for i, e := range es {
-		evs[i] = l.Event(ctx, e)
-	}
-	if err := l.st.AppendAudits(context.WithoutCancel(ctx), evs); err != nil {
-		l.log.Error("append audit", "err", err, "records", len(es), "action", es[0].Action,
-			"target", es[0].Target, "correlation_id", es[0].CID)
-	}
-}
-
 // Event is e as Record would store it, stamped now: for a store write
 // that appends the record in the transaction of the change it describes
 // (ADR 0016).
