@@ -190,12 +190,15 @@ func (p *eventProbe) UpdateInstance(ctx context.Context, id string, fn func(*sto
 }
 
 func (p *eventProbe) UpdateInstanceRecorded(ctx context.Context, id string, fn func(*store.Instance) error,
-	record func(before, after store.Instance) *store.InstanceEvent) (store.Instance, error) {
+	record func(before, after store.Instance) store.InstanceRecords) (store.Instance, error) {
 	before, _ := p.Store.GetInstance(ctx, id)
 	out, err := p.Store.UpdateInstanceRecorded(ctx, id, fn, record)
 	if err != nil || (out.Phase == before.Phase && out.ReasonCode == before.ReasonCode && out.DesiredState == before.DesiredState &&
 		out.Generation == before.Generation) {
 		return out, err
+	}
+	if out.DesiredState != before.DesiredState && !p.audited(ctx, id, fmt.Sprintf("generation=%d", out.Generation)) {
+		p.miss("%s desired %s at generation %d stored without its audit record", id, out.DesiredState, out.Generation)
 	}
 	evs, lerr := p.Store.ListInstanceEvents(ctx, id, 1)
 	if lerr != nil || len(evs) == 0 || evs[0].Phase != out.Phase || evs[0].ReasonCode != out.ReasonCode ||
@@ -204,6 +207,27 @@ func (p *eventProbe) UpdateInstanceRecorded(ctx context.Context, id string, fn f
 			out.DesiredState, out.Generation, evs, lerr)
 	}
 	return out, err
+}
+
+func (p *eventProbe) DeleteInstance(ctx context.Context, id string, audit ...store.AuditEvent) error {
+	if err := p.Store.DeleteInstance(ctx, id, audit...); err != nil {
+		return err
+	}
+	if !p.audited(ctx, id, "") {
+		p.miss("%s deleted without its audit record", id)
+	}
+	return nil
+}
+
+// audited says whether id has an audit record whose detail holds detail.
+func (p *eventProbe) audited(ctx context.Context, id, detail string) bool {
+	evs, err := p.Store.ListAudit(ctx, store.AuditFilter{Target: id})
+	for _, e := range evs {
+		if err == nil && strings.Contains(e.Detail, detail) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestInstanceTransitionsStoredWithEvents: an operator's create, a node's

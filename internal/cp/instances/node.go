@@ -234,12 +234,12 @@ func (s *Room) NodeStatus(w http.ResponseWriter, r *http.Request, nodeID string)
 		in.Phase, in.ReasonCode, in.Message, in.ObservedGeneration = rep.Phase, rep.ReasonCode, rep.Message, rep.Generation
 		in.Runtime, in.StatusAt = rt, statusTime(rep.At, s.now().UTC())
 		return nil
-	}, func(before, after store.Instance) *store.InstanceEvent {
+	}, func(before, after store.Instance) store.InstanceRecords {
 		if after.Phase == before.Phase && after.ReasonCode == before.ReasonCode {
-			return nil
+			return store.InstanceRecords{}
 		}
 		ev := s.eventOf(ctx, after, "node:"+nodeID, after.Message)
-		return &ev
+		return store.InstanceRecords{Event: &ev}
 	})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -247,11 +247,11 @@ func (s *Room) NodeStatus(w http.ResponseWriter, r *http.Request, nodeID string)
 	case errors.Is(err, errStale), errors.Is(err, errNoChange):
 		out = cur
 	case errors.Is(err, errRemove):
-		if err := s.store.DeleteInstance(ctx, iid); err != nil && !errors.Is(err, store.ErrNotFound) {
+		removed := s.audit.Event(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "instance.delete", Target: iid, Result: "removed",
+			CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s stopped at generation %d", cur.Name, rep.Generation)})
+		if err := s.store.DeleteInstance(ctx, iid, removed); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "instance.delete", Target: iid, Result: "removed",
-			CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s stopped at generation %d", cur.Name, rep.Generation)})
 		httpapi.Logger(ctx, s.log).Info("instance removed", "instance_id", iid, "name", cur.Name, "node_id", nodeID)
 		out = cur
 		out.Phase, out.ReasonCode, out.Message, out.ObservedGeneration = rep.Phase, rep.ReasonCode, rep.Message, rep.Generation

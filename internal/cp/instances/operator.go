@@ -300,7 +300,6 @@ func (s *Room) SetDesired(desired api.DesiredState) httpapi.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		result := "ok"
 		var cur store.Instance
 		out, err := s.store.UpdateInstanceRecorded(ctx, in.ID, func(i *store.Instance) error {
 			cur = *i
@@ -312,20 +311,19 @@ func (s *Room) SetDesired(desired api.DesiredState) httpapi.HandlerFunc {
 			}
 			i.DesiredState, i.Generation = desired, i.Generation+1
 			return nil
-		}, func(before, after store.Instance) *store.InstanceEvent {
+		}, func(before, after store.Instance) store.InstanceRecords {
 			ev := s.eventOf(ctx, after, httpapi.Actor(ctx), fmt.Sprintf("desired state %s (was %s)", desired, before.DesiredState))
-			return &ev
+			return store.InstanceRecords{Event: &ev, Audit: []store.AuditEvent{s.audit.Event(ctx, desiredEntry(ctx, action, after, "ok"))}}
 		})
 		switch {
 		case errors.Is(err, errNoChange):
-			out, result = cur, "unchanged"
+			s.audit.Record(ctx, desiredEntry(ctx, action, cur, "unchanged"))
+			out = cur
 		case err != nil:
 			return httpapi.StoreError(err, "instance", in.ID)
 		default:
 			s.waiters.Wake(out.HostID)
 		}
-		s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: action, Target: in.ID, Result: result, CID: httpapi.CorrelationID(ctx),
-			Detail: fmt.Sprintf("name=%s generation=%d", out.Name, out.Generation)})
 		httpapi.WriteJSON(w, http.StatusOK, instanceView(out))
 		return nil
 	}
@@ -350,12 +348,12 @@ func (s *Room) Delete(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if force {
-		if err := s.store.DeleteInstance(ctx, in.ID); err != nil {
+		forced := s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.delete", Target: in.ID, Result: "forced",
+			CID: httpapi.CorrelationID(ctx), Detail: "name=" + in.Name + " host=" + in.HostID})
+		if err := s.store.DeleteInstance(ctx, in.ID, forced); err != nil {
 			return httpapi.StoreError(err, "instance", in.ID)
 		}
 		s.waiters.Wake(in.HostID)
-		s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.delete", Target: in.ID, Result: "forced",
-			CID: httpapi.CorrelationID(ctx), Detail: "name=" + in.Name + " host=" + in.HostID})
 		httpapi.WriteJSON(w, http.StatusOK, instanceView(in))
 		return nil
 	}
@@ -367,11 +365,18 @@ func (s *Room) Delete(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// desiredEntry is the audit record of an operator's change of an
+// instance's desired state (result "ok", or "unchanged" when it already
+// was), naming its generation.
+func desiredEntry(ctx context.Context, action string, in store.Instance, result string) audit.Entry {
+	return audit.Entry{Actor: httpapi.Actor(ctx), Action: action, Target: in.ID, Result: result, CID: httpapi.CorrelationID(ctx),
+		Detail: fmt.Sprintf("name=%s generation=%d", in.Name, in.Generation)}
+}
+
 // markDeleted sets desired deleted (bumping the generation unless it was
 // already set) and audits it.
 func (s *Room) markDeleted(ctx context.Context, id string) (store.Instance, error) {
 	var cur store.Instance
-	result := "ok"
 	out, err := s.store.UpdateInstanceRecorded(ctx, id, func(i *store.Instance) error {
 		cur = *i
 		if i.DesiredState == api.DesiredDeleted {
@@ -379,20 +384,19 @@ func (s *Room) markDeleted(ctx context.Context, id string) (store.Instance, erro
 		}
 		i.DesiredState, i.Generation = api.DesiredDeleted, i.Generation+1
 		return nil
-	}, func(before, after store.Instance) *store.InstanceEvent {
+	}, func(before, after store.Instance) store.InstanceRecords {
 		ev := s.eventOf(ctx, after, httpapi.Actor(ctx), fmt.Sprintf("desired state %s (was %s)", api.DesiredDeleted, before.DesiredState))
-		return &ev
+		return store.InstanceRecords{Event: &ev, Audit: []store.AuditEvent{s.audit.Event(ctx, desiredEntry(ctx, "instance.delete", after, "ok"))}}
 	})
 	switch {
 	case errors.Is(err, errNoChange):
-		out, result = cur, "unchanged"
+		s.audit.Record(ctx, desiredEntry(ctx, "instance.delete", cur, "unchanged"))
+		out = cur
 	case err != nil:
 		return store.Instance{}, httpapi.StoreError(err, "instance", id)
 	default:
 		s.waiters.Wake(out.HostID)
 	}
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.delete", Target: id, Result: result,
-		CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s generation=%d", out.Name, out.Generation)})
 	return out, nil
 }
 

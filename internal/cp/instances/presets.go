@@ -178,9 +178,11 @@ func (s *Room) updateLocal(ctx context.Context, in store.Instance, spec api.Inst
 		}
 		i.Spec, i.Generation = b, i.Generation+1
 		return nil
-	}, func(_, after store.Instance) *store.InstanceEvent {
+	}, func(_, after store.Instance) store.InstanceRecords {
 		ev := s.eventOf(ctx, after, httpapi.Actor(ctx), "spec updated from the agent's local workload flags")
-		return &ev
+		return store.InstanceRecords{Event: &ev, Audit: []store.AuditEvent{s.audit.Event(ctx, audit.Entry{
+			Actor: httpapi.Actor(ctx), Action: "instance.update", Target: after.ID, Result: "ok",
+			CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s generation=%d", after.Name, after.Generation)})}}
 	})
 	switch {
 	case errors.Is(err, errNoChange):
@@ -189,7 +191,5 @@ func (s *Room) updateLocal(ctx context.Context, in store.Instance, spec api.Inst
 		return err
 	}
 	s.waiters.Wake(out.HostID)
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.update", Target: out.ID, Result: "ok",
-		CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s generation=%d", out.Name, out.Generation)})
 	return nil
 }

@@ -58,6 +58,13 @@ type InstanceFilter struct {
 	Group  string
 }
 
+// InstanceRecords is what an instance's change stores with it: its event
+// (nil: none) and audit records.
+type InstanceRecords struct {
+	Event *InstanceEvent
+	Audit []AuditEvent
+}
+
 // InstanceStore is the declarative instance records: the instances room
 // (cp/instances: the instance routes, placement, the node's desired set and
 // status reports) embeds it whole; the termgw room only reads instances.
@@ -81,16 +88,18 @@ type InstanceStore interface {
 	// hosts when fn moves it).
 	UpdateInstance(ctx context.Context, id string, fn func(*Instance) error) (Instance, error)
 	// UpdateInstanceRecorded is UpdateInstance that also appends, in the
-	// same transaction and only when fn succeeds, the event record returns
-	// (as this instance's) for the instance as read and as written (none
-	// when it returns nil): a reader never sees a transition without its
-	// event (ADR 0016). record runs inside the transaction and must not
-	// call the store.
+	// same transaction and only when fn succeeds, what record returns for
+	// the instance as read and as written: its event (as this instance's;
+	// none when nil) and audit records. A reader never sees a transition
+	// without its event, nor an operator's change without its record (ADR
+	// 0016). record runs inside the transaction and must not call the
+	// store.
 	UpdateInstanceRecorded(ctx context.Context, id string, fn func(*Instance) error,
-		record func(before, after Instance) *InstanceEvent) (Instance, error)
-	// DeleteInstance removes an instance record and its events; ErrNotFound
-	// if absent. Publishes EventInstance for its host.
-	DeleteInstance(ctx context.Context, id string) error
+		record func(before, after Instance) InstanceRecords) (Instance, error)
+	// DeleteInstance removes an instance record and its events, and
+	// appends the audit records, in one transaction; ErrNotFound if absent.
+	// Publishes EventInstance for its host.
+	DeleteInstance(ctx context.Context, id string, audit ...AuditEvent) error
 	// AppendInstanceEvent records a status transition of an existing
 	// instance (ErrNotFound otherwise), assigning its Seq (ev.Seq is
 	// ignored; a zero At is now), and drops the instance's oldest events

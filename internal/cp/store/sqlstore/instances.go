@@ -160,7 +160,7 @@ func (s *Store) UpdateInstance(ctx context.Context, id string, fn func(*store.In
 
 // UpdateInstanceRecorded implements store.Store.
 func (s *Store) UpdateInstanceRecorded(ctx context.Context, id string, fn func(*store.Instance) error,
-	record func(before, after store.Instance) *store.InstanceEvent) (store.Instance, error) {
+	record func(before, after store.Instance) store.InstanceRecords) (store.Instance, error) {
 	var out store.Instance
 	err := s.db.InTx(ctx, func(tx DB) error {
 		in, err := scanInstance(tx.QueryRow(ctx, `SELECT `+instanceCols+` FROM instances WHERE id = $1`+s.d.ForUpdate, id))
@@ -204,11 +204,18 @@ func (s *Store) UpdateInstanceRecorded(ctx context.Context, id string, fn func(*
 		if err != nil {
 			return fmt.Errorf("update instance %q: %w", id, err)
 		}
-		if record != nil {
-			if ev := record(prev, out); ev != nil {
-				ev.InstanceID = id
-				return s.appendInstanceEventTx(ctx, tx, *ev)
+		if record == nil {
+			return nil
+		}
+		recs := record(prev, out)
+		if ev := recs.Event; ev != nil {
+			ev.InstanceID = id
+			if err := s.appendInstanceEventTx(ctx, tx, *ev); err != nil {
+				return err
 			}
+		}
+		if err := s.appendAuditsTx(ctx, tx, recs.Audit); err != nil {
+			return fmt.Errorf("update instance %q: audit: %w", id, err)
 		}
 		return nil
 	})
@@ -219,7 +226,7 @@ func (s *Store) UpdateInstanceRecorded(ctx context.Context, id string, fn func(*
 }
 
 // DeleteInstance implements store.Store; the instance's events go with it.
-func (s *Store) DeleteInstance(ctx context.Context, id string) error {
+func (s *Store) DeleteInstance(ctx context.Context, id string, audit ...store.AuditEvent) error {
 	return s.db.InTx(ctx, func(tx DB) error {
 		var host string
 		err := tx.QueryRow(ctx, `DELETE FROM instances WHERE id = $1 RETURNING host_id`, id).Scan(&host)
@@ -231,6 +238,9 @@ func (s *Store) DeleteInstance(ctx context.Context, id string) error {
 		}
 		if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventInstance, ID: host}); err != nil {
 			return fmt.Errorf("delete instance %q: notify: %w", id, err)
+		}
+		if err := s.appendAuditsTx(ctx, tx, audit); err != nil {
+			return fmt.Errorf("delete instance %q: audit: %w", id, err)
 		}
 		return nil
 	})

@@ -181,18 +181,20 @@ func testInstanceEventConcurrent(t *testing.T, s store.Store) {
 }
 
 // testInstanceUpdateRecorded: UpdateInstanceRecorded appends the event
-// record returns, from the instance as read and as written, in the
-// update's transaction, as the updated instance's; none when it returns
-// nil or fn fails.
+// and the audit records record returns, from the instance as read and as
+// written, in the update's transaction, the event as the updated
+// instance's; none when it returns none or fn fails. DeleteInstance
+// appends its audit records with the deletion.
 func testInstanceUpdateRecorded(t *testing.T, s store.Store) {
 	ctx := ctxT(t)
 	createInstance(t, s, newInstance("i-1", "one", "h1"))
-	record := func(before, after store.Instance) *store.InstanceEvent {
+	record := func(before, after store.Instance) store.InstanceRecords {
 		if before.Phase == after.Phase {
-			return nil
+			return store.InstanceRecords{}
 		}
-		return &store.InstanceEvent{InstanceID: after.ID, At: at(time.Second), Phase: after.Phase,
-			Message: fmt.Sprintf("%s -> %s", before.Phase, after.Phase), Actor: "node:h1"}
+		return store.InstanceRecords{Event: &store.InstanceEvent{InstanceID: after.ID, At: at(time.Second), Phase: after.Phase,
+			Message: fmt.Sprintf("%s -> %s", before.Phase, after.Phase), Actor: "node:h1"},
+			Audit: []store.AuditEvent{auditRecord("instance.phase", after.ID)}}
 	}
 	out, err := s.UpdateInstanceRecorded(ctx, "i-1", func(in *store.Instance) error { in.Phase = api.InstanceBooting; return nil }, record)
 	must(t, err)
@@ -210,14 +212,17 @@ func testInstanceUpdateRecorded(t *testing.T, s store.Store) {
 	// fn fails: record is not asked.
 	called := false
 	_, err = s.UpdateInstanceRecorded(ctx, "i-1", func(*store.Instance) error { return store.ErrConflict },
-		func(store.Instance, store.Instance) *store.InstanceEvent { called = true; return nil })
+		func(store.Instance, store.Instance) store.InstanceRecords {
+			called = true
+			return store.InstanceRecords{}
+		})
 	if err == nil || called {
 		t.Fatalf("fn error: err %v, record called %v", err, called)
 	}
 	// The event is the updated instance's, whatever id record put in it.
 	_, err = s.UpdateInstanceRecorded(ctx, "i-1", func(in *store.Instance) error { in.Phase = api.InstanceReady; return nil },
-		func(_, after store.Instance) *store.InstanceEvent {
-			return &store.InstanceEvent{InstanceID: "i-nope", Phase: after.Phase}
+		func(_, after store.Instance) store.InstanceRecords {
+			return store.InstanceRecords{Event: &store.InstanceEvent{InstanceID: "i-nope", Phase: after.Phase}}
 		})
 	must(t, err)
 	got, err = s.ListInstanceEvents(ctx, "i-1", 0)
@@ -225,4 +230,8 @@ func testInstanceUpdateRecorded(t *testing.T, s store.Store) {
 	if len(got) != 2 || got[1].InstanceID != "i-1" || got[1].Phase != api.InstanceReady {
 		t.Fatalf("events %+v, want the second one i-1's", got)
 	}
+	diff(t, "i-1 records", recordsOf(t, s, "i-1"), []string{"instance.phase"})
+	must(t, s.DeleteInstance(ctx, "i-1", auditRecord("instance.delete", "i-1")))
+	wantErr(t, s.DeleteInstance(ctx, "i-1", auditRecord("instance.delete", "i-1")), store.ErrNotFound)
+	diff(t, "i-1 records after its deletion", recordsOf(t, s, "i-1"), []string{"instance.phase", "instance.delete"})
 }
