@@ -1,7 +1,9 @@
 // Package allocations owns the allocation routes (create, list, show,
 // release under /api/v1/allocations) and the allocation state machine
 // driven by the results of the user tasks (allocation.provision_user,
-// allocation.deprovision_user). It must not queue tasks itself (it asks
+// allocation.deprovision_user), with a sweep that heals the host
+// allocations whose task result was not handled or whose task never
+// reached the store (Sweep). It must not queue tasks itself (it asks
 // Tasks), resolve instances (it asks Instances) or hold terminal sessions
 // (it asks Terminals to end them); all its state is in the Store.
 package allocations

@@ -8,9 +8,10 @@
 // token as its bearer token, so the UI, the CLI and the API never disagree
 // and every role check and audit record is the API's own. Sessions live in
 // the store, their operator tokens sealed with the key-encryption key, so
-// any replica serves them and a logout ends them everywhere; a replica
-// without a KEK keeps them in its memory (a restart or another replica
-// asks for the token again).
+// any replica serves them and a logout ends them everywhere (a KEK
+// rotation seals them again: ResealSessions); a replica without a KEK keeps
+// them in its memory (a restart or another replica asks for the token
+// again).
 package dashboard
 
 import (
