@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -59,7 +60,8 @@ type taskReq struct {
 // statement or the commit fails, the transaction is rolled back as a whole
 // and every request of the group gets the error: nothing of it is applied,
 // so a retry applies each request once. A deadlock or serialisation
-// failure is retried (maxTxAttempts).
+// failure is retried (maxTxAttempts). A group with audit records runs in
+// an explicit transaction instead, in two round trips (execAudited).
 //
 // What a statement does not serve is answered "skipped" and its caller
 // runs sqlstore's single path after the commit: a request alone in its
@@ -84,9 +86,9 @@ type taskReq struct {
 // that error and not run.
 type taskBatcher struct {
 	pool *pgxpool.Pool
-	// appendAudits writes records in a transaction (sqlstore's
-	// AppendAuditsTx).
-	appendAudits func(ctx context.Context, tx sqlstore.DB, es []store.AuditEvent) error
+	// auditColumns is records as auditBatchSQL's arguments, under new ids
+	// (sqlstore's AuditColumns).
+	auditColumns func(es []store.AuditEvent) []any
 	reqs         chan *taskReq
 	quit         chan struct{}
 	wg           sync.WaitGroup
@@ -96,8 +98,8 @@ type taskBatcher struct {
 	alone bool
 }
 
-func newTaskBatcher(pool *pgxpool.Pool, appendAudits func(context.Context, sqlstore.DB, []store.AuditEvent) error) *taskBatcher {
-	b := &taskBatcher{pool: pool, appendAudits: appendAudits, reqs: make(chan *taskReq), quit: make(chan struct{})}
+func newTaskBatcher(pool *pgxpool.Pool, auditColumns func([]store.AuditEvent) []any) *taskBatcher {
+	b := &taskBatcher{pool: pool, auditColumns: auditColumns, reqs: make(chan *taskReq), quit: make(chan struct{})}
 	b.wg.Add(1)
 	go b.run()
 	return b
@@ -252,7 +254,7 @@ func (b *taskBatcher) flush(batch []*taskReq) {
 		} else {
 			out, err = b.exec(stmts)
 		}
-		if err == nil || !isRetryable(err) {
+		if err == nil || !isRetryable(err) && !errors.Is(err, errAuditIDTaken) {
 			break
 		}
 	}
@@ -306,21 +308,30 @@ func (b *taskBatcher) exec(stmts []stmt) ([][][]store.Task, error) {
 	}
 	// The batch's end is the implicit transaction's: a failed commit is
 	// reported by sendGroup.
-	return sendGroup(ctx, b.pool, stmts)
+	return sendGroup(ctx, b.pool, false, stmts)
 }
 
-// sendGroup sends stmts as one pgx batch on q and returns, per statement,
-// each request's rows; nothing unless every statement (and the batch's
-// end) succeeded.
+// sendGroup sends stmts as one pgx batch on q, after a BEGIN when begin
+// is set, and returns, per statement, each request's rows; nothing unless
+// every statement (and the batch's end) succeeded.
 func sendGroup(ctx context.Context, q interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}, stmts []stmt) ([][][]store.Task, error) {
+}, begin bool, stmts []stmt) ([][][]store.Task, error) {
 	out := make([][][]store.Task, len(stmts))
 	var pb pgx.Batch
+	if begin {
+		pb.Queue("BEGIN")
+	}
 	for _, s := range stmts {
 		pb.Queue(s.sql, s.args...)
 	}
 	br := q.SendBatch(ctx, &pb)
+	if begin {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
 	for i, s := range stmts {
 		rows, err := br.Query()
 		if err == nil {
@@ -337,31 +348,67 @@ func sendGroup(ctx context.Context, q interface {
 	return out, nil
 }
 
+// auditBatchSQL writes a group's records, given as sqlstore's
+// AuditColumns, in one statement whose text (and so its prepared
+// statement) does not depend on their number. It is a plain INSERT: an id
+// another replica's clock already gave a record aborts the transaction,
+// and the group runs again under new ids (errAuditIDTaken).
+const auditBatchSQL = `INSERT INTO audit (id, at, actor, actor_token_id, actor_role, action, target, result, correlation_id, detail)
+	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])`
+
+// errAuditIDTaken: a group's record collided with an existing record's
+// id; flush runs the group again.
+var errAuditIDTaken = errors.New("an audit record id is taken")
+
 // execAudited is exec in an explicit transaction that also writes the
 // audit records of the rows (records) before its commit: a request's
 // change and its records are committed together or not at all. It costs
-// three round trips more than exec (BEGIN, the records, COMMIT), where
-// each request's records written after the group would have cost a
-// commit of their own.
+// one round trip more than exec: BEGIN goes with the group's statements,
+// the records with the COMMIT. (Written after the group, each request's
+// records would have cost a commit of their own.) On any failure the
+// transaction is rolled back.
 func (b *taskBatcher) execAudited(stmts []stmt, records func([][][]store.Task) []store.AuditEvent) ([][][]store.Task, error) {
 	ctx := context.Background()
-	tx, err := b.pool.Begin(ctx)
+	conn, err := b.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = tx.Rollback(ctx) }() // after the commit: nothing to do
-	out, err := sendGroup(ctx, tx, stmts)
+	defer conn.Release()
+	committed := false
+	defer func() {
+		if !committed && conn.Conn().PgConn().TxStatus() != 'I' {
+			// A connection left in a transaction is closed by Release.
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+		}
+	}()
+	out, err := sendGroup(ctx, conn, true, stmts)
 	if err != nil {
 		return nil, err
 	}
-	if es := records(out); len(es) > 0 {
-		if err := b.appendAudits(ctx, &txDB{tx: tx}, es); err != nil {
+	var pb pgx.Batch
+	es := records(out)
+	if len(es) > 0 {
+		pb.Queue(auditBatchSQL, b.auditColumns(es)...)
+	}
+	pb.Queue("COMMIT")
+	br := conn.SendBatch(ctx, &pb)
+	if len(es) > 0 {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			if isUniqueViolation(err) {
+				err = fmt.Errorf("%w: %w", errAuditIDTaken, err)
+			}
 			return nil, fmt.Errorf("audit: %w", err)
 		}
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
 		return nil, err
 	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	committed = true
 	return out, nil
 }
 

@@ -77,7 +77,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool:  pool,
 		hub:   hub,
 		lis:   newListener(pool.Config().ConnConfig, hub),
-		batch: newTaskBatcher(pool, base.AppendAuditsTx),
+		batch: newTaskBatcher(pool, base.AuditColumns),
 	}
 	return s, nil
 }

@@ -177,17 +177,39 @@ func (s *Store) auditArgs(es []store.AuditEvent, ids []int64) []any {
 	return args
 }
 
+// AuditColumns is es as the audit table's columns, in auditInsert's
+// order, one slice each (ids []int64, at []int64, the rest []string), each
+// record under a new id; a zero At is now. The PostgreSQL group commit
+// writes them with one unnest statement whose text does not depend on
+// the number of records.
+func (s *Store) AuditColumns(es []store.AuditEvent) []any {
+	now := s.now()
+	n := len(es)
+	ids, ats := make([]int64, n), make([]int64, n)
+	texts := make([][]string, auditCols-2)
+	for c := range texts {
+		texts[c] = make([]string, n)
+	}
+	for i, e := range es {
+		if e.At.IsZero() {
+			e.At = now
+		}
+		ids[i], ats[i] = nextAuditID(), ms(e.At)
+		for c, v := range [...]string{e.Actor, e.ActorTokenID, string(e.ActorRole), e.Action, e.Target, e.Result, e.CorrelationID, e.Detail} {
+			texts[c][i] = v
+		}
+	}
+	cols := []any{ids, ats}
+	for _, t := range texts {
+		cols = append(cols, t)
+	}
+	return cols
+}
+
 // maxAuditRows bounds the records of one insert: a whole fleet can go
 // stale in one sweep, and PostgreSQL takes at most 65,535 parameters in a
 // statement (SQLite 32,766).
 const maxAuditRows = 500
-
-// AppendAuditsTx is appendAuditsTx for a store built on this one (the
-// PostgreSQL group commit writes its requests' records in its
-// transaction).
-func (s *Store) AppendAuditsTx(ctx context.Context, tx DB, es []store.AuditEvent) error {
-	return s.appendAuditsTx(ctx, tx, es)
-}
 
 // appendAuditsTx inserts es in tx, the transaction of the change they
 // describe, maxAuditRows at a time.
