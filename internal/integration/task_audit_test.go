@@ -145,6 +145,103 @@ func (p *auditProbe) DeleteSlot(ctx context.Context, hostID, slotID string, audi
 	return nil
 }
 
+// checkAll checks each of records, as the write that returned them has.
+func (p *auditProbe) checkAll(ctx context.Context, records []store.AuditEvent) {
+	for _, r := range records {
+		p.check(ctx, r.Target, r.Action)
+	}
+}
+
+func (p *auditProbe) CreateHost(ctx context.Context, h store.Host, audit ...store.AuditEvent) error {
+	if err := p.Store.CreateHost(ctx, h, audit...); err != nil {
+		return err
+	}
+	p.check(ctx, h.ID, "host.create")
+	p.checkAll(ctx, audit)
+	return nil
+}
+
+// UpdateHost writes no records, so it must not issue a bootstrap token.
+func (p *auditProbe) UpdateHost(ctx context.Context, id string, fn func(*store.Host) error) (store.Host, error) {
+	issued := false
+	h, err := p.Store.UpdateHost(ctx, id, func(h *store.Host) error {
+		was := h.TokenHash
+		err := fn(h)
+		issued = h.TokenHash != "" && h.TokenHash != was
+		return err
+	})
+	if err == nil && issued {
+		p.mu.Lock()
+		p.missed = append(p.missed, "a bootstrap token of "+id+" stored without a record")
+		p.mu.Unlock()
+	}
+	return h, err
+}
+
+func (p *auditProbe) UpdateHostAudited(ctx context.Context, id string, fn func(*store.Host) error,
+	audit func(before, after store.Host) []store.AuditEvent) (store.Host, error) {
+	if audit == nil {
+		return p.Store.UpdateHostAudited(ctx, id, fn, nil)
+	}
+	var records []store.AuditEvent
+	h, err := p.Store.UpdateHostAudited(ctx, id, fn, func(before, after store.Host) []store.AuditEvent {
+		records = audit(before, after)
+		return records
+	})
+	if err == nil {
+		p.checkAll(ctx, records)
+	}
+	return h, err
+}
+
+func (p *auditProbe) CreateAllocation(ctx context.Context, a store.Allocation, audit ...store.AuditEvent) error {
+	if err := p.Store.CreateAllocation(ctx, a, audit...); err != nil {
+		return err
+	}
+	p.check(ctx, a.ID, "allocation.create")
+	return nil
+}
+
+// UpdateAllocation writes no records, so it must not change an
+// allocation's state.
+func (p *auditProbe) UpdateAllocation(ctx context.Context, id string, fn func(*store.Allocation) error) (store.Allocation, error) {
+	var was api.AllocationState
+	a, err := p.Store.UpdateAllocation(ctx, id, func(a *store.Allocation) error {
+		was = a.State
+		return fn(a)
+	})
+	if err == nil && a.State != was {
+		p.mu.Lock()
+		p.missed = append(p.missed, fmt.Sprintf("allocation %s went from %s to %s without a record", id, was, a.State))
+		p.mu.Unlock()
+	}
+	return a, err
+}
+
+func (p *auditProbe) UpdateAllocationAudited(ctx context.Context, id string, fn func(*store.Allocation) error,
+	audit func(store.Allocation) []store.AuditEvent) (store.Allocation, error) {
+	if audit == nil {
+		return p.Store.UpdateAllocationAudited(ctx, id, fn, nil)
+	}
+	var records []store.AuditEvent
+	a, err := p.Store.UpdateAllocationAudited(ctx, id, fn, func(a store.Allocation) []store.AuditEvent {
+		records = audit(a)
+		return records
+	})
+	if err == nil {
+		p.checkAll(ctx, records)
+	}
+	return a, err
+}
+
+func (p *auditProbe) CreateTerminalSession(ctx context.Context, ts store.TerminalSession, audit ...store.AuditEvent) error {
+	if err := p.Store.CreateTerminalSession(ctx, ts, audit...); err != nil {
+		return err
+	}
+	p.check(ctx, ts.ID, "terminal.token_mint")
+	return nil
+}
+
 // verify fails t for every change the probe saw stored without its
 // record, and unless it checked at least want changes.
 func (p *auditProbe) verify(t *testing.T, want int) {
@@ -185,6 +282,56 @@ func TestTokenAndSecretChangesStoredWithAudit(t *testing.T) {
 		t.Fatalf("rotate the signing key: HTTP %d", st)
 	}
 	p.verify(t, 7) // and the first key's creation at start
+}
+
+// TestHostAllocationAndTerminalChangesStoredWithAudit: a host's creation
+// with its bootstrap token, the token's rotation, an allocation's
+// creation, its settling on its task's result and its release, and a
+// terminal token's mint store their audit records with the change
+// (ADR 0016): each is a credential or an access grant.
+func TestHostAllocationAndTerminalChangesStoredWithAudit(t *testing.T) {
+	p := &auditProbe{Store: openSQLite(t)}
+	e := startEnv(t, p)
+	n := startAPINode(e, "node-a") // host.create, token.bootstrap_issue, then the enrolment's records
+	if st := e.op(http.MethodPost, "/api/v1/hosts/node-a/rotate-token", nil, nil); st != http.StatusOK {
+		t.Fatalf("rotate the bootstrap token: HTTP %d", st)
+	}
+	var a api.Allocation
+	if st := e.op(http.MethodPost, "/api/v1/allocations", api.CreateAllocationRequest{HostID: "node-a", Username: "alice"}, &a); st != http.StatusCreated {
+		t.Fatalf("create allocation: HTTP %d", st)
+	}
+	if st, _, body := e.nodeCall(n.id.client, http.MethodGet, nodePath("node-a", "/tasks/wait?timeout=5s"), nil); st != http.StatusOK {
+		t.Fatalf("claim the provision task: %d %s", st, body)
+	}
+	res := api.TaskResult{Status: api.ResultSucceeded, Output: json.RawMessage(`{}`), FinishedAt: time.Now().UTC()}
+	if st, _, body := e.nodeCall(n.id.client, http.MethodPost, nodePath("node-a", "/tasks/"+a.ProvisionTaskID+"/result"), res); st != http.StatusOK {
+		t.Fatalf("result: %d %s", st, body)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for a.State != api.AllocationActive && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		e.op(http.MethodGet, "/api/v1/allocations/"+a.ID, nil, &a)
+	}
+	if a.State != api.AllocationActive {
+		t.Fatalf("allocation %s is %s after its provision task succeeded, want active", a.ID, a.State)
+	}
+	var tok api.TerminalToken
+	if st := e.op(http.MethodPost, "/api/v1/allocations/"+a.ID+"/terminal-token", nil, &tok); st != http.StatusCreated {
+		t.Fatalf("mint a terminal token: HTTP %d", st)
+	}
+	if st := e.op(http.MethodDelete, "/api/v1/allocations/"+a.ID, nil, nil); st != http.StatusAccepted {
+		t.Fatalf("release: HTTP %d", st)
+	}
+	for _, want := range []struct{ action, target string }{
+		{"host.create", "node-a"}, {"token.bootstrap_issue", "node-a"}, {"token.bootstrap_rotate", "node-a"},
+		{"allocation.create", a.ID}, {"allocation.state", a.ID}, {"terminal.token_mint", tok.SessionID},
+		{"allocation.release", a.ID},
+	} {
+		if !e.auditHas(want.action, want.target, "") {
+			t.Errorf("no %s record of %s", want.action, want.target)
+		}
+	}
+	p.verify(t, 7)
 }
 
 // TestTaskChangesStoredWithAudit: an operator's enqueue, batch enqueue and

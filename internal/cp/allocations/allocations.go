@@ -163,7 +163,9 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 		t = s.tasks.NewTask(ctx, a.HostID, task.TypeAllocProvisionUser, params, allocTaskTTL)
 		a.ProvisionTaskID = t.ID
 	}
-	if err := s.store.CreateAllocation(ctx, a); err != nil {
+	if err := s.store.CreateAllocation(ctx, a, s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "allocation.create",
+		Target: a.ID, Result: string(a.State), CID: httpapi.CorrelationID(ctx),
+		Detail: fmt.Sprintf("user=%s host=%s instance=%s", a.Username, a.HostID, a.InstanceID)})); err != nil {
 		return err
 	}
 	if t.ID != "" {
@@ -171,8 +173,6 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "allocation.create", Target: a.ID, Result: string(a.State),
-		CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("user=%s host=%s instance=%s", a.Username, a.HostID, a.InstanceID)})
 	httpapi.WriteJSON(w, http.StatusCreated, allocationView(a))
 	return nil
 }
@@ -255,7 +255,7 @@ func (s *Room) Release(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	var t store.Task
-	a, err := s.store.UpdateAllocation(ctx, id, func(a *store.Allocation) error {
+	a, err := s.store.UpdateAllocationAudited(ctx, id, func(a *store.Allocation) error {
 		t = store.Task{}
 		switch {
 		case a.State == api.AllocationReleased:
@@ -271,6 +271,13 @@ func (s *Room) Release(w http.ResponseWriter, r *http.Request) error {
 		t = s.deprovisionTask(ctx, a)
 		a.State, a.StateReason, a.ReleaseTaskID = api.AllocationReleasing, "", t.ID
 		return nil
+	}, func(a store.Allocation) []store.AuditEvent {
+		detail := ""
+		if retry != "" && t.ID != "" {
+			detail = "retry: " + retry
+		}
+		return []store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "allocation.release",
+			Target: a.ID, Result: string(a.State), CID: httpapi.CorrelationID(ctx), Detail: detail})}
 	})
 	if err != nil {
 		return httpapi.StoreError(err, "allocation", id)
@@ -281,12 +288,6 @@ func (s *Room) Release(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	s.terms.CloseAllocation(id)
-	detail := ""
-	if retry != "" && t.ID != "" {
-		detail = "retry: " + retry
-	}
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "allocation.release", Target: a.ID, Result: string(a.State),
-		CID: httpapi.CorrelationID(ctx), Detail: detail})
 	httpapi.WriteJSON(w, http.StatusAccepted, allocationView(a))
 	return nil
 }

@@ -38,7 +38,7 @@ func (s *Room) settle(ctx context.Context, allocationID string, t store.Task, re
 			reason = res.Error.Code + ": " + res.Error.Message
 		}
 	}
-	a, err := s.store.UpdateAllocation(ctx, allocationID, func(a *store.Allocation) error {
+	_, err := s.store.UpdateAllocationAudited(ctx, allocationID, func(a *store.Allocation) error {
 		switch {
 		case t.Type == task.TypeAllocProvisionUser && t.ID == a.ProvisionTaskID && a.State == api.AllocationProvisioning:
 			a.State, a.StateReason = api.AllocationActive, ""
@@ -56,17 +56,14 @@ func (s *Room) settle(ctx context.Context, allocationID string, t store.Task, re
 		}
 		a.UpdatedAt = s.now().UTC()
 		return nil
+	}, func(a store.Allocation) []store.AuditEvent {
+		return []store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: "system", Action: "allocation.state", Target: a.ID,
+			Result: string(a.State), CID: t.CorrelationID, Detail: "task=" + t.ID + " " + reason})}
 	})
-	if errors.Is(err, errNoChange) {
-		return
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, errNoChange) {
 		s.log.Warn("allocation task result", "allocation_id", allocationID, "task_id", t.ID, "err", err,
 			"correlation_id", t.CorrelationID)
-		return
 	}
-	s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "allocation.state", Target: a.ID, Result: string(a.State),
-		CID: t.CorrelationID, Detail: "task=" + t.ID + " " + reason})
 }
 
 // retryRelease says why a releasing host allocation's deprovision is to be
@@ -163,7 +160,7 @@ func (s *Room) heal(ctx context.Context, a store.Allocation) error {
 	ctx = httpapi.Correlated(ctx, nil, http.Header{}) // a correlation id of its own
 	lost := fmt.Sprintf("task %s is not in the store", taskID)
 	var next store.Task
-	out, err := s.store.UpdateAllocation(ctx, a.ID, func(cur *store.Allocation) error {
+	_, err = s.store.UpdateAllocationAudited(ctx, a.ID, func(cur *store.Allocation) error {
 		switch {
 		case cur.State == api.AllocationProvisioning && cur.ProvisionTaskID == taskID:
 			cur.State, cur.StateReason = api.AllocationFailed, task.TypeAllocProvisionUser+" "+lost+": it was never queued"
@@ -175,6 +172,13 @@ func (s *Room) heal(ctx context.Context, a store.Allocation) error {
 		}
 		cur.UpdatedAt = s.now().UTC()
 		return nil
+	}, func(out store.Allocation) []store.AuditEvent {
+		entry := audit.Entry{Actor: "system", Action: "allocation.state", Target: a.ID, Result: string(out.State),
+			CID: httpapi.CorrelationID(ctx), Detail: out.StateReason}
+		if next.ID != "" {
+			entry.Action, entry.Detail = "allocation.release", "retry: "+lost
+		}
+		return []store.AuditEvent{s.audit.Event(ctx, entry)}
 	})
 	if errors.Is(err, errNoChange) {
 		return nil
@@ -182,14 +186,8 @@ func (s *Room) heal(ctx context.Context, a store.Allocation) error {
 	if err != nil {
 		return err
 	}
-	entry := audit.Entry{Actor: "system", Action: "allocation.state", Target: a.ID, Result: string(out.State),
-		CID: httpapi.CorrelationID(ctx), Detail: out.StateReason}
 	if next.ID != "" {
-		if err := s.tasks.Enqueue(ctx, next); err != nil {
-			return err
-		}
-		entry.Action, entry.Detail = "allocation.release", "retry: "+lost
+		return s.tasks.Enqueue(ctx, next)
 	}
-	s.audit.Record(ctx, entry)
 	return nil
 }

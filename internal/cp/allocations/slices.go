@@ -42,11 +42,11 @@ func (s *Room) createSlice(w http.ResponseWriter, r *http.Request, req api.Creat
 	}
 	spec, _ := json.Marshal(req)
 	a.HostID, a.State, a.Spec = host, api.AllocationProvisioning, spec
-	if err := s.store.CreateAllocation(ctx, a); err != nil {
+	if err := s.store.CreateAllocation(ctx, a, s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "allocation.create",
+		Target: a.ID, Result: string(a.State), CID: httpapi.CorrelationID(ctx),
+		Detail: fmt.Sprintf("user=%s host=%s slots=%d", a.Username, a.HostID, req.Slots)})); err != nil {
 		return err
 	}
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "allocation.create", Target: a.ID, Result: string(a.State),
-		CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("user=%s host=%s slots=%d", a.Username, a.HostID, req.Slots)})
 	if err := s.slices.Start(ctx, a); err != nil {
 		// The workflow is recorded as far as it got and resumes on the
 		// next task event or control plane start.

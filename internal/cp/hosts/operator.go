@@ -111,15 +111,18 @@ func (s *Room) Create(w http.ResponseWriter, r *http.Request) error {
 	h := store.Host{ID: req.HostID, OSFamily: req.OSFamily, Labels: req.Labels, Enabled: true,
 		Status: api.HostUnknown, TokenHash: httpapi.HashToken(tok), TokenExpiresAt: now.Add(ttl),
 		CreatedAt: now, UpdatedAt: now, Profile: store.Profile{APIURL: req.APIURL, TerminalURL: req.TerminalURL}}
-	if err := s.store.CreateHost(ctx, h); err != nil {
+	// The host and its bootstrap token (a credential) are stored with
+	// their records (ADR 0016).
+	err := s.store.CreateHost(ctx, h,
+		s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "host.create", Target: h.ID, Result: "ok", CID: httpapi.CorrelationID(ctx)}),
+		s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "token.bootstrap_issue", Target: h.ID, Result: "ok",
+			CID: httpapi.CorrelationID(ctx), Detail: "expires_at=" + h.TokenExpiresAt.Format(time.RFC3339)}))
+	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return httpapi.Errorf(http.StatusConflict, "host_exists", "host %q already exists", req.HostID)
 		}
 		return err
 	}
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "host.create", Target: h.ID, Result: "ok", CID: httpapi.CorrelationID(ctx)})
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "token.bootstrap_issue", Target: h.ID, Result: "ok",
-		CID: httpapi.CorrelationID(ctx), Detail: "expires_at=" + h.TokenExpiresAt.Format(time.RFC3339)})
 	httpapi.WriteJSON(w, http.StatusCreated, api.BootstrapToken{HostID: h.ID, Token: tok, ExpiresAt: h.TokenExpiresAt,
 		CAHash: s.ca.Hash(), NodeURL: s.cfg.NodeURL})
 	return nil
@@ -200,18 +203,19 @@ func (s *Room) RotateToken(w http.ResponseWriter, r *http.Request) error {
 	}
 	tok := httpapi.NewToken("drv_bt_")
 	now := s.cfg.Now().UTC()
-	h, err := s.store.UpdateHost(ctx, id, func(h *store.Host) error {
+	h, err := s.store.UpdateHostAudited(ctx, id, func(h *store.Host) error {
 		if h.Revoked {
 			return httpapi.Errorf(http.StatusConflict, "host_revoked", "host %q is revoked; create a new host record", id)
 		}
 		h.TokenHash, h.TokenUsed, h.TokenExpiresAt, h.UpdatedAt = httpapi.HashToken(tok), false, now.Add(ttl), now
 		return nil
+	}, func(_, h store.Host) []store.AuditEvent {
+		return []store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "token.bootstrap_rotate",
+			Target: id, Result: "ok", CID: httpapi.CorrelationID(ctx), Detail: "expires_at=" + h.TokenExpiresAt.Format(time.RFC3339)})}
 	})
 	if err != nil {
 		return httpapi.StoreError(err, "host", id)
 	}
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "token.bootstrap_rotate", Target: id, Result: "ok",
-		CID: httpapi.CorrelationID(ctx), Detail: "expires_at=" + h.TokenExpiresAt.Format(time.RFC3339)})
 	httpapi.WriteJSON(w, http.StatusOK, api.BootstrapToken{HostID: id, Token: tok, ExpiresAt: h.TokenExpiresAt,
 		CAHash: s.ca.Hash(), NodeURL: s.cfg.NodeURL})
 	return nil
@@ -229,7 +233,7 @@ func (s *Room) EnsureHost(ctx context.Context, id, osFamily string) (string, err
 		return "", err
 	}
 	tok := httpapi.NewToken("drv_bt_")
-	_, err = s.store.UpdateHost(ctx, id, func(h *store.Host) error {
+	_, err = s.store.UpdateHostAudited(ctx, id, func(h *store.Host) error {
 		if h.Revoked {
 			return fmt.Errorf("host %q is revoked; use another --host-id", id)
 		}
@@ -239,6 +243,9 @@ func (s *Room) EnsureHost(ctx context.Context, id, osFamily string) (string, err
 		}
 		h.TokenHash, h.TokenUsed, h.TokenExpiresAt = httpapi.HashToken(tok), false, now.Add(time.Hour)
 		return nil
+	}, func(store.Host, store.Host) []store.AuditEvent {
+		return []store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: "system", Action: "token.bootstrap_issue", Target: id,
+			Result: "ok", Detail: "drover dev"})}
 	})
 	if errors.Is(err, errNoChange) {
 		return "", nil
@@ -246,7 +253,6 @@ func (s *Room) EnsureHost(ctx context.Context, id, osFamily string) (string, err
 	if err != nil {
 		return "", err
 	}
-	s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "token.bootstrap_issue", Target: id, Result: "ok", Detail: "drover dev"})
 	return tok, nil
 }
 

@@ -173,7 +173,12 @@ func (s *Room) registerUnknown(ctx context.Context, req api.RegisterRequest, src
 		TokenUsed: true, CertSerial: serial, CertNotAfter: notAfter, EnrolledAt: now, CreatedAt: now, UpdatedAt: now}
 	setReported(&h, req.Capabilities)
 	unlock := s.cache.lockWrite(h.ID)
-	err = s.store.CreateHost(ctx, h)
+	// An enrolment without a token is stored with its records (ADR 0016).
+	err = s.store.CreateHost(ctx, h,
+		s.audit.Event(ctx, audit.Entry{Actor: "node:" + h.ID, Action: "host.create", Target: h.ID,
+			Result: "unknown_host_registration", CID: httpapi.CorrelationID(ctx), Detail: "source=" + src}),
+		s.audit.Event(ctx, audit.Entry{Actor: "node:" + h.ID, Action: "host.register", Target: h.ID, Result: "ok",
+			CID: httpapi.CorrelationID(ctx), Detail: "cert_serial=" + serial + " source=" + src + " unknown_host_registration"}))
 	if err == nil {
 		s.cache.put(h)
 	}
@@ -184,10 +189,6 @@ func (s *Room) registerUnknown(ctx context.Context, req api.RegisterRequest, src
 		return api.Identity{}, false, err
 	}
 	s.metrics.Registrations.WithLabelValues("unknown_host_registration").Inc()
-	s.audit.Record(ctx, audit.Entry{Actor: "node:" + h.ID, Action: "host.create", Target: h.ID,
-		Result: "unknown_host_registration", CID: httpapi.CorrelationID(ctx), Detail: "source=" + src})
-	s.audit.Record(ctx, audit.Entry{Actor: "node:" + h.ID, Action: "host.register", Target: h.ID, Result: "ok",
-		CID: httpapi.CorrelationID(ctx), Detail: "cert_serial=" + serial + " source=" + src + " unknown_host_registration"})
 	httpapi.Logger(ctx, s.log).Warn("unknown host enrolled without a bootstrap token", "host_id", h.ID, "source", src)
 	return s.identity(h.ID, certPEM, notAfter), true, nil
 }

@@ -44,8 +44,9 @@ type AllocationFilter struct {
 // allocations room (cp/allocations: its routes and state machine) embeds it
 // whole; the termgw room only reads allocations.
 type AllocationStore interface {
-	// CreateAllocation inserts an allocation; ErrConflict if the id exists.
-	CreateAllocation(ctx context.Context, a Allocation) error
+	// CreateAllocation inserts an allocation, with audit in its
+	// transaction; ErrConflict if the id exists.
+	CreateAllocation(ctx context.Context, a Allocation, audit ...AuditEvent) error
 	// GetAllocation returns an allocation or ErrNotFound.
 	GetAllocation(ctx context.Context, id string) (Allocation, error)
 	// ListAllocations returns allocations, oldest first.
@@ -55,4 +56,10 @@ type AllocationStore interface {
 	// exist. An error from fn aborts the update and is returned. Publishes
 	// EventAllocation.
 	UpdateAllocation(ctx context.Context, id string, fn func(*Allocation) error) (Allocation, error)
+	// UpdateAllocationAudited is UpdateAllocation that also appends, in
+	// the same transaction, the records audit returns for the allocation
+	// as fn left it (nil: none). audit runs inside the transaction and
+	// must not call the store.
+	UpdateAllocationAudited(ctx context.Context, id string, fn func(*Allocation) error,
+		audit func(Allocation) []AuditEvent) (Allocation, error)
 }

@@ -147,8 +147,9 @@ type StaleMark struct {
 // instances, allocations and termgw rooms read hosts through narrower
 // interfaces of their own.
 type HostStore interface {
-	// CreateHost inserts a host; ErrConflict if the id exists.
-	CreateHost(ctx context.Context, h Host) error
+	// CreateHost inserts a host, with audit in its transaction;
+	// ErrConflict if the id exists.
+	CreateHost(ctx context.Context, h Host, audit ...AuditEvent) error
 	// GetHost returns a host or ErrNotFound.
 	GetHost(ctx context.Context, id string) (Host, error)
 	// ListHosts returns all hosts ordered by id.

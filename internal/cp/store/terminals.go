@@ -56,9 +56,9 @@ type TerminalSessionFilter struct {
 // tokens: the termgw room (cp/termgw: token mint, redemption, the session's
 // readiness hops and recording, revocation) embeds it whole.
 type TerminalStore interface {
-	// CreateTerminalSession inserts a session; ErrConflict if the id or the
-	// token hash exists.
-	CreateTerminalSession(ctx context.Context, s TerminalSession) error
+	// CreateTerminalSession inserts a session, with audit in its
+	// transaction; ErrConflict if the id or the token hash exists.
+	CreateTerminalSession(ctx context.Context, s TerminalSession, audit ...AuditEvent) error
 	// GetTerminalSession returns a session or ErrNotFound.
 	GetTerminalSession(ctx context.Context, id string) (TerminalSession, error)
 	// RedeemTerminalToken atomically burns the token with this hash and

@@ -106,12 +106,13 @@ func (s *Gateway) MintToken(w http.ResponseWriter, r *http.Request) error {
 	if p, ok := httpapi.PrincipalFrom(ctx); ok {
 		sess.MintedByTokenID = p.TokenID
 	}
-	if err := s.store.CreateTerminalSession(ctx, sess); err != nil {
+	// The token is a credential: it is stored with its record (ADR 0016).
+	if err := s.store.CreateTerminalSession(ctx, sess, s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx),
+		Action: "terminal.token_mint", Target: sess.ID, Result: "ok", CID: sess.CorrelationID,
+		Detail: fmt.Sprintf("allocation=%s node=%s mode=%s", a.ID, nodeID, mode)})); err != nil {
 		return err
 	}
 	s.metrics.Mints.WithLabelValues("ok").Inc()
-	s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "terminal.token_mint", Target: sess.ID, Result: "ok",
-		CID: sess.CorrelationID, Detail: fmt.Sprintf("allocation=%s node=%s mode=%s", a.ID, nodeID, mode)})
 	httpapi.WriteJSON(w, http.StatusCreated, api.TerminalToken{Token: raw, SessionID: sess.ID, AllocationID: a.ID,
 		NodeID: nodeID, ExpiresAt: sess.TokenExpiresAt,
 		URL:         "/api/v1/terminal?allocation_id=" + url.QueryEscape(a.ID),

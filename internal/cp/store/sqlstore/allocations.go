@@ -38,7 +38,7 @@ func allocationArgs(a store.Allocation) []any {
 // CreateAllocation implements store.Store. Defaults: State provisioning,
 // CreatedAt now, UpdatedAt CreatedAt. The id, username and host id are
 // required.
-func (s *Store) CreateAllocation(ctx context.Context, a store.Allocation) error {
+func (s *Store) CreateAllocation(ctx context.Context, a store.Allocation, audit ...store.AuditEvent) error {
 	switch {
 	case a.ID == "":
 		return errors.New("create allocation: empty id")
@@ -56,8 +56,11 @@ func (s *Store) CreateAllocation(ctx context.Context, a store.Allocation) error 
 	if a.UpdatedAt.IsZero() {
 		a.UpdatedAt = a.CreatedAt
 	}
-	_, err := s.db.Exec(ctx, `INSERT INTO allocations (`+allocationCols+`) VALUES
+	err := s.withRecords(ctx, audit, func(db DB) error {
+		_, err := db.Exec(ctx, `INSERT INTO allocations (`+allocationCols+`) VALUES
 		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, allocationArgs(a)...)
+		return err
+	})
 	if err != nil {
 		if s.d.IsUniqueViolation(err) {
 			return fmt.Errorf("create allocation %q: %w", a.ID, store.ErrConflict)
@@ -110,6 +113,13 @@ func (s *Store) ListAllocations(ctx context.Context, f store.AllocationFilter) (
 // UpdatedAt is stored as fn leaves it: the store does not stamp it, so a fn
 // that changes the record sets UpdatedAt itself.
 func (s *Store) UpdateAllocation(ctx context.Context, id string, fn func(*store.Allocation) error) (store.Allocation, error) {
+	return s.UpdateAllocationAudited(ctx, id, fn, nil)
+}
+
+// UpdateAllocationAudited implements store.Store: UpdateAllocation with
+// audit's records in its transaction.
+func (s *Store) UpdateAllocationAudited(ctx context.Context, id string, fn func(*store.Allocation) error,
+	audit func(store.Allocation) []store.AuditEvent) (store.Allocation, error) {
 	var out store.Allocation
 	err := s.db.InTx(ctx, func(tx DB) error {
 		a, err := scanAllocation(tx.QueryRow(ctx, `SELECT `+allocationCols+` FROM allocations WHERE id = $1`+s.d.ForUpdate, id))
@@ -128,6 +138,11 @@ func (s *Store) UpdateAllocation(ctx context.Context, id string, fn func(*store.
 		}
 		if err := s.d.Notify(ctx, tx, store.Event{Kind: store.EventAllocation, ID: id}); err != nil {
 			return fmt.Errorf("update allocation %q: notify: %w", id, err)
+		}
+		if audit != nil {
+			if err := s.appendAuditsTx(ctx, tx, audit(a)); err != nil {
+				return fmt.Errorf("update allocation %q: audit: %w", id, err)
+			}
 		}
 		// Read back so the caller sees exactly what a later GetAllocation
 		// returns (millisecond UTC times, empty spec as nil).

@@ -211,6 +211,25 @@ func (s *Store) AuditColumns(es []store.AuditEvent) []any {
 // statement (SQLite 32,766).
 const maxAuditRows = 500
 
+// withRecords runs write on the store or, with records, in a transaction
+// that then appends them: a created row is never seen without its
+// records. write's error is returned as it is (a unique violation stays
+// one); a record's is wrapped with "audit: ".
+func (s *Store) withRecords(ctx context.Context, records []store.AuditEvent, write func(DB) error) error {
+	if len(records) == 0 {
+		return write(s.db)
+	}
+	return s.db.InTx(ctx, func(tx DB) error {
+		if err := write(tx); err != nil {
+			return err
+		}
+		if err := s.appendAuditsTx(ctx, tx, records); err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		return nil
+	})
+}
+
 // appendAuditsTx inserts es in tx, the transaction of the change they
 // describe, maxAuditRows at a time.
 func (s *Store) appendAuditsTx(ctx context.Context, tx DB, es []store.AuditEvent) error {

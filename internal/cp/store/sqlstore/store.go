@@ -93,7 +93,7 @@ func hostArgs(h store.Host) ([]any, error) {
 
 // CreateHost implements store.Store. An empty Status is stored as unknown, a
 // zero CreatedAt as now and a zero UpdatedAt as CreatedAt.
-func (s *Store) CreateHost(ctx context.Context, h store.Host) error {
+func (s *Store) CreateHost(ctx context.Context, h store.Host, audit ...store.AuditEvent) error {
 	if h.ID == "" {
 		return errors.New("create host: empty id")
 	}
@@ -110,9 +110,12 @@ func (s *Store) CreateHost(ctx context.Context, h store.Host) error {
 	if err != nil {
 		return fmt.Errorf("create host %q: %w", h.ID, err)
 	}
-	_, err = s.db.Exec(ctx, `INSERT INTO hosts (`+hostCols+`) VALUES
+	err = s.withRecords(ctx, audit, func(db DB) error {
+		_, err := db.Exec(ctx, `INSERT INTO hosts (`+hostCols+`) VALUES
 		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
 		$23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33)`, args...)
+		return err
+	})
 	if err != nil {
 		if s.d.IsUniqueViolation(err) {
 			return fmt.Errorf("create host %q: %w", h.ID, store.ErrConflict)

@@ -55,7 +55,7 @@ func terminalArgs(ts store.TerminalSession) []any {
 // CreateTerminalSession implements store.Store. The id, allocation id and
 // token hash are required; Mode must be "pty", "serial" or "vm_ssh". Defaults: State
 // token_ready, CreatedAt now.
-func (s *Store) CreateTerminalSession(ctx context.Context, ts store.TerminalSession) error {
+func (s *Store) CreateTerminalSession(ctx context.Context, ts store.TerminalSession, audit ...store.AuditEvent) error {
 	switch {
 	case ts.ID == "":
 		return errors.New("create terminal session: empty id")
@@ -72,9 +72,12 @@ func (s *Store) CreateTerminalSession(ctx context.Context, ts store.TerminalSess
 	if ts.CreatedAt.IsZero() {
 		ts.CreatedAt = s.now()
 	}
-	_, err := s.db.Exec(ctx, `INSERT INTO terminal_sessions (`+terminalCols+`) VALUES
+	err := s.withRecords(ctx, audit, func(db DB) error {
+		_, err := db.Exec(ctx, `INSERT INTO terminal_sessions (`+terminalCols+`) VALUES
 		($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
 		$21, $22, $23, $24, $25, $26)`, terminalArgs(ts)...)
+		return err
+	})
 	if err != nil {
 		if s.d.IsUniqueViolation(err) {
 			// The hash is a credential: keep it out of the error.
