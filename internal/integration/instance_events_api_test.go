@@ -173,10 +173,13 @@ func (p *eventProbe) CreateInstance(ctx context.Context, in store.Instance) erro
 	return p.Store.CreateInstance(ctx, in)
 }
 
-func (p *eventProbe) CreateInstanceRecorded(ctx context.Context, in store.Instance, ev store.InstanceEvent) error {
-	err := p.Store.CreateInstanceRecorded(ctx, in, ev)
+func (p *eventProbe) CreateInstanceRecorded(ctx context.Context, in store.Instance, ev store.InstanceEvent, audit ...store.AuditEvent) error {
+	err := p.Store.CreateInstanceRecorded(ctx, in, ev, audit...)
 	if err != nil {
 		return err
+	}
+	if !p.audited(ctx, in.ID, "name="+in.Name) {
+		p.miss("%s created without its audit record", in.Name)
 	}
 	if evs, lerr := p.Store.ListInstanceEvents(ctx, in.ID, 0); lerr != nil || len(evs) != 1 || evs[0].Phase != in.Phase ||
 		evs[0].Generation != in.Generation {

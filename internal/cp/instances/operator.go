@@ -108,7 +108,11 @@ func (s *Room) createPlaced(ctx context.Context, f *fleet, req api.CreateInstanc
 		in := store.Instance{ID: newInstanceID(), Name: req.Name, Group: req.Group, HostID: hostID, Labels: req.Labels,
 			Spec: spec, DesiredState: api.DesiredRunning, Generation: 1, Phase: api.InstancePending,
 			CreatedBy: httpapi.Actor(ctx), CreatedAt: now, UpdatedAt: now}
-		if err := s.store.CreateInstanceRecorded(ctx, in, s.eventOf(ctx, in, httpapi.Actor(ctx), "created on host "+hostID)); err != nil {
+		// The record goes with the instance: a node may see it at once. A
+		// lost placement race below deletes it with a record of its own.
+		created := s.audit.Event(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.create", Target: in.ID, Result: "ok",
+			CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s host=%s group=%s", in.Name, hostID, in.Group)})
+		if err := s.store.CreateInstanceRecorded(ctx, in, s.eventOf(ctx, in, httpapi.Actor(ctx), "created on host "+hostID), created); err != nil {
 			if errors.Is(err, store.ErrConflict) {
 				return store.Instance{}, httpapi.Errorf(http.StatusConflict, "instance_exists", "an instance named %q exists", req.Name)
 			}
@@ -118,11 +122,15 @@ func (s *Room) createPlaced(ctx context.Context, f *fleet, req api.CreateInstanc
 		if err == nil && ok {
 			s.waiters.Wake(hostID) // same replica: do not wait for the event round trip
 			f.add(hostID, in.Name, in.DesiredState, req.Spec)
-			s.audit.Record(ctx, audit.Entry{Actor: httpapi.Actor(ctx), Action: "instance.create", Target: in.ID, Result: "ok",
-				CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s host=%s group=%s", in.Name, hostID, in.Group)})
 			return in, nil
 		}
-		if derr := s.store.DeleteInstance(context.WithoutCancel(ctx), in.ID); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+		why := "placement_lost"
+		if err != nil {
+			why = "placement_unverified"
+		}
+		removed := s.audit.Event(ctx, audit.Entry{Actor: "system", Action: "instance.delete", Target: in.ID, Result: why,
+			CID: httpapi.CorrelationID(ctx), Detail: fmt.Sprintf("name=%s host=%s attempt=%d", in.Name, hostID, attempt)})
+		if derr := s.store.DeleteInstance(context.WithoutCancel(ctx), in.ID, removed); derr != nil && !errors.Is(derr, store.ErrNotFound) {
 			return store.Instance{}, errors.Join(err, derr)
 		}
 		if err != nil {

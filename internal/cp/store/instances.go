@@ -74,8 +74,9 @@ type InstanceStore interface {
 	CreateInstance(ctx context.Context, in Instance) error
 	// CreateInstanceRecorded is CreateInstance that also appends ev as the
 	// instance's first event in the same transaction (ev.InstanceID is
-	// in.ID): a reader never sees a created instance without it (ADR 0016).
-	CreateInstanceRecorded(ctx context.Context, in Instance, ev InstanceEvent) error
+	// in.ID) and the audit records: a reader never sees a created instance
+	// without them (ADR 0016).
+	CreateInstanceRecorded(ctx context.Context, in Instance, ev InstanceEvent, audit ...AuditEvent) error
 	// GetInstance returns an instance or ErrNotFound.
 	GetInstance(ctx context.Context, id string) (Instance, error)
 	// GetInstanceByName returns an instance or ErrNotFound.

@@ -51,16 +51,17 @@ func instanceArgs(in store.Instance) ([]any, error) {
 // CreateInstance implements store.Store. Defaults: DesiredState running,
 // Generation 1, Phase Pending, CreatedAt now, UpdatedAt CreatedAt.
 func (s *Store) CreateInstance(ctx context.Context, in store.Instance) error {
-	return s.createInstance(ctx, in, nil)
+	return s.createInstance(ctx, in, nil, nil)
 }
 
 // CreateInstanceRecorded implements store.Store.
-func (s *Store) CreateInstanceRecorded(ctx context.Context, in store.Instance, ev store.InstanceEvent) error {
-	return s.createInstance(ctx, in, &ev)
+func (s *Store) CreateInstanceRecorded(ctx context.Context, in store.Instance, ev store.InstanceEvent, audit ...store.AuditEvent) error {
+	return s.createInstance(ctx, in, &ev, audit)
 }
 
-// createInstance inserts in and, when ev is not nil, its first event.
-func (s *Store) createInstance(ctx context.Context, in store.Instance, ev *store.InstanceEvent) error {
+// createInstance inserts in and, when ev is not nil, its first event,
+// and appends audit.
+func (s *Store) createInstance(ctx context.Context, in store.Instance, ev *store.InstanceEvent, audit []store.AuditEvent) error {
 	switch {
 	case in.ID == "":
 		return errors.New("create instance: empty id")
@@ -102,7 +103,12 @@ func (s *Store) createInstance(ctx context.Context, in store.Instance, ev *store
 		}
 		if ev != nil {
 			ev.InstanceID = in.ID
-			return s.appendInstanceEventTx(ctx, tx, *ev)
+			if err := s.appendInstanceEventTx(ctx, tx, *ev); err != nil {
+				return err
+			}
+		}
+		if err := s.appendAuditsTx(ctx, tx, audit); err != nil {
+			return fmt.Errorf("create instance %q: audit: %w", in.ID, err)
 		}
 		return nil
 	})
