@@ -39,7 +39,8 @@ import (
 type Store interface {
 	store.SliceFlowStore
 	GetAllocation(ctx context.Context, id string) (store.Allocation, error)
-	UpdateAllocation(ctx context.Context, id string, fn func(*store.Allocation) error) (store.Allocation, error)
+	UpdateAllocationAudited(ctx context.Context, id string, fn func(*store.Allocation) error,
+		audit func(store.Allocation) []store.AuditEvent) (store.Allocation, error)
 	GetHost(ctx context.Context, id string) (store.Host, error)
 	ListHosts(ctx context.Context) ([]store.Host, error)
 	ListSlots(ctx context.Context, hostID string) ([]store.Slot, error)
@@ -186,27 +187,25 @@ func (s *Room) lock(id string) func() {
 	return l.Unlock
 }
 
-// setAllocation moves the allocation to state with reason (best effort:
-// the workflow's own record is the source of truth and is resumed).
+// setAllocation moves the allocation to state with reason, and stores its
+// allocation.state record with it (best effort: the workflow's own record
+// is the source of truth and is resumed).
 func (s *Room) setAllocation(ctx context.Context, w store.SliceWorkflow, state api.AllocationState, reason string) {
-	a, err := s.store.UpdateAllocation(ctx, w.AllocationID, func(a *store.Allocation) error {
+	_, err := s.store.UpdateAllocationAudited(ctx, w.AllocationID, func(a *store.Allocation) error {
 		if a.State == state && a.StateReason == reason && a.ProvisionTaskID == w.ProvisionTaskID && a.ReleaseTaskID == w.ReleaseTaskID {
 			return errNoChange
 		}
 		a.State, a.StateReason, a.UpdatedAt = state, reason, s.now().UTC()
 		a.ProvisionTaskID, a.ReleaseTaskID = w.ProvisionTaskID, w.ReleaseTaskID
 		return nil
+	}, func(a store.Allocation) []store.AuditEvent {
+		return []store.AuditEvent{s.audit.Event(ctx, audit.Entry{Actor: "system", Action: "allocation.state", Target: a.ID,
+			Result: string(a.State), CID: w.CorrelationID, Detail: "slice workflow step=" + w.Step + " " + reason})}
 	})
-	if errors.Is(err, errNoChange) {
-		return
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, errNoChange) {
 		s.log.Warn("slice allocation state", "allocation_id", w.AllocationID, "state", state, "err", err,
 			"correlation_id", w.CorrelationID)
-		return
 	}
-	s.audit.Record(ctx, audit.Entry{Actor: "system", Action: "allocation.state", Target: a.ID, Result: string(a.State),
-		CID: w.CorrelationID, Detail: "slice workflow step=" + w.Step + " " + reason})
 }
 
 var errNoChange = errors.New("no change")

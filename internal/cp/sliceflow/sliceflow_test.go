@@ -3,6 +3,7 @@ package sliceflow
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -97,6 +98,19 @@ func TestCreateActiveRelease(t *testing.T) {
 	}
 	if n := len(h.all(task.TypeVMRelease)); n != 1 {
 		t.Fatalf("%d release tasks after a second release", n)
+	}
+	// Each state the workflow gave the allocation was stored with its
+	// record.
+	evs, err := h.st.ListAudit(h.ctx, store.AuditFilter{Target: "alc_a", Action: "allocation.state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recorded []string
+	for _, e := range slices.Backward(evs) {
+		recorded = append(recorded, e.Result)
+	}
+	if want := []string{"provisioning", "active", "releasing", "released"}; !slices.Equal(recorded, want) {
+		t.Errorf("allocation.state records %v, want %v", recorded, want)
 	}
 }
 
