@@ -10,6 +10,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/cp/audit"
 	"github.com/drover-dev/drover/internal/cp/httpapi"
+	"github.com/drover-dev/drover/internal/cp/periodic"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
@@ -118,18 +119,7 @@ func (s *Room) Sweep(ctx context.Context) error {
 
 // RunSweeper sweeps every interval until ctx ends.
 func (s *Room) RunSweeper(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("sweep allocations", "err", err)
-			}
-		}
-	}
+	periodic.Run(ctx, interval, s.log, "sweep allocations", s.Sweep)
 }
 
 // heal is Sweep for one allocation.

@@ -30,6 +30,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/cp/hosts"
 	"github.com/drover-dev/drover/internal/cp/httpapi"
+	"github.com/drover-dev/drover/internal/cp/periodic"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
@@ -118,16 +119,10 @@ func (s *Scheduler) Run(ctx context.Context) {
 		return
 	}
 	s.log.Info("health probe scheduler started", "interval", s.cfg.Interval, "tick", s.cfg.Tick)
-	t := time.NewTicker(s.cfg.Tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.Tick(ctx)
-		}
-	}
+	periodic.Run(ctx, s.cfg.Tick, s.log, "health probe tick", func(ctx context.Context) error {
+		s.Tick(ctx)
+		return nil
+	})
 }
 
 // slot is the start of host id's current slot at now: the latest time not

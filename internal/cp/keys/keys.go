@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/kek"
+	"github.com/drover-dev/drover/internal/cp/periodic"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/pki"
@@ -251,16 +252,5 @@ func (k *Keys) PublicSet() api.JWKS {
 // Run reloads the keys every 30s (another replica may rotate) until ctx
 // ends.
 func (k *Keys) Run(ctx context.Context) {
-	t := time.NewTicker(30 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := k.reload(ctx); err != nil && ctx.Err() == nil {
-				k.log.Warn("reload signing keys", "err", err)
-			}
-		}
-	}
+	periodic.Run(ctx, 30*time.Second, k.log, "reload signing keys", k.reload)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/drover-dev/drover/internal/cp/periodic"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/signal"
 )
@@ -42,18 +43,7 @@ func (s *Room) Sweep(ctx context.Context) error {
 
 // RunSweeper sweeps every interval until ctx ends.
 func (s *Room) RunSweeper(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("sweep slice workflows", "err", err)
-			}
-		}
-	}
+	periodic.Run(ctx, interval, s.log, "sweep slice workflows", s.Sweep)
 }
 
 // overdue says whether an await step that has no result yet has waited

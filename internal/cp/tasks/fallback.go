@@ -2,7 +2,8 @@ package tasks
 
 import (
 	"context"
-	"time"
+
+	"github.com/drover-dev/drover/internal/cp/periodic"
 )
 
 // RunFallback is the claim long-polls' safety net for lost change events
@@ -16,26 +17,17 @@ func (s *Room) RunFallback(ctx context.Context) {
 	if s.cfg.FallbackPoll <= 0 {
 		return
 	}
-	t := time.NewTicker(s.cfg.FallbackPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Run(ctx, s.cfg.FallbackPoll, s.log, "long-poll fallback: read queued tasks", func(ctx context.Context) error {
 		if s.waiters.Count() == 0 && s.waiters.QuietCount() == 0 {
-			continue
+			return nil
 		}
 		nodes, err := s.store.QueuedTaskNodes(ctx, s.cfg.Now().UTC())
 		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("long-poll fallback: read queued tasks", "err", err)
-			}
-			continue
+			return err
 		}
 		for _, n := range nodes {
 			s.waiters.Wake(n)
 		}
-	}
+		return nil
+	})
 }

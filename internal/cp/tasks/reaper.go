@@ -6,34 +6,30 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/periodic"
 	"github.com/drover-dev/drover/internal/cp/store"
 )
 
 // Reap requeues tasks whose lease ended and expires overdue ones.
+// It runs every second until ctx ends.
 func (s *Room) Reap(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		requeued, expired, err := s.store.ReapTasks(ctx, s.cfg.Now(), func(requeued, expired []store.Task) []store.AuditEvent {
-			return s.reapRecords(ctx, requeued, expired)
-		})
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("reap tasks", "err", err)
-			}
-			continue
-		}
-		s.metrics.Requeued.Add(float64(len(requeued)))
-		for _, t := range expired {
-			s.taskFinished(ctx, t)
-			s.metrics.Expired.Inc()
-		}
+	periodic.Run(ctx, time.Second, s.log, "reap tasks", s.reapOnce)
+}
+
+// reapOnce is one of Reap's passes.
+func (s *Room) reapOnce(ctx context.Context) error {
+	requeued, expired, err := s.store.ReapTasks(ctx, s.cfg.Now(), func(requeued, expired []store.Task) []store.AuditEvent {
+		return s.reapRecords(ctx, requeued, expired)
+	})
+	if err != nil {
+		return err
 	}
+	s.metrics.Requeued.Add(float64(len(requeued)))
+	for _, t := range expired {
+		s.taskFinished(ctx, t)
+		s.metrics.Expired.Inc()
+	}
+	return nil
 }
 
 // reapRecords is the audit records of the tasks a reap requeued and

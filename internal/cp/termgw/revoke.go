@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
+	"github.com/drover-dev/drover/internal/cp/periodic"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/terminal"
@@ -45,16 +45,10 @@ func (s *Gateway) Event(ctx context.Context, ev store.Event) {
 // Run re-reads every live session's node, allocation and
 // minting token each Terminal.RecheckInterval.
 func (s *Gateway) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.RecheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Run(ctx, s.cfg.RecheckInterval, s.log, "recheck terminals", func(ctx context.Context) error {
 		s.recheckTerminals(ctx, s.term.matching(func(*liveSession) bool { return true }))
-	}
+		return nil
+	})
 }
 
 // recheckTerminals ends the sessions of ls that may no longer run.
