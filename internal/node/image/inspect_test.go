@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -36,9 +35,7 @@ func TestInspect(t *testing.T) {
 	// A backing file that qemu-img would block on if it opened it, and one
 	// that does not exist: the header alone must refuse both.
 	fifo := path("fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	mkfifo(t, fifo)
 	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", path("plain.raw"), path("fifo-backed.qcow2"), "1M")
 	testutil.RunQEMUImg(t, qemuImg, "rebase", "-q", "-u", "-f", "qcow2", "-F", "raw", "-b", fifo, path("fifo-backed.qcow2"))
 	testutil.RunQEMUImg(t, qemuImg, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", path("plain.raw"), path("gone-backed.qcow2"), "1M")

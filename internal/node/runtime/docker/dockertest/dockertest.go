@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package dockertest owns what the container runtime's tests need from the
 // host: a Docker Engine (Debian's docker.io dockerd) started on a private
 // socket in a temporary directory with its own data and exec roots, no
