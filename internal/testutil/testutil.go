@@ -2,8 +2,9 @@
 // comparison, the expected GPU count of the machine running real-host
 // tests, qemu-img, a slow client for listener limits, an API request
 // served by a handler, a settled goroutine count, skipping (or failing
-// under CI) a test the machine cannot run, and re-running a test in a
-// network namespace of its own.
+// under CI) a test the machine cannot run, re-running a test in a
+// network namespace of its own, and a buffer another goroutine may write
+// while the test reads it.
 // Only _test.go files may import it.
 package testutil
 

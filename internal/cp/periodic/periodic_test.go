@@ -1,33 +1,15 @@
 package periodic
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/drover-dev/drover/internal/testutil"
 )
-
-// syncBuffer is a log sink the loop's goroutine and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestRun(t *testing.T) {
 	tests := []struct {
@@ -40,7 +22,7 @@ func TestRun(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var out syncBuffer
+			var out testutil.SyncBuffer
 			log := slog.New(slog.NewTextHandler(&out, nil))
 			ctx, cancel := context.WithCancel(t.Context())
 			calls := make(chan struct{}, 10)
@@ -76,7 +58,7 @@ func TestRun(t *testing.T) {
 // TestRunQuietAfterCancel: an error of a call that its context's end cut
 // short is not logged.
 func TestRunQuietAfterCancel(t *testing.T) {
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&out, nil))
 	ctx, cancel := context.WithCancel(t.Context())
 	Run(ctx, time.Millisecond, log, "sweep things", func(ctx context.Context) error {

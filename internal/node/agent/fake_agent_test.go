@@ -4,7 +4,6 @@ package agent_test
 // plane, its handlers and logs, and the polling helpers.
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"slices"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/drover-dev/drover/internal/node/accel"
 	"github.com/drover-dev/drover/internal/node/agent"
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/drover-dev/drover/internal/wire/api"
 )
 
@@ -65,24 +65,6 @@ func (c *counter) handlers() agent.Handlers {
 		return agent.Outcome{Output: map[string]any{"task_id": tk.ID, "params": tk.Params},
 			Timings: map[string]int64{"work_ms": 3}}, nil
 	}}}
-}
-
-// syncBuffer collects agent logs; they are printed when a test fails.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // runningAgent is an agent.Run in a goroutine.
@@ -136,7 +118,7 @@ func testConfig(f *fakeCP, stateDir string) agent.Config {
 // startAgentConfig is startAgent with a configuration of the test's own.
 func startAgentConfig(t *testing.T, f *fakeCP, cfg agent.Config, h agent.Handlers, opts ...agent.Option) *runningAgent {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("agent logs:\n%s", logs.String())

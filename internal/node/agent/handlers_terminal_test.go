@@ -17,6 +17,7 @@ import (
 	"github.com/drover-dev/drover/internal/node/accel"
 	"github.com/drover-dev/drover/internal/node/agent"
 	"github.com/drover-dev/drover/internal/node/termnode"
+	"github.com/drover-dev/drover/internal/testutil"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/task"
 	"github.com/drover-dev/drover/internal/wire/terminal"
@@ -40,7 +41,7 @@ func newTermGateway(t *testing.T, f *fakeCP, nonce string) *terminaltest.Gateway
 // among them) and terminal streams going to terminalURL.
 func startTerminalAgent(t *testing.T, f *fakeCP, terminalURL string) *runningAgent {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("agent logs:\n%s", logs.String())

@@ -13,7 +13,6 @@
 package dockertest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -24,12 +23,12 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/drover-dev/drover/internal/node/ocitest"
+	"github.com/drover-dev/drover/internal/testutil"
 )
 
 // Busybox is the static busybox the images are built from.
@@ -75,25 +74,7 @@ type Engine struct {
 	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
-	log  *lockedBuffer
-}
-
-// lockedBuffer is dockerd's output, safe to read while dockerd writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	log  *testutil.SyncBuffer
 }
 
 // StartEngine starts dockerd trusting insecureRegistries (host:port) and
@@ -122,7 +103,7 @@ func StartEngine(ctx context.Context, insecureRegistries ...string) (*Engine, er
 }
 
 func (e *Engine) start(ctx context.Context) error {
-	e.log = &lockedBuffer{}
+	e.log = &testutil.SyncBuffer{}
 	e.cmd = exec.Command(e.bin, e.args...)
 	e.cmd.Env = append(os.Environ(), e.env...)
 	e.cmd.Stdout, e.cmd.Stderr = e.log, e.log
