@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/alecthomas/kong"
 )
 
@@ -27,7 +29,8 @@ func unsetEnv(t *testing.T, keys ...string) {
 // serverEnv are the DROVER_* variables the tests below set or must not see.
 var serverEnv = []string{"DROVER_CONFIG", "DROVER_LISTEN", "DROVER_NODE_LISTEN", "DROVER_NODE_URL", "DROVER_TLS_SAN",
 	"DROVER_STORE", "DROVER_VCPU_ALLOCATION_RATIO", "DROVER_TERMINAL_ALLOWED_ORIGINS", "DROVER_RECORDING_DIR",
-	"DROVER_KEK_FILE", "DROVER_PREVIOUS_KEK_FILES", "ALLOW_UNKNOWN_HOST_REGISTRATION"}
+	"DROVER_KEK_FILE", "DROVER_PREVIOUS_KEK_FILES", "ALLOW_UNKNOWN_HOST_REGISTRATION", "DROVER_REGISTER_RATE",
+	"DROVER_REGISTER_BURST"}
 
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
@@ -103,6 +106,62 @@ func TestServerConfigFilePrecedence(t *testing.T) {
 				}
 				if s.CertTTL != 24*time.Hour {
 					t.Errorf("cert-ttl %s, want its default 24h", s.CertTTL)
+				}
+			})
+		}
+	}
+}
+
+// TestRegisterLimitFlags: --register-rate and --register-burst reach the
+// replica's config (the per-IP enrolment limit), from a flag, a DROVER_*
+// variable or the config file; a value it cannot run with names the flag.
+func TestRegisterLimitFlags(t *testing.T) {
+	unsetEnv(t, serverEnv...)
+	file := writeFile(t, "s.toml", "register_rate = 40\nregister_burst = 200\n")
+	cases := []struct {
+		name      string
+		args      []string
+		env       map[string]string
+		wantRate  rate.Limit
+		wantBurst int
+		wantErr   string
+	}{
+		{name: "defaults", wantRate: 5, wantBurst: 10},
+		{name: "flags", args: []string{"--register-rate", "50.5", "--register-burst", "500"}, wantRate: 50.5, wantBurst: 500},
+		{name: "env", env: map[string]string{"DROVER_REGISTER_RATE": "100", "DROVER_REGISTER_BURST": "1000"}, wantRate: 100, wantBurst: 1000},
+		{name: "config file", args: []string{"--config", file}, wantRate: 40, wantBurst: 200},
+		{name: "zero rate", args: []string{"--register-rate", "0"}, wantErr: "--register-rate 0: must be a positive number"},
+		{name: "negative rate", args: []string{"--register-rate=-1"}, wantErr: "--register-rate -1"},
+		{name: "infinite rate", args: []string{"--register-rate", "+Inf"}, wantErr: "--register-rate +Inf"},
+		{name: "zero burst", args: []string{"--register-burst", "0"}, wantErr: "--register-burst 0: must be at least 1"},
+	}
+	for _, tc := range cases {
+		for _, cmd := range []string{"server", "dev"} {
+			t.Run(tc.name+"/"+cmd, func(t *testing.T) {
+				for k, v := range tc.env {
+					t.Setenv(k, v)
+				}
+				args := append([]string{cmd}, tc.args...)
+				if cmd == "server" {
+					args = append(args, "--store", "sqlite:/x.db")
+				}
+				root, err := parse(t, args...)
+				if tc.wantErr != "" {
+					if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+						t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				f := root.Server.ServerFlags
+				if cmd == "dev" {
+					f = root.Dev.ServerFlags
+				}
+				cfg := f.config(false, nil)
+				if cfg.RegisterRate != tc.wantRate || cfg.RegisterBurst != tc.wantBurst {
+					t.Errorf("rate %v burst %d, want %v %d", cfg.RegisterRate, cfg.RegisterBurst, tc.wantRate, tc.wantBurst)
 				}
 			})
 		}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/drover-dev/drover/internal/cp/server"
 	"github.com/drover-dev/drover/internal/cp/store"
@@ -28,6 +31,8 @@ type ServerFlags struct {
 	CertTTL             time.Duration `name:"cert-ttl" default:"24h" help:"Node certificate lifetime."`
 	CertReenrolGrace    time.Duration `name:"node-cert-reenrol-grace" env:"DROVER_NODE_CERT_REENROL_GRACE" default:"168h" help:"How long after its expiry an agent's last certificate still enrols it again without a bootstrap token (the agent proves it holds its key); 0 turns this off (docs/adr/0021-reenrol-with-an-expired-certificate.md)."`
 	HeartbeatInterval   time.Duration `name:"heartbeat-interval" default:"5s" help:"Heartbeat interval agents are told to use; stale after 3 missed."`
+	RegisterRate        float64       `name:"register-rate" env:"DROVER_REGISTER_RATE" default:"5" help:"Enrolments (POST /internal/v1/register) per second one client IP address may make once its --register-burst is spent (429 rate_limited beyond). Raise it when many hosts enrol or re-enrol together behind one NAT address."`
+	RegisterBurst       int           `name:"register-burst" env:"DROVER_REGISTER_BURST" default:"10" help:"Enrolments one client IP address may make at once before --register-rate applies."`
 	HealthProbeInterval time.Duration `name:"health-probe-interval" env:"DROVER_HEALTH_PROBE_INTERVAL" default:"10m" help:"How often each enabled, heartbeating host runs diag.health_probe (spread over the interval; its result is the host's health); 0 disables."`
 	VCPURatio           float64       `name:"vcpu-allocation-ratio" env:"DROVER_VCPU_ALLOCATION_RATIO" default:"4" help:"Instance vCPUs placed per host CPU (memory, disk and GPUs are never overcommitted)."`
 	LogLevel            slog.Level    `name:"log-level" default:"info" help:"debug, info, warn or error."`
@@ -60,7 +65,19 @@ func (f ServerFlags) config(allowUnknown bool, log *slog.Logger) server.Config {
 			NodeStreamTimeout: f.TerminalNodeStream, PTYTimeout: f.TerminalPTY},
 		ReadHeaderTimeout: f.HTTPReadHeaderTimeout, BodyReadTimeout: f.HTTPBodyTimeout, IdleTimeout: f.HTTPIdleTimeout,
 		MaxHeaderBytes: f.HTTPMaxHeaderBytes, NodeLongPollLimit: f.NodeLongPollLimit, HealthProbeInterval: f.HealthProbeInterval,
-		LongPollFallback: f.LongPollFallback}
+		LongPollFallback: f.LongPollFallback, RegisterRate: rate.Limit(f.RegisterRate), RegisterBurst: f.RegisterBurst}
+}
+
+// Validate refuses values the replica cannot run with, naming the flag
+// (kong calls it after parsing, for server and dev alike).
+func (f ServerFlags) Validate() error {
+	if !(f.RegisterRate > 0) || math.IsInf(f.RegisterRate, 0) {
+		return fmt.Errorf("--register-rate %v: must be a positive number of enrolments per second", f.RegisterRate)
+	}
+	if f.RegisterBurst < 1 {
+		return fmt.Errorf("--register-burst %d: must be at least 1", f.RegisterBurst)
+	}
+	return nil
 }
 
 func newLogger(level slog.Level) *slog.Logger {
