@@ -62,7 +62,7 @@ func (s *Store) CreateAllocation(ctx context.Context, a store.Allocation, audit 
 		return err
 	})
 	if err != nil {
-		if s.d.IsUniqueViolation(err) {
+		if s.conflict(err) {
 			return fmt.Errorf("create allocation %q: %w", a.ID, store.ErrConflict)
 		}
 		return fmt.Errorf("create allocation %q: %w", a.ID, err)

@@ -211,10 +211,14 @@ func (s *Store) AuditColumns(es []store.AuditEvent) []any {
 // statement (SQLite 32,766).
 const maxAuditRows = 500
 
+// errRecords marks a failure to write a change's records (withRecords),
+// so that its cause is never taken for the change's own conflict.
+var errRecords = errors.New("audit records not written")
+
 // withRecords runs write on the store or, with records, in a transaction
 // that then appends them: a created row is never seen without its
 // records. write's error is returned as it is (a unique violation stays
-// one); a record's is wrapped with "audit: ".
+// one); a record's is wrapped in errRecords.
 func (s *Store) withRecords(ctx context.Context, records []store.AuditEvent, write func(DB) error) error {
 	if len(records) == 0 {
 		return write(s.db)
@@ -224,10 +228,16 @@ func (s *Store) withRecords(ctx context.Context, records []store.AuditEvent, wri
 			return err
 		}
 		if err := s.appendAuditsTx(ctx, tx, records); err != nil {
-			return fmt.Errorf("audit: %w", err)
+			return fmt.Errorf("%w: %w", errRecords, err)
 		}
 		return nil
 	})
+}
+
+// conflict says whether err, from withRecords, is the write's own unique
+// violation (not a record's).
+func (s *Store) conflict(err error) bool {
+	return s.d.IsUniqueViolation(err) && !errors.Is(err, errRecords)
 }
 
 // appendAuditsTx inserts es in tx, the transaction of the change they

@@ -163,3 +163,43 @@ func TestAppendAuditsCollisionStatementRollback(t *testing.T) {
 		t.Fatalf("ids always taken: %v after %d statements", err, len(db.inserts))
 	}
 }
+
+// oneTxDB is refusingDB that also takes the row inserts of the writes
+// that carry records, and runs a transaction as its statements in turn.
+type oneTxDB struct {
+	*refusingDB
+	rows int
+}
+
+func (o *oneTxDB) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	if strings.HasPrefix(q, "INSERT INTO audit") {
+		return o.refusingDB.Exec(ctx, q, args...)
+	}
+	o.rows++
+	return 1, nil
+}
+
+func (o *oneTxDB) InTx(_ context.Context, fn func(tx DB) error) error { return fn(o) }
+
+// TestCreateRecordsRefusedIsNoConflict: a creation whose records keep
+// colliding with taken ids fails as a failure to write its records, never
+// as the row's own conflict (which would tell the operator the host, the
+// allocation or the session exists).
+func TestCreateRecordsRefusedIsNoConflict(t *testing.T) {
+	db := &oneTxDB{refusingDB: &refusingDB{taken: func(int64) bool { return true }}}
+	s := New(db, Dialect{StatementRollback: true, IsUniqueViolation: func(err error) bool { return errors.Is(err, errUnique) }})
+	rec := store.AuditEvent{Action: "x.create"}
+	for what, err := range map[string]error{
+		"host":       s.CreateHost(t.Context(), store.Host{ID: "h1"}, rec),
+		"allocation": s.CreateAllocation(t.Context(), store.Allocation{ID: "a1", Username: "u", HostID: "h1"}, rec),
+		"terminal session": s.CreateTerminalSession(t.Context(), store.TerminalSession{ID: "s1", AllocationID: "a1", TokenHash: "h",
+			Mode: terminalModePTY}, rec),
+	} {
+		if err == nil || errors.Is(err, store.ErrConflict) || !errors.Is(err, errRecords) {
+			t.Errorf("%s with its records refused: %v; want errRecords, not ErrConflict", what, err)
+		}
+	}
+	if db.rows != 3 {
+		t.Errorf("%d row inserts, want 3", db.rows)
+	}
+}

@@ -117,7 +117,7 @@ func (s *Store) CreateHost(ctx context.Context, h store.Host, audit ...store.Aud
 		return err
 	})
 	if err != nil {
-		if s.d.IsUniqueViolation(err) {
+		if s.conflict(err) {
 			return fmt.Errorf("create host %q: %w", h.ID, store.ErrConflict)
 		}
 		return fmt.Errorf("create host %q: %w", h.ID, err)

@@ -79,7 +79,7 @@ func (s *Store) CreateTerminalSession(ctx context.Context, ts store.TerminalSess
 		return err
 	})
 	if err != nil {
-		if s.d.IsUniqueViolation(err) {
+		if s.conflict(err) {
 			// The hash is a credential: keep it out of the error.
 			return fmt.Errorf("create terminal session %q (id or token hash taken): %w", ts.ID, store.ErrConflict)
 		}
