@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -251,6 +252,65 @@ func TestSecretsNodeRoute(t *testing.T) {
 	if code, ecode, _ := e.nodeCall(n1.client, http.MethodGet, nodePath(n1.id, "/instances/in-1/secrets"), nil); code != http.StatusForbidden ||
 		ecode != "node_identity_revoked" {
 		t.Errorf("revoked node: %d %s, want 403 node_identity_revoked", code, ecode)
+	}
+}
+
+// auditDown is a store whose audit log refuses secret.fetch records while
+// down is set.
+type auditDown struct {
+	store.Store
+	mu   sync.Mutex
+	down bool
+}
+
+func (a *auditDown) AppendAudit(ctx context.Context, e store.AuditEvent) error {
+	a.mu.Lock()
+	down := a.down
+	a.mu.Unlock()
+	if down && e.Action == "secret.fetch" {
+		return errors.New("audit table unavailable")
+	}
+	return a.Store.AppendAudit(ctx, e)
+}
+
+// TestSecretsFetchRefusedUnrecorded: a delivery of secrets whose
+// secret.fetch record cannot be stored is refused (503 audit_unavailable,
+// with Retry-After) and carries no value; once the audit log is back the
+// same fetch is delivered and recorded.
+func TestSecretsFetchRefusedUnrecorded(t *testing.T) {
+	st := &auditDown{Store: openSQLite(t)}
+	e := startEnv(t, st)
+	n1 := e.enroll("sec-n1", e.createHost("sec-n1").Token)
+	putInstance(t, st, "in-1", "sec-n1", "db-password")
+	if code, raw := e.rawOp(http.MethodPut, "/api/v1/secrets/db-password", `{"value":"pw-unrecorded"}`); code != http.StatusCreated {
+		t.Fatalf("set: %d %s", code, raw)
+	}
+	st.mu.Lock()
+	st.down = true
+	st.mu.Unlock()
+	req, _ := http.NewRequest(http.MethodGet, e.nodeURL+nodePath(n1.id, "/instances/in-1/secrets"), nil)
+	resp, err := n1.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(raw), `"audit_unavailable"`) ||
+		resp.Header.Get("Retry-After") == "" {
+		t.Errorf("fetch with the audit log down: %d (Retry-After %q) %s; want 503 audit_unavailable", resp.StatusCode,
+			resp.Header.Get("Retry-After"), raw)
+	}
+	assertNoValue(t, "the refused answer", string(raw), "pw-unrecorded")
+
+	st.mu.Lock()
+	st.down = false
+	st.mu.Unlock()
+	code, _, body := e.nodeCall(n1.client, http.MethodGet, nodePath(n1.id, "/instances/in-1/secrets"), nil)
+	if code != http.StatusOK || !strings.Contains(string(body), base64.StdEncoding.EncodeToString([]byte("pw-unrecorded"))) {
+		t.Errorf("fetch with the audit log back: %d %s", code, body)
+	}
+	if !e.auditHas("secret.fetch", "in-1", "ok") {
+		t.Error("the delivery is not audited")
 	}
 }
 

@@ -5,6 +5,7 @@ package audit
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -50,6 +51,18 @@ func (l *Log) Record(ctx context.Context, e Entry) {
 	if err != nil {
 		l.log.Error("append audit", "err", err, "action", e.Action, "target", e.Target, "correlation_id", e.CID)
 	}
+}
+
+// Require appends e and returns the failure, for an action that must not
+// happen unrecorded: the caller refuses it when its record cannot be
+// stored (a secret's delivery), as Vault refuses a request no audit
+// device could log.
+func (l *Log) Require(ctx context.Context, e Entry) error {
+	if err := l.st.AppendAudit(context.WithoutCancel(ctx), l.Event(ctx, e)); err != nil {
+		l.log.Error("append audit: the action is refused", "err", err, "action", e.Action, "target", e.Target, "correlation_id", e.CID)
+		return fmt.Errorf("audit %s of %s: %w", e.Action, e.Target, err)
+	}
+	return nil
 }
 
 // Event is e as Record would store it, stamped now: for a store write

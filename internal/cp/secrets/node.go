@@ -22,7 +22,8 @@ import (
 // spec lists that the control plane does not hold come back in missing.
 // The answer is never cached (Cache-Control: no-store); a value that does
 // not open with the KEK is a 500 whose log names the secret, never its
-// content.
+// content; a delivery whose secret.fetch record cannot be stored is a 503
+// audit_unavailable that delivers nothing.
 func (s *Room) NodeFetch(w http.ResponseWriter, r *http.Request, nodeID string) error {
 	ctx := r.Context()
 	iid := r.PathValue("iid")
@@ -77,12 +78,19 @@ func (s *Room) NodeFetch(w http.ResponseWriter, r *http.Request, nodeID string) 
 		out.Secrets = append(out.Secrets, api.InstanceSecret{Name: n, Version: ws.Version, Value: v})
 		versions = append(versions, fmt.Sprintf("%s@%d", n, ws.Version))
 	}
-	s.audit.Record(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "secret.fetch", Target: iid, Result: "ok",
-		CID: cid, Detail: fmt.Sprintf("delivered=%v missing=%v", versions, out.Missing)})
+	defer func() {
+		for _, sec := range out.Secrets {
+			clear(sec.Value)
+		}
+	}()
+	// No secret leaves unrecorded: a delivery whose record cannot be
+	// stored is refused.
+	if err := s.audit.Require(ctx, audit.Entry{Actor: "node:" + nodeID, Action: "secret.fetch", Target: iid, Result: "ok",
+		CID: cid, Detail: fmt.Sprintf("delivered=%v missing=%v", versions, out.Missing)}); err != nil {
+		return &httpapi.Error{Status: http.StatusServiceUnavailable, RetryAfter: 5, CodedError: api.CodedError{Code: "audit_unavailable",
+			Message: fmt.Sprintf("the delivery of instance %s's secrets could not be recorded, so none was delivered; retry (correlation id %s)", iid, cid)}}
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	httpapi.WriteJSON(w, http.StatusOK, out)
-	for _, sec := range out.Secrets {
-		clear(sec.Value)
-	}
 	return nil
 }
