@@ -195,13 +195,7 @@ func TestSecretsNodeRoute(t *testing.T) {
 		t.Fatalf("set: %d %s", code, raw)
 	}
 
-	req, _ := http.NewRequest(http.MethodGet, e.nodeURL+nodePath(n1.id, "/instances/in-1/secrets"), nil)
-	resp, err := n1.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, raw := e.fetchSecrets(n1, "in-1")
 	var got api.InstanceSecrets
 	if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &got) != nil {
 		t.Fatalf("own instance: %d %s", resp.StatusCode, raw)
@@ -255,12 +249,34 @@ func TestSecretsNodeRoute(t *testing.T) {
 	}
 }
 
+// fetchSecrets is node n's GET of instance iid's secrets: the answer's
+// head and its body.
+func (e *env) fetchSecrets(n nodeIdentity, iid string) (*http.Response, []byte) {
+	e.t.Helper()
+	resp, err := n.client.Get(e.nodeURL + nodePath(n.id, "/instances/"+iid+"/secrets"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp, raw
+}
+
 // auditDown is a store whose audit log refuses secret.fetch records while
 // down is set.
 type auditDown struct {
 	store.Store
 	mu   sync.Mutex
 	down bool
+}
+
+func (a *auditDown) set(down bool) {
+	a.mu.Lock()
+	a.down = down
+	a.mu.Unlock()
 }
 
 func (a *auditDown) AppendAudit(ctx context.Context, e store.AuditEvent) error {
@@ -285,16 +301,8 @@ func TestSecretsFetchRefusedUnrecorded(t *testing.T) {
 	if code, raw := e.rawOp(http.MethodPut, "/api/v1/secrets/db-password", `{"value":"pw-unrecorded"}`); code != http.StatusCreated {
 		t.Fatalf("set: %d %s", code, raw)
 	}
-	st.mu.Lock()
-	st.down = true
-	st.mu.Unlock()
-	req, _ := http.NewRequest(http.MethodGet, e.nodeURL+nodePath(n1.id, "/instances/in-1/secrets"), nil)
-	resp, err := n1.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	st.set(true)
+	resp, raw := e.fetchSecrets(n1, "in-1")
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(raw), `"audit_unavailable"`) ||
 		resp.Header.Get("Retry-After") == "" {
 		t.Errorf("fetch with the audit log down: %d (Retry-After %q) %s; want 503 audit_unavailable", resp.StatusCode,
@@ -302,9 +310,7 @@ func TestSecretsFetchRefusedUnrecorded(t *testing.T) {
 	}
 	assertNoValue(t, "the refused answer", string(raw), "pw-unrecorded")
 
-	st.mu.Lock()
-	st.down = false
-	st.mu.Unlock()
+	st.set(false)
 	code, _, body := e.nodeCall(n1.client, http.MethodGet, nodePath(n1.id, "/instances/in-1/secrets"), nil)
 	if code != http.StatusOK || !strings.Contains(string(body), base64.StdEncoding.EncodeToString([]byte("pw-unrecorded"))) {
 		t.Errorf("fetch with the audit log back: %d %s", code, body)

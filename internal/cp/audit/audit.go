@@ -1,5 +1,7 @@
 // Package audit is the control plane's audit log: every room records what
-// it did (Record), and operators read it (GET /api/v1/audit, List).
+// it did (Event for a store write's own transaction, Record after it,
+// Require before an action that must not happen unrecorded), and
+// operators read it (GET /api/v1/audit, List).
 package audit
 
 import (

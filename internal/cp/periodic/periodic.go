@@ -1,7 +1,8 @@
 // Package periodic owns the control plane's background loops: a piece of
 // work run every interval until the replica stops, its failures logged.
 // The sweeps, the reaper, the long-poll fallback, the key reload, the
-// health probe scheduler and the terminal recheck all run through it.
+// health probe scheduler, the terminal recheck and the terminal session
+// leases all run through it.
 package periodic
 
 import (

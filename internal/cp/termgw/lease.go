@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/drover-dev/drover/internal/cp/audit"
+	"github.com/drover-dev/drover/internal/cp/periodic"
 	"github.com/drover-dev/drover/internal/cp/store"
 	"github.com/drover-dev/drover/internal/wire/api"
 	"github.com/drover-dev/drover/internal/wire/terminal"
@@ -69,19 +70,13 @@ func (s *Gateway) runLeases(ctx context.Context) {
 	if s.leases() == nil {
 		return
 	}
-	tick := time.NewTicker(s.leaseTTL() / 4)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	periodic.Run(ctx, s.leaseTTL()/4, s.log, "terminal session leases", func(ctx context.Context) error {
 		for _, sid := range s.term.ids() {
 			s.holdLease(ctx, sid)
 		}
 		s.sweepLeases(ctx)
-	}
+		return nil
+	})
 }
 
 // sweepLeases fails the still-open sessions whose lease expired (their
